@@ -1,0 +1,207 @@
+"""One TrackedAllocator per device: every storage allocation and free goes through it.
+
+The accounting model (models.py) decides the bytes charged; the allocator stamps events with
+the caller's context and hands them to observers. It knows nothing of reports or charts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sys
+import time
+
+from engine.allocator.events import AllocEvent, MemoryObserver
+from engine.allocator.models import make_model
+
+_storage_ids = itertools.count(1)
+_perf_ns = time.perf_counter_ns
+
+# The attribution context: a dict merged by `context(...)`; `_op` is the engine op running now.
+_context: dict = {}
+_op: str | None = None
+
+_ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@contextlib.contextmanager
+def context(**keys):
+    """Attribute every allocator event inside the block to these keys (inner keys win).
+
+    >>> with context(node="act", phase="forward", tensor="y"):
+    ...     y = x.relu()
+    """
+    global _context
+    saved = _context
+    _context = {**saved, **keys}
+    try:
+        yield
+    finally:
+        _context = saved
+
+
+def current_context() -> dict:
+    return _context
+
+
+@contextlib.contextmanager
+def op_scope(name: str):
+    """Used by the engine's dispatcher: events inside carry context["op"] = name."""
+    global _op
+    saved = _op
+    _op = name
+    try:
+        yield
+    finally:
+        _op = saved
+
+
+def set_op(name: str | None) -> str | None:
+    """Fast form of op_scope for the hot path; returns the previous value to restore."""
+    global _op
+    saved = _op
+    _op = name
+    return saved
+
+
+def _user_location() -> str | None:
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_ENGINE_DIR):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+class TrackedAllocator:
+    """Accounts one device's storages with a model and reports events to observers."""
+
+    def __init__(self, device: str, model: str = "exact", limit: int | None = None):
+        self.device = device
+        self.model = make_model(model, device, limit)
+        self.observers: list[MemoryObserver] = []
+        self.record_locations = False
+        self.epoch = 0
+        self._seq = 0
+
+    # --- configuration ------------------------------------------------------------------------
+    @property
+    def model_name(self) -> str:
+        return self.model.name
+
+    def set_model(self, name: str) -> None:
+        """Switch the accounting model; only allowed while nothing is allocated."""
+        if self.model.allocated_bytes:
+            raise RuntimeError(
+                f"cannot switch the {self.device} allocator model to {name!r} while "
+                f"{self.model.allocated_bytes} bytes are allocated; free the tensors first"
+            )
+        self.model = make_model(name, self.device, self.model.limit)
+        self.epoch += 1
+
+    def set_limit(self, nbytes: int | None) -> None:
+        self.model.set_limit(nbytes)
+
+    def reset(self) -> None:
+        """Fresh counters and peaks. Storages from before are forgotten (their frees are ignored)."""
+        self.model = make_model(self.model.name, self.device, self.model.limit)
+        self.epoch += 1
+        self._seq = 0
+
+    def add_observer(self, observer: MemoryObserver) -> None:
+        if observer not in self.observers:
+            self.observers.append(observer)
+
+    def remove_observer(self, observer: MemoryObserver) -> None:
+        if observer in self.observers:
+            self.observers.remove(observer)
+
+    @contextlib.contextmanager
+    def observing(self, observer: MemoryObserver):
+        self.add_observer(observer)
+        try:
+            yield observer
+        finally:
+            self.remove_observer(observer)
+
+    # --- the hot path -------------------------------------------------------------------------
+    def allocate(self, nbytes: int):
+        """Charge `nbytes`; returns (block, storage_id, epoch). Raises OutOfMemoryError."""
+        storage_id = next(_storage_ids)
+        try:
+            block = self.model.malloc(nbytes)
+        except Exception:
+            if self.observers:
+                self._emit("oom", nbytes, nbytes, storage_id)
+            raise
+        if self.observers:
+            self._emit("alloc", nbytes, block.size, storage_id)
+        return block, storage_id, self.epoch
+
+    def release(self, block, storage_id: int, epoch: int) -> None:
+        if epoch != self.epoch:
+            return
+        self.model.free(block)
+        if self.observers:
+            self._emit("free", block.requested, block.size, storage_id)
+
+    def tag(self, storage_id: int, key: str, value) -> None:
+        for obs in self.observers:
+            obs.on_tag(storage_id, key, value)
+
+    def _emit(self, action: str, requested: int, nbytes: int, storage_id: int) -> None:
+        ctx = _context
+        if _op is not None:
+            ctx = {**ctx, "op": _op}
+        model = self.model
+        ev = AllocEvent(
+            self._seq, _perf_ns(), action, self.device, requested, nbytes, storage_id,
+            model.allocated_bytes, model.reserved_bytes, ctx,
+            _user_location() if self.record_locations else None,
+        )
+        self._seq += 1
+        for obs in tuple(self.observers):
+            if action == "alloc":
+                obs.on_alloc(ev)
+            elif action == "free":
+                obs.on_free(ev)
+            else:
+                obs.on_oom(ev)
+
+    def emit_external(self, action: str, nbytes: int) -> None:
+        """Report memory the backend allocated outside tensor storages (CuPy temporaries)."""
+        if not self.observers:
+            return
+        ev = AllocEvent(self._seq, _perf_ns(), action, self.device, nbytes, nbytes, 0,
+                        self.model.allocated_bytes, self.model.reserved_bytes,
+                        {**_context, "op": _op, "external": True})
+        self._seq += 1
+        for obs in tuple(self.observers):
+            obs.on_external(ev)
+
+
+_allocators: dict[str, TrackedAllocator] = {}
+
+
+def get_allocator(device="cpu") -> TrackedAllocator:
+    """The allocator of a device ("cpu", "cuda", "cuda:0", "meta" or an engine.device)."""
+    from engine.device import as_device
+
+    key = str(as_device(device))
+    alloc = _allocators.get(key)
+    if alloc is None:
+        alloc = _allocators[key] = TrackedAllocator(key)
+    return alloc
+
+
+def all_allocators() -> list[TrackedAllocator]:
+    return list(_allocators.values())
+
+
+def reset(device=None) -> None:
+    """Fresh state for one device's allocator, or every allocator when device is None."""
+    targets = [get_allocator(device)] if device is not None else all_allocators()
+    for alloc in targets:
+        alloc.reset()

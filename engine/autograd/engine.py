@@ -1,0 +1,246 @@
+"""The backward pass: a topological walk over nodes, accumulating input gradients in one place.
+
+Like PyTorch's engine: nodes run when every gradient they expect has arrived, the ready node with
+the highest sequence number first; saved tensors are released as their node runs (unless
+retain_graph); intermediate gradients die as soon as they are consumed; leaf gradients are
+accumulated by AccumulateGrad, which takes over an incoming buffer nobody else holds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+
+from engine.autograd.function import _MAX_SEQ, Function, gradient_edge
+from engine.autograd.grad_mode import STATE
+from engine.tensor import Tensor
+
+
+class AccumulateGrad(Function):
+    """Writes the incoming gradient into `variable.grad` (a leaf)."""
+
+    def __init__(self, variable: Tensor):
+        self.variable = variable
+        self.sequence_nr = _MAX_SEQ
+        self.next_functions = ()
+        self.saved = []
+
+    def name(self) -> str:
+        return "AccumulateGrad"
+
+    def backward(self, grad):
+        var = self.variable
+        from engine.ops import kernels
+
+        if var._grad is None:
+            if _stealable(grad, var):
+                var._grad = _as_plain(grad)
+            else:
+                var._grad = kernels.copy_new(grad, contiguous=True)
+            alloc = var._grad._storage.allocator
+            if alloc is not None and alloc.observers:
+                alloc.tag(var._grad._storage.id, "category", "gradient")
+        else:
+            kernels.add_into(var._grad, grad)
+            var._grad._storage.version += 1
+        return ()
+
+
+def _as_plain(t: Tensor) -> Tensor:
+    """The same storage and metadata, without history (what .grad holds)."""
+    if t._grad_fn is None and not t.requires_grad and t._base is None:
+        return t
+    return Tensor._make(t._data, t._storage, t._dtype, t._device)
+
+
+def _stealable(grad: Tensor, var: Tensor) -> bool:
+    # PyTorch steals the incoming buffer when nothing else references it and its layout obeys
+    # the variable's (same strides, dense). References here: the engine's buffer slot was
+    # cleared before the call, so we expect: `grad` argument, the caller's local, getrefcount's.
+    if grad._base is not None or grad._data.strides != var._data.strides:
+        return False
+    if grad._dtype is not var._dtype:
+        return False
+    return sys.getrefcount(grad) <= 4 and sys.getrefcount(grad._storage) <= 3
+
+
+class CopySlices(Function):
+    """The base's node after an in-place op wrote through one of its views."""
+
+    def __init__(self, base_edge, view_fn, fn: Function, base_shape, dtype, device):
+        self.fn = fn
+        self.view_fn = view_fn
+        self.base_shape = base_shape
+        self.dtype = dtype
+        self.device = device
+        self.sequence_nr = fn.sequence_nr
+        self.next_functions = (base_edge,) + tuple(fn.next_functions[1:])
+        self.saved = []
+
+    def name(self) -> str:
+        return "CopySlices"
+
+    def release_saved(self) -> None:
+        self.fn.release_saved()
+
+    def backward(self, grad):
+        from engine.ops import kernels
+
+        result = kernels.copy_new(grad, contiguous=True)
+        region = self.view_fn(result)
+        grads = self.fn.backward(kernels.copy_new(region, contiguous=True))
+        if grads[0] is None:
+            kernels.fill_(region, 0)
+        else:
+            kernels.copy_into(region, grads[0])
+        return (result,) + tuple(grads[1:])
+
+
+class ViewRegenBackward(Function):
+    """A view's node regenerated from its base after an in-place op (AsStridedBackward)."""
+
+    def __init__(self, base_edge, view_fn, base_shape, dtype, device):
+        self.view_fn = view_fn
+        self.base_shape = base_shape
+        self.dtype = dtype
+        self.device = device
+        self.sequence_nr = next(__import__("engine.autograd.function", fromlist=["_sequence"])._sequence)
+        self.next_functions = (base_edge,)
+        self.saved = []
+
+    def name(self) -> str:
+        return "AsStridedBackward0"
+
+    def backward(self, grad):
+        from engine.ops import kernels
+
+        result = kernels.zeros(self.base_shape, self.dtype, self.device)
+        kernels.copy_into(self.view_fn(result), grad)
+        return (result,)
+
+
+def _accumulate(buffer: list, pos: int, grad: Tensor) -> None:
+    """The one place gradients from several consumers are summed (in place when unshared)."""
+    old = buffer[pos]
+    if old is None:
+        buffer[pos] = grad
+        return
+    from engine.ops import kernels
+
+    if old.shape == grad.shape and old._base is None and sys.getrefcount(old) <= 3 \
+            and sys.getrefcount(old._storage) <= 3 and old._data.strides == grad._data.strides \
+            and old._dtype is grad._dtype:
+        kernels.add_into(old, grad)
+    else:
+        buffer[pos] = kernels.add_new(old, grad)
+
+
+def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
+    """Run the backward pass from `tensors` with their incoming `grad_tensors`."""
+    from engine.ops import kernels
+
+    if retain_graph is None:
+        retain_graph = False
+    roots = []
+    for t, g in zip(tensors, grad_tensors):
+        if not t.requires_grad:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+        if g is None:
+            if t.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            g = kernels.ones_like_new(t)
+        elif not isinstance(g, Tensor):
+            raise TypeError(f"gradient must be a Tensor, got {type(g).__name__}")
+        elif g.shape != t.shape:
+            raise RuntimeError(
+                f"Mismatch in shape: grad_output[0] has a shape of {list(g.shape)} and output[0] "
+                f"has a shape of {list(t.shape)}."
+            )
+        roots.append((gradient_edge(t), g))
+
+    # Dependencies: how many gradient contributions each node waits for.
+    deps: dict[Function, int] = {}
+    seen = set()
+    stack = [edge[0] for edge, _ in roots]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for edge in node.next_functions:
+            if edge is None:
+                continue
+            nxt = edge[0]
+            deps[nxt] = deps.get(nxt, 0) + 1
+            if id(nxt) not in seen:
+                stack.append(nxt)
+
+    buffers: dict[Function, list] = {}
+    ready: list = []
+    counter = 0
+    for (node, nr), g in roots:
+        buf = buffers.get(node)
+        if buf is None:
+            buf = buffers[node] = [None] * node.num_outputs
+        _accumulate(buf, nr, g)
+    del g, roots
+    for node in list(buffers):
+        if deps.get(node, 0) == 0:
+            heapq.heappush(ready, (-node.sequence_nr, counter, node))
+            counter += 1
+
+    prev = STATE.enabled
+    STATE.enabled = False
+    try:
+        while ready:
+            _, _, node = heapq.heappop(ready)
+            grads = buffers.pop(node)
+            retained = getattr(node, "retained", None)
+            if retained:
+                _retain_grads(retained, grads)
+            if len(grads) == 1:
+                g = grads[0]
+                del grads
+                if g is None:
+                    out = (None,) * len(node.next_functions)
+                else:
+                    out = node.backward(g)
+                    del g
+            else:
+                out = node.backward(*grads)
+                del grads
+            if not retain_graph:
+                node.release_saved()
+            for i, edge in enumerate(node.next_functions):
+                if edge is None:
+                    continue
+                nxt, nr = edge
+                buf = buffers.get(nxt)
+                if buf is None:
+                    buf = buffers[nxt] = [None] * nxt.num_outputs
+                gi = out[i] if i < len(out) else None
+                if gi is not None:
+                    _accumulate(buf, nr, gi)
+                del gi
+                deps[nxt] -= 1
+                if deps[nxt] == 0:
+                    heapq.heappush(ready, (-nxt.sequence_nr, counter, nxt))
+                    counter += 1
+            del out
+    finally:
+        STATE.enabled = prev
+
+
+def _retain_grads(retained, grads) -> None:
+    """retain_grad(): a non-leaf keeps (a copy of) the gradient arriving at its grad_fn."""
+    from engine.ops import kernels
+
+    for ref, nr in retained:
+        t = ref()
+        g = grads[nr]
+        if t is None or g is None:
+            continue
+        if t._grad is None:
+            t._grad = kernels.copy_new(g, contiguous=True)
+        else:
+            t._grad = kernels.add_new(t._grad, g)

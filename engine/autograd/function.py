@@ -1,0 +1,281 @@
+"""Function: the base of every primitive, and how a call records history.
+
+A primitive subclasses Function and writes `forward` and `backward` side by side. It declares
+what backward keeps: `retain_inputs` (indices of tensor arguments) and `retain_output`. The
+instance created for a call *is* the graph node (like PyTorch's ctx / Chainer's FunctionNode).
+
+`Function.apply(*args, out=None, op=...)` runs the checks PyTorch runs before the kernel
+(leaf and view rules for in-place writes), clones an input that an in-place op overwrites but
+backward needs, runs the kernel, bumps the version counter of what was written, and wires the
+node into the graph (CopySlices when the write went through a view).
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+
+from engine.allocator.tracked import set_op
+from engine.autograd.grad_mode import STATE
+from engine.tensor import Tensor
+
+_sequence = itertools.count()
+_MAX_SEQ = 1 << 62
+
+
+class SavedTensor:
+    """A tensor kept for backward with the version it had when saved.
+
+    Holds a detached alias (same storage, no grad_fn) so that saving an op's own output makes no
+    reference cycle: the storage dies when the last real reference does.
+    """
+
+    __slots__ = ("alias", "version", "producer", "output_nr")
+
+    def __init__(self, t: Tensor, producer: str | None, output_nr: int = 0):
+        alias = Tensor._make(t._data, t._storage, t._dtype, t._device)
+        self.alias = alias
+        self.version = t._storage.version
+        self.producer = producer
+        self.output_nr = output_nr
+        alloc = t._storage.allocator
+        if alloc is not None and alloc.observers:
+            alloc.tag(t._storage.id, "saved_for_backward", True)
+
+    def unpack(self) -> Tensor:
+        alias = self.alias
+        if alias is None:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved "
+                "tensors after they have already been freed). Saved intermediate values of the "
+                "graph are freed when you call .backward() or autograd.grad(). Specify "
+                "retain_graph=True if you need to backward through the graph a second time or if "
+                "you need to access saved tensors after calling backward."
+            )
+        if alias._storage.version != self.version:
+            kind = alias._dtype.torch_tensor_name
+            where = f", which is output {self.output_nr} of {self.producer}," if self.producer else ""
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [engine.{kind} {list(alias.shape)}]{where} is at version "
+                f"{alias._storage.version}; expected version {self.version} instead. Hint: the "
+                "backtrace further above shows the operation that failed to compute its gradient. "
+                "The variable in question was changed in there or anywhere later. Good luck!"
+            )
+        return alias
+
+    def release(self) -> None:
+        self.alias = None
+
+
+class Function:
+    """Base class of primitives (and the graph node of one call).
+
+    Subclasses set `retain_inputs` / `retain_output` and implement::
+
+        def forward(self, *args, out=None, **attrs) -> Tensor      # writes into `out` when given
+        def backward(self, grad) -> tuple                           # one grad (or None) per tensor arg
+    """
+
+    retain_inputs: tuple[int, ...] = ()
+    retain_output: bool = False
+    differentiable = True
+    num_outputs = 1
+
+    next_functions: tuple = ()
+    saved: list
+    sequence_nr: int
+
+    def name(self) -> str:
+        return type(self).__name__
+
+    def prepare(self, *args) -> None:
+        """Called before to_save when history is recorded (e.g. to note which args are tensors)."""
+
+    def to_save(self, tensor_args: list) -> tuple[int, ...]:
+        """Indices (into the tensor args) backward needs; override to depend on requires_grad."""
+        return self.retain_inputs
+
+    @property
+    def saved_tensors(self) -> tuple:
+        return tuple(s.unpack() for s in self.saved)
+
+    def release_saved(self) -> None:
+        for s in self.saved:
+            s.release()
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object>"
+
+    # --- recording a call ----------------------------------------------------------------------
+    @classmethod
+    def apply(cls, *args, out: Tensor | None = None, op: str | None = None, **attrs):
+        node = cls.__new__(cls)
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        needs_grad = False
+        if STATE.enabled and cls.differentiable:
+            for t in tensors:
+                if t.requires_grad:
+                    needs_grad = True
+                    break
+        if out is not None:
+            check_inplace(out)
+
+        if needs_grad:
+            node.prepare(*args)
+            to_save = node.to_save(tensors)
+        else:
+            to_save = ()
+        clones = None
+        if needs_grad and out is not None and to_save:
+            clones = _clone_overwritten(tensors, to_save, out, op or cls.__name__)
+
+        prev = set_op(op or cls.__name__)
+        try:
+            result = node.forward(*args, out=out, **attrs)
+        finally:
+            set_op(prev)
+
+        if out is not None:
+            out._storage.version += 1
+        if not needs_grad:
+            return result
+
+        node.sequence_nr = next(_sequence)
+        node.next_functions = tuple(gradient_edge(t) if t.requires_grad else None for t in tensors)
+        node.input_meta = tuple((t.shape, t._dtype, t._device) for t in tensors)
+        saved = []
+        for i in to_save:
+            if clones is not None and i in clones:
+                saved.append(clones[i])
+            else:
+                t = tensors[i]
+                fn = t._grad_fn
+                saved.append(SavedTensor(t, fn.name() if fn is not None else None, t._output_nr))
+        node.saved = saved
+        outputs = result if isinstance(result, tuple) else (result,)
+        if out is not None:
+            _rebase_history(out, node)
+        else:
+            for nr, r in enumerate(outputs):
+                if isinstance(r, Tensor) and r._dtype.is_floating_point:
+                    r.requires_grad = True
+                    r._grad_fn = node
+                    r._output_nr = nr
+                    r._grad_fn_version = r._storage.version
+        if cls.retain_output:
+            r = outputs[0]
+            node.saved.append(SavedTensor(r, node.name(), 0))
+        return result
+
+
+def _clone_overwritten(tensors, to_save, out, opname):
+    """Inputs an in-place op overwrites but backward reads are cloned first (PyTorch/Paddle >= 2.6)."""
+    clones = {}
+    for i in to_save:
+        t = tensors[i]
+        if t._storage is out._storage:
+            from engine.allocator.tracked import context
+
+            with context(inplace_clone=opname):
+                c = _raw_clone(t)
+            alloc = c._storage.allocator
+            if alloc is not None and alloc.observers:
+                alloc.tag(c._storage.id, "inplace_clone", opname)
+            fn = t._grad_fn
+            s = SavedTensor(c, fn.name() if fn is not None else None, t._output_nr)
+            clones[i] = s
+    return clones
+
+
+def _raw_clone(t: Tensor) -> Tensor:
+    from engine.ops.kernels import copy_new
+
+    prev = set_op("clone")
+    try:
+        return copy_new(t)
+    finally:
+        set_op(prev)
+
+
+LEAF_MSG = "a leaf Variable that requires grad is being used in an in-place operation."
+VIEW_LEAF_MSG = "a view of a leaf Variable that requires grad is being used in an in-place operation."
+
+
+def check_inplace(t: Tensor) -> None:
+    """PyTorch's checks before an in-place write, run before the kernel so nothing changes."""
+    if not STATE.enabled:
+        return
+    base = t._base
+    if base is None:
+        if t.requires_grad and t._grad_fn is None:
+            raise RuntimeError(LEAF_MSG)
+        return
+    meta = t._view_meta
+    if meta == "multi":
+        raise RuntimeError(
+            f"Output {t._output_nr} of {t._grad_fn.name() if t._grad_fn else 'a multi-output view op'} "
+            "is a view and is being modified inplace. This view is the output of a function that "
+            "returns multiple views. Such functions do not allow the output views to be modified "
+            "inplace. You should replace the inplace operation by an out-of-place one."
+        )
+    if meta == "no_grad":
+        raise RuntimeError(
+            "A view was created in no_grad mode and is being modified inplace with grad mode "
+            "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. You "
+            "can clarify your code by moving both the view and the inplace either both inside the "
+            "no_grad block (if you don't want the inplace to be tracked) or both outside (if you "
+            "want the inplace to be tracked)."
+        )
+    if base.requires_grad and base._grad_fn is None:
+        raise RuntimeError(VIEW_LEAF_MSG)
+
+
+def gradient_edge(t: Tensor):
+    """(node, input_nr) that receives t's gradient: its grad_fn, or its AccumulateGrad if a leaf."""
+    fn = t.grad_fn
+    if fn is not None:
+        return (fn, t._output_nr)
+    ref = t.__dict__.get("_acc")
+    acc = ref() if ref is not None else None
+    if acc is None:
+        from engine.autograd.engine import AccumulateGrad
+
+        acc = AccumulateGrad(t)
+        t.__dict__["_acc"] = weakref.ref(acc)
+    return (acc, 0)
+
+
+def _rebase_history(out: Tensor, node: Function) -> None:
+    """After an in-place op recorded `node`, make it the history of `out` (and its base)."""
+    base = out._base
+    if base is None:
+        out.requires_grad = True
+        out._grad_fn = node
+        out._output_nr = 0
+        out._grad_fn_version = out._storage.version
+        return
+    # Write through a view: the base gets CopySlices wrapping the op; the view's grad_fn is
+    # regenerated from the base (lazily, by Tensor.grad_fn) because the version moved.
+    from engine.autograd.engine import CopySlices
+
+    base_edge = gradient_edge(base) if base.requires_grad else None
+    cs = CopySlices(base_edge, out._view_fn, node, base.shape, base._dtype, base._device)
+    base.requires_grad = True
+    base._grad_fn = cs
+    base._output_nr = 0
+    base._grad_fn_version = base._storage.version
+    out.requires_grad = True
+    out._grad_fn_version = -1  # force regeneration on next access
+
+
+def regenerate_view_grad_fn(view: Tensor) -> None:
+    from engine.autograd.engine import ViewRegenBackward
+
+    base = view._base
+    if base.requires_grad:
+        view._grad_fn = ViewRegenBackward(gradient_edge(base), view._view_fn, base.shape,
+                                          base._dtype, base._device)
+        view._output_nr = 0
+        view.requires_grad = True
+    view._grad_fn_version = view._storage.version

@@ -1,0 +1,144 @@
+"""The meta backend: arrays that have a shape, dtype and strides but no data.
+
+Used as `xp` for tensors on device "meta". Only metadata operations exist here (views, empty);
+compute ops skip their kernel on meta. Reading values raises a clear error.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine.backends.strided import contiguous_strides, normalize_index, view_strides
+from engine.errors import MetaDataError
+
+__name__meta__ = "meta"
+
+
+class MetaArray:
+    __slots__ = ("shape", "strides", "dtype", "offset")
+
+    def __init__(self, shape, dtype, strides=None, offset: int = 0):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.strides = tuple(strides) if strides is not None else contiguous_strides(self.shape, self.dtype.itemsize)
+        self.offset = offset
+
+    # --- numpy-like metadata -------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def T(self):  # noqa: N802
+        return self.transpose()
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # --- views ------------------------------------------------------------------------------
+    def transpose(self, axes=None):
+        if axes is None:
+            axes = tuple(reversed(range(self.ndim)))
+        return MetaArray(
+            [self.shape[a] for a in axes], self.dtype, [self.strides[a] for a in axes], self.offset
+        )
+
+    def __getitem__(self, index):
+        parts = normalize_index(index, self.shape)
+        shape, strides, offset, dim = [], [], self.offset, 0
+        for kind, start, step, length in parts:
+            if kind == "new":
+                shape.append(1)
+                strides.append(0)
+                continue
+            offset += start * self.strides[dim]
+            if kind == "slice":
+                shape.append(length)
+                strides.append(self.strides[dim] * step)
+            dim += 1
+        return MetaArray(shape, self.dtype, strides, offset)
+
+    def view_as_shape(self, shape):
+        strides = view_strides(self.shape, self.strides, shape)
+        if strides is None:
+            return None
+        return MetaArray(shape, self.dtype, strides, self.offset)
+
+    def astype(self, dtype, copy=True):
+        return MetaArray(self.shape, dtype)
+
+    # --- reading values is an error ----------------------------------------------------------
+    def _no_data(self, *args, **kwargs):
+        raise MetaDataError(
+            "cannot read the values of a tensor on the meta device: it has a shape and a dtype "
+            "but no data. Run on device 'cpu' or 'cuda' to get values."
+        )
+
+    __array__ = tolist = item = __float__ = __int__ = __bool__ = __iter__ = _no_data
+
+    def __repr__(self) -> str:
+        return f"MetaArray(shape={self.shape}, dtype={self.dtype})"
+
+
+def empty(shape, dtype=np.float32):
+    if isinstance(shape, int):
+        shape = (shape,)
+    return MetaArray(shape, dtype)
+
+
+def broadcast_to(a: MetaArray, shape):
+    shape = tuple(shape)
+    lead = len(shape) - a.ndim
+    strides = [0] * lead
+    for i, (n, s) in enumerate(zip(a.shape, a.strides)):
+        target = shape[lead + i]
+        if n == target:
+            strides.append(s)
+        elif n == 1:
+            strides.append(0)
+        else:
+            raise ValueError(f"cannot broadcast shape {a.shape} to {shape}")
+    return MetaArray(shape, a.dtype, strides, a.offset)
+
+
+def expand_dims(a: MetaArray, axis: int):
+    shape = list(a.shape)
+    strides = list(a.strides)
+    stride = strides[axis] * shape[axis] if axis < len(shape) else a.itemsize
+    shape.insert(axis, 1)
+    strides.insert(axis, stride)
+    return MetaArray(shape, a.dtype, strides, a.offset)
+
+
+def squeeze(a: MetaArray, axis=None):
+    if axis is None:
+        axes = {i for i, n in enumerate(a.shape) if n == 1}
+    else:
+        axes = {axis} if isinstance(axis, int) else set(axis)
+    shape = [n for i, n in enumerate(a.shape) if i not in axes]
+    strides = [s for i, s in enumerate(a.strides) if i not in axes]
+    return MetaArray(shape, a.dtype, strides, a.offset)
+
+
+def as_strided(a: MetaArray, shape, strides):
+    return MetaArray(shape, a.dtype, strides, a.offset)
+
+
+def shares_memory(a, b) -> bool:
+    return a is b

@@ -1,0 +1,214 @@
+"""Creating tensors: tensor, zeros, ones, empty, full, rand, randn, arange, *_like, from_numpy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine import dtypes
+from engine.backends import get_xp
+from engine.device import as_device
+from engine.ops import kernels
+from engine.storage import wrap_storage
+from engine.tensor import Tensor
+
+_generator = np.random.default_rng(0)
+_seed = 0
+
+
+def manual_seed(seed: int):
+    """Seed the engine's random generator (cpu and meta; cuda uses CuPy's generator)."""
+    global _generator, _seed
+    _seed = int(seed)
+    _generator = np.random.default_rng(_seed)
+    try:
+        import sys
+
+        if "cupy" in sys.modules:
+            sys.modules["cupy"].random.seed(_seed)
+    except Exception:
+        pass
+    return _generator
+
+
+def initial_seed() -> int:
+    return _seed
+
+
+def get_generator() -> np.random.Generator:
+    return _generator
+
+
+def _size(size) -> tuple[int, ...]:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    size = tuple(int(s) for s in size)
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
+    return size
+
+
+def _finish(t: Tensor, requires_grad: bool) -> Tensor:
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _finish(kernels.empty(_size(size), dtypes.from_any(dtype), as_device(device)), requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _finish(kernels.zeros(_size(size), dtypes.from_any(dtype), as_device(device)), requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full(_size(size), 1, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if dtype is None:
+        dtype = dtypes.result_dtype_for_scalar(fill_value)
+    return _finish(kernels.full(_size((size,)), fill_value, dtypes.from_any(dtype), as_device(device)),
+                   requires_grad)
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+    """Uniform [0, 1)."""
+    return _random("uniform", _size(size), dtype, device, requires_grad, generator)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
+    """Standard normal."""
+    return _random("normal", _size(size), dtype, device, requires_grad, generator)
+
+
+def _random(kind, size, dtype, device, requires_grad, generator):
+    dt = dtypes.from_any(dtype)
+    if not dt.is_floating_point:
+        raise RuntimeError(f"\"{'check_uniform_bounds' if kind == 'uniform' else 'normal_kernel_cpu'}\" not implemented for '{dt.torch_tensor_name.replace('Tensor', '')}'")
+    dev = as_device(device)
+    t = kernels.empty(size, dt, dev)
+    fill_random_(t, kind, generator)
+    return _finish(t, requires_grad)
+
+
+def fill_random_(t: Tensor, kind: str, generator=None, low=0.0, high=1.0, mean=0.0, std=1.0) -> Tensor:
+    """Fill t in place with uniform [low, high) or normal(mean, std) values (no temporaries)."""
+    dev = t._device
+    if dev.type == "meta":
+        return t
+    if dev.type == "cuda":
+        cp = get_xp("cuda")
+        vals = cp.random.random(t.shape) if kind == "uniform" else cp.random.standard_normal(t.shape)
+        t._data[...] = vals
+    else:
+        gen = generator or _generator
+        arr = t._data
+        if arr.dtype in (np.float32, np.float64) and arr.flags.c_contiguous:
+            if kind == "uniform":
+                gen.random(out=arr, dtype=arr.dtype)
+            else:
+                gen.standard_normal(out=arr, dtype=arr.dtype)
+        else:
+            vals = gen.random(arr.shape) if kind == "uniform" else gen.standard_normal(arr.shape)
+            arr[...] = vals
+    xp = get_xp(dev.type)
+    if kind == "uniform" and (low != 0.0 or high != 1.0):
+        xp.multiply(t._data, high - low, out=t._data)
+        xp.add(t._data, low, out=t._data)
+    if kind == "normal" and (mean != 0.0 or std != 1.0):
+        xp.multiply(t._data, std, out=t._data)
+        xp.add(t._data, mean, out=t._data)
+    t._storage.version += 1
+    return t
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    n = max(0, math.ceil((end - start) / step))
+    if dtype is None:
+        dtype = dtypes.int64 if all(isinstance(v, int) for v in (start, end, step)) else dtypes.get_default_dtype()
+    dt = dtypes.from_any(dtype)
+    dev = as_device(device)
+    t = kernels.empty((n,), dt, dev)
+    if dev.type != "meta":
+        xp = get_xp(dev.type)
+        t._data[...] = xp.arange(n, dtype=np.float64 if dt.is_floating_point else np.int64) * step + start
+    return _finish(t, requires_grad)
+
+
+def _like(fn):
+    def like(input, *, dtype=None, device=None, requires_grad=False, **kw):
+        return fn(input.shape, dtype=dtype or input._dtype, device=device or input._device,
+                  requires_grad=requires_grad, **kw)
+
+    like.__name__ = fn.__name__ + "_like"
+    return like
+
+
+zeros_like = _like(zeros)
+ones_like = _like(ones)
+empty_like = _like(empty)
+rand_like = _like(rand)
+randn_like = _like(randn)
+
+
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False):
+    return full(input.shape, fill_value, dtype=dtype or input._dtype, device=device or input._device,
+                requires_grad=requires_grad)
+
+
+def _infer_dtype(arr: np.ndarray, data) -> dtypes.dtype:
+    if isinstance(data, np.ndarray) or isinstance(data, np.generic):
+        return dtypes.from_numpy_dtype(arr.dtype)
+    kind = arr.dtype.kind
+    if kind == "f":
+        return dtypes.get_default_dtype()
+    if kind in "iu":
+        return dtypes.int64
+    if kind == "b":
+        return dtypes.bool_
+    raise TypeError(f"can't make a tensor from values of type {arr.dtype}")
+
+
+def tensor(data, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """A new tensor holding a copy of `data` (nested lists, numbers, numpy arrays, tensors)."""
+    if isinstance(data, Tensor):
+        data = data.detach().numpy() if data._device.type == "cpu" else data._data
+    try:
+        arr = np.asarray(data)
+    except ValueError as exc:
+        raise ValueError(f"can't make a tensor from {type(data).__name__}: {exc}") from None
+    if arr.dtype == object:
+        raise TypeError("can't make a tensor from ragged nested sequences or objects")
+    dt = dtypes.from_any(dtype) if dtype is not None else _infer_dtype(arr, data)
+    dev = as_device(device)
+    t = kernels.empty(arr.shape, dt, dev)
+    if dev.type == "cpu":
+        np.copyto(t._data, arr, casting="unsafe")
+    elif dev.type == "cuda":
+        t._data[...] = get_xp("cuda").asarray(arr.astype(dt.np))
+    return _finish(t, requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    if isinstance(data, Tensor):
+        return data.to(dtype=dtype, device=device) if (dtype or device) else data
+    if isinstance(data, np.ndarray) and dtype is None and (device is None or as_device(device).type == "cpu"):
+        return from_numpy(data)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A cpu tensor sharing memory with `array` (writes show on both sides)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
+    dt = dtypes.from_numpy_dtype(array.dtype)
+    dev = as_device("cpu")
+    s = wrap_storage(array, dev)
+    return Tensor._make(array, s, dt, dev)

@@ -1,0 +1,76 @@
+"""Devices: "cpu" (numpy), "cuda"/"gpu" (CuPy, imported lazily) and "meta" (shapes only)."""
+
+from __future__ import annotations
+
+import functools
+
+_TYPES = ("cpu", "cuda", "meta")
+
+
+class device:  # noqa: N801 - PyTorch's spelling
+    __slots__ = ("type", "index")
+
+    def __init__(self, spec="cpu", index: int | None = None):
+        if isinstance(spec, device):
+            self.type, self.index = spec.type, spec.index
+            return
+        if not isinstance(spec, str):
+            raise TypeError(f"device must be a string such as 'cpu', 'cuda' or 'meta', got {spec!r}")
+        text = spec.strip().lower()
+        if ":" in text:
+            text, _, idx = text.partition(":")
+            if not idx.isdigit():
+                raise ValueError(f"invalid device string {spec!r}: the index after ':' must be a number")
+            index = int(idx)
+        if text == "gpu":
+            text = "cuda"
+        if text not in _TYPES:
+            raise ValueError(
+                f"unknown device {spec!r}: expected one of cpu, cuda (alias gpu), meta"
+            )
+        if text == "cuda" and index is None:
+            index = 0
+        self.type, self.index = text, index
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, str):
+            other = device(other)
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
+
+
+CPU = device("cpu")
+META = device("meta")
+
+
+@functools.lru_cache(maxsize=None)
+def _parse_cached(spec: str) -> device:
+    return device(spec)
+
+
+def as_device(spec) -> device:
+    if spec is None:
+        return CPU
+    if isinstance(spec, device):
+        return spec
+    if isinstance(spec, str):
+        return _parse_cached(spec)
+    return device(spec)
+
+
+def cuda_available() -> bool:
+    """True when CuPy imports and sees at least one GPU. Never raises."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False

@@ -1,0 +1,619 @@
+"""The op table: public functions (engine.relu, engine.add, ...) and Tensor methods.
+
+Every op is a primitive from elementwise.py / reduce.py / linalg.py / views.py applied through
+Function.apply, in three spellings where PyTorch has them: `op(x)`, `op(x, out=y)` and the
+in-place `x.op_()` (which returns x itself, allocates nothing and bumps x._version).
+"""
+
+from __future__ import annotations
+
+import builtins
+
+from engine import dtypes
+from engine.device import as_device
+from engine.ops import elementwise as E
+from engine.ops import linalg as L
+from engine.ops import reduce as R
+from engine.ops import views as V
+from engine.ops.common import data  # noqa: F401
+from engine.tensor import Tensor
+
+_ns: dict = {}
+
+
+def _export(name):
+    def deco(fn):
+        fn.__name__ = name
+        _ns[name] = fn
+        return fn
+
+    return deco
+
+
+# ---------------------------------------------------------------------------------------------
+# unary: f(x, out=None), f_(x), Tensor.f / Tensor.f_
+# ---------------------------------------------------------------------------------------------
+def _unary(name, cls):
+    def fn(input, *, out=None):
+        return cls.apply(input, out=out, op=name)
+
+    def fn_(input):
+        return cls.apply(input, out=input, op=name + "_")
+
+    _export(name)(fn)
+    _export(name + "_")(fn_)
+
+
+for _name, _cls in [("neg", E.Neg), ("exp", E.Exp), ("log", E.Log), ("sqrt", E.Sqrt),
+                    ("sin", E.Sin), ("cos", E.Cos), ("tanh", E.Tanh), ("sigmoid", E.Sigmoid),
+                    ("relu", E.Relu), ("abs", E.Abs), ("sign", E.Sign), ("erf", E.Erf)]:
+    _unary(_name, _cls)
+_ns["negative"], _ns["negative_"], _ns["absolute"] = _ns["neg"], _ns["neg_"], _ns["abs"]
+
+
+@_export("clamp")
+def clamp(input, min=None, max=None, *, out=None):
+    return E.Clamp.apply(input, out=out, op="clamp", min=min, max=max)
+
+
+@_export("clamp_")
+def clamp_(input, min=None, max=None):
+    return E.Clamp.apply(input, out=input, op="clamp_", min=min, max=max)
+
+
+_ns["clip"], _ns["clip_"] = clamp, clamp_
+
+
+@_export("pow")
+def pow(input, exponent, *, out=None):
+    if isinstance(input, Tensor) and not isinstance(exponent, Tensor):
+        return E.PowScalar.apply(input, out=out, op="pow", exponent=exponent)
+    return E.PowTensor.apply(input, exponent, out=out, op="pow")
+
+
+@_export("pow_")
+def pow_(input, exponent):
+    if not isinstance(exponent, Tensor):
+        return E.PowScalar.apply(input, out=input, op="pow_", exponent=exponent)
+    return E.PowTensor.apply(input, exponent, out=input, op="pow_")
+
+
+@_export("square")
+def square(input, *, out=None):
+    return pow(input, 2, out=out)
+
+
+@_export("rsqrt")
+def rsqrt(input, *, out=None):
+    return pow(input, -0.5, out=out)
+
+
+# ---------------------------------------------------------------------------------------------
+# binary
+# ---------------------------------------------------------------------------------------------
+@_export("add")
+def add(input, other, *, alpha=1, out=None):
+    if not isinstance(input, Tensor):
+        input, other = other, input
+        if alpha != 1:
+            raise TypeError("add: alpha with a scalar first argument is not supported")
+    return E.Add.apply(input, other, out=out, op="add", alpha=alpha)
+
+
+@_export("add_")
+def add_(input, other, *, alpha=1):
+    return E.Add.apply(input, other, out=input, op="add_", alpha=alpha)
+
+
+@_export("sub")
+def sub(input, other, *, alpha=1, out=None):
+    return E.Sub.apply(input, other, out=out, op="sub", alpha=alpha)
+
+
+@_export("sub_")
+def sub_(input, other, *, alpha=1):
+    return E.Sub.apply(input, other, out=input, op="sub_", alpha=alpha)
+
+
+@_export("rsub")
+def rsub(input, other, *, alpha=1):
+    return E.Sub.apply(other, input, op="rsub", alpha=alpha)
+
+
+@_export("mul")
+def mul(input, other, *, out=None):
+    if not isinstance(input, Tensor):
+        input, other = other, input
+    return E.Mul.apply(input, other, out=out, op="mul")
+
+
+@_export("mul_")
+def mul_(input, other):
+    return E.Mul.apply(input, other, out=input, op="mul_")
+
+
+@_export("div")
+def div(input, other, *, rounding_mode=None, out=None):
+    return E.Div.apply(input, other, out=out, op="div", rounding_mode=rounding_mode)
+
+
+@_export("div_")
+def div_(input, other, *, rounding_mode=None):
+    return E.Div.apply(input, other, out=input, op="div_", rounding_mode=rounding_mode)
+
+
+_ns.update(subtract=sub, subtract_=sub_, multiply=mul, multiply_=mul_, divide=div, divide_=div_,
+           true_divide=div, true_divide_=div_)
+
+
+@_export("scale")
+def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, *, out=None):
+    """Paddle's scale: x * scale + bias (or (x + bias) * scale when bias_after_scale is False)."""
+    return Scale.apply(x, out=out, op="scale", s=scale, b=bias, after=bias_after_scale)
+
+
+@_export("scale_")
+def scale_(x, scale=1.0, bias=0.0, bias_after_scale=True):
+    return Scale.apply(x, out=x, op="scale_", s=scale, b=bias, after=bias_after_scale)
+
+
+class Scale(E.Unary):
+    float_only = False
+
+    def forward(self, x, out=None, s=1.0, b=0.0, after=True):
+        self.s = s
+        self._sb = (s, b, after)
+        return super().forward(x, out=out)
+
+    def kernel(self, xp, x, y):
+        s, b, after = self._sb
+        if after:
+            E._uf(xp, __import__("numpy").multiply, x, s, out=y)
+            if b:
+                E._uf(xp, __import__("numpy").add, y, b, out=y)
+        else:
+            E._uf(xp, __import__("numpy").add, x, b, out=y)
+            E._uf(xp, __import__("numpy").multiply, y, s, out=y)
+
+    def backward(self, g):
+        return (g * self.s,)
+
+
+def _binary_plain(name, cls):
+    def fn(input, other, *, out=None):
+        return cls.apply(input, other, out=out, op=name)
+
+    def fn_(input, other):
+        return cls.apply(input, other, out=input, op=name + "_")
+
+    _export(name)(fn)
+    _export(name + "_")(fn_)
+
+
+for _name, _cls in [("maximum", E.Maximum), ("minimum", E.Minimum), ("eq", E.Eq), ("ne", E.Ne),
+                    ("lt", E.Lt), ("le", E.Le), ("gt", E.Gt), ("ge", E.Ge),
+                    ("logical_and", E.LogicalAnd), ("logical_or", E.LogicalOr)]:
+    _binary_plain(_name, _cls)
+_ns.update(greater=_ns["gt"], less=_ns["lt"], greater_equal=_ns["ge"], less_equal=_ns["le"],
+           equal=_ns["eq"], not_equal=_ns["ne"])
+
+
+@_export("logical_not")
+def logical_not(input, *, out=None):
+    return E.LogicalNot.apply(input, out=out, op="logical_not")
+
+
+@_export("where")
+def where(condition, input, other, *, out=None):
+    return E.Where.apply(condition, input, other, out=out, op="where")
+
+
+@_export("masked_fill")
+def masked_fill(input, mask, value):
+    return E.MaskedFill.apply(input, mask, value, op="masked_fill")
+
+
+@_export("masked_fill_")
+def masked_fill_(input, mask, value):
+    return E.MaskedFill.apply(input, mask, value, out=input, op="masked_fill_")
+
+
+# ---------------------------------------------------------------------------------------------
+# reductions and friends
+# ---------------------------------------------------------------------------------------------
+@_export("sum")
+def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):
+    return R.Sum.apply(input, out=out, op="sum", dim=dim, keepdim=keepdim, dtype=dtype)
+
+
+@_export("mean")
+def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
+    return R.Mean.apply(input, out=out, op="mean", dim=dim, keepdim=keepdim, dtype=dtype)
+
+
+@_export("amax")
+def amax(input, dim=(), keepdim=False, *, out=None):
+    return R.Amax.apply(input, out=out, op="amax", dim=dim, keepdim=keepdim)
+
+
+@_export("amin")
+def amin(input, dim=(), keepdim=False, *, out=None):
+    return R.Amin.apply(input, out=out, op="amin", dim=dim, keepdim=keepdim)
+
+
+@_export("max")
+def max(input, dim=None, keepdim=False, *, out=None):
+    if isinstance(dim, Tensor):
+        return maximum(input, dim, out=out)
+    if dim is None:
+        return R.Amax.apply(input, out=out, op="max")
+    return R.MaxDim.apply(input, op="max", dim=dim, keepdim=keepdim)
+
+
+@_export("min")
+def min(input, dim=None, keepdim=False, *, out=None):
+    if isinstance(dim, Tensor):
+        return minimum(input, dim, out=out)
+    if dim is None:
+        return R.Amin.apply(input, out=out, op="min")
+    return R.MinDim.apply(input, op="min", dim=dim, keepdim=keepdim)
+
+
+@_export("argmax")
+def argmax(input, dim=None, keepdim=False):
+    if dim is None:
+        return max(input.reshape(-1), 0).indices
+    return max(input, dim, keepdim).indices
+
+
+@_export("softmax")
+def softmax(input, dim, *, dtype=None, out=None):
+    x = input.to(dtype) if dtype is not None else input
+    return R.Softmax.apply(x, out=out, op="softmax", dim=dim)
+
+
+@_export("log_softmax")
+def log_softmax(input, dim, *, dtype=None, out=None):
+    x = input.to(dtype) if dtype is not None else input
+    return R.LogSoftmax.apply(x, out=out, op="log_softmax", dim=dim)
+
+
+@_export("matmul")
+def matmul(input, other, *, out=None):
+    return L.Matmul.apply(input, other, out=out, op="matmul")
+
+
+_ns["mm"] = _ns["bmm"] = matmul
+
+
+# ---------------------------------------------------------------------------------------------
+# views and copies
+# ---------------------------------------------------------------------------------------------
+def _shape_args(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+@_export("reshape")
+def reshape(input, *shape):
+    shape = _shape_args(shape)
+    from engine.backends.strided import infer_shape
+
+    target = infer_shape(shape, input.numel())
+    if V.view_array(input, target) is not None:
+        return V.View.apply(input, op="reshape", shape=target)
+    return V.View.apply(clone(input), op="reshape", shape=target)
+
+
+def view(input, *shape):
+    if len(shape) == 1 and isinstance(shape[0], dtypes.dtype):
+        raise NotImplementedError("view(dtype) reinterpretation is not supported")
+    return V.View.apply(input, op="view", shape=_shape_args(shape))
+
+
+@_export("permute")
+def permute(input, *dims):
+    return V.Permute.apply(input, op="permute", dims=_shape_args(dims))
+
+
+@_export("transpose")
+def transpose(input, dim0, dim1):
+    n = input.ndim
+    perm = list(range(n))
+    if n:
+        from engine.tensor import _wrap_dim
+
+        d0, d1 = _wrap_dim(dim0, n), _wrap_dim(dim1, n)
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+    return V.Permute.apply(input, op="transpose", dims=tuple(perm))
+
+
+_ns["swapaxes"] = transpose
+
+
+@_export("t")
+def t(input):
+    if input.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input.ndim}D")
+    return transpose(input, 0, 1) if input.ndim == 2 else V.View.apply(input, op="t", shape=input.shape)
+
+
+class _TransposeInplace(E.Function):
+    def forward(self, x, out=None, dims=()):
+        self.dims = dims
+        x._data = x._data.transpose(dims)
+        return x
+
+    def backward(self, g):
+        inv = [0] * len(self.dims)
+        for i, d in enumerate(self.dims):
+            inv[d] = i
+        return (g.permute(inv),)
+
+    def name(self):
+        return "TransposeBackward1"
+
+
+@_export("transpose_")
+def transpose_(input, *args):
+    """torch: transpose_(dim0, dim1); Paddle: transpose_(perm)."""
+    n = input.ndim
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        perm = tuple(args[0])
+        if sorted(perm) != list(range(n)):
+            raise RuntimeError(f"transpose_: perm {list(perm)} is not a permutation of the {n} dims")
+    else:
+        from engine.tensor import _wrap_dim
+
+        d0, d1 = (_wrap_dim(a, n) for a in args)
+        p = list(range(n))
+        p[d0], p[d1] = p[d1], p[d0]
+        perm = tuple(p)
+    return _TransposeInplace.apply(input, out=input, op="transpose_", dims=perm)
+
+
+@_export("t_")
+def t_(input):
+    if input.ndim > 2:
+        raise RuntimeError(f"t_() expects a tensor with <= 2 dimensions, but self is {input.ndim}D")
+    if input.ndim < 2:
+        return _TransposeInplace.apply(input, out=input, op="t_", dims=tuple(range(input.ndim)))
+    return transpose_(input, 0, 1)
+
+
+@_export("squeeze")
+def squeeze(input, dim=None):
+    shape = input.shape
+    if dim is None:
+        new = tuple(n for n in shape if n != 1)
+    else:
+        from engine.tensor import _wrap_dim
+
+        dims = {_wrap_dim(d, input.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}
+        new = tuple(n for i, n in enumerate(shape) if not (i in dims and n == 1))
+    return V.View.apply(input, op="squeeze", shape=new)
+
+
+@_export("unsqueeze")
+def unsqueeze(input, dim):
+    from engine.tensor import _wrap_dim
+
+    d = _wrap_dim(dim, input.ndim + 1)
+    shape = list(input.shape)
+    shape.insert(d, 1)
+    arr = None
+    return V.View.apply(input, op="unsqueeze", shape=tuple(shape)) if arr is None else arr
+
+
+@_export("flatten")
+def flatten(input, start_dim=0, end_dim=-1):
+    if input.ndim == 0:
+        return reshape(input, 1)
+    from engine.tensor import _wrap_dim
+
+    s, e = _wrap_dim(start_dim, input.ndim), _wrap_dim(end_dim, input.ndim)
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    shape = input.shape
+    import math
+
+    new = shape[:s] + (math.prod(shape[s : e + 1]),) + shape[e + 1 :]
+    return reshape(input, new)
+
+
+def expand(input, *sizes):
+    return V.Expand.apply(input, op="expand", shape=_shape_args(sizes))
+
+
+@_export("broadcast_to")
+def broadcast_to(input, shape):
+    return V.Expand.apply(input, op="broadcast_to", shape=tuple(shape))
+
+
+@_export("clone")
+def clone(input, *, memory_format=None):
+    return V.Clone.apply(input, op="clone")
+
+
+def contiguous(input, memory_format=None):
+    return input if input.is_contiguous() else V.Clone.apply(input, op="contiguous")
+
+
+@_export("detach")
+def detach(input):
+    """Shares memory and version counter with input, out of the graph."""
+    return Tensor._make(input._data, input._storage, input._dtype, input._device)
+
+
+def detach_(input):
+    if input._base is not None:
+        raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+    input._grad_fn = None
+    input.requires_grad = False
+    return input
+
+
+def copy_(input, src, non_blocking=False):
+    return V.Copy.apply(input, src, out=input, op="copy_")
+
+
+def fill_(input, value):
+    return V.Fill.apply(input, value, out=input, op="fill_")
+
+
+def zero_(input):
+    return V.Fill.apply(input, 0, out=input, op="zero_")
+
+
+def to(input, *args, dtype=None, device=None, copy=False, non_blocking=False):
+    for a in args:
+        if isinstance(a, dtypes.dtype):
+            dtype = a
+        elif isinstance(a, Tensor):
+            dtype, device = a._dtype, a._device
+        elif a is not None:
+            device = a
+    dt = dtypes.from_any(dtype) if dtype is not None else input._dtype
+    dev = as_device(device) if device is not None else input._device
+    if dt is input._dtype and dev == input._device and not copy:
+        return input
+    return V.Cast.apply(input, op="to", dtype=dt, device=dev)
+
+
+@_export("split")
+def split(input, split_size_or_sections, dim=0):
+    from engine.tensor import _wrap_dim
+
+    d = _wrap_dim(dim, input.ndim)
+    n = input.shape[d]
+    if isinstance(split_size_or_sections, int):
+        k = split_size_or_sections
+        sizes = [builtins.min(k, n - i) for i in range(0, n, k)] or [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if builtins.sum(sizes) != n:
+            raise RuntimeError(
+                f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
+                f"dimension {d}), but got split_sizes={sizes}"
+            )
+    outs = []
+    start = 0
+    for i, k in enumerate(sizes):
+        idx = (slice(None),) * d + (slice(start, start + k),)
+        v = V.Select.apply(input, op="split", index=idx)
+        v._view_meta = "multi"
+        v._output_nr = i
+        outs.append(v)
+        start += k
+    return tuple(outs)
+
+
+@_export("chunk")
+def chunk(input, chunks, dim=0):
+    n = input.shape[dim]
+    return split(input, -(-n // chunks), dim)
+
+
+@_export("unbind")
+def unbind(input, dim=0):
+    from engine.tensor import _wrap_dim
+
+    d = _wrap_dim(dim, input.ndim)
+    outs = []
+    for i in range(input.shape[d]):
+        v = V.Select.apply(input, op="unbind", index=(slice(None),) * d + (i,))
+        v._view_meta = "multi"
+        v._output_nr = i
+        outs.append(v)
+    return tuple(outs)
+
+
+def getitem(self, index):
+    if isinstance(index, Tensor) or V._has_tensor_index(index):
+        return V.IndexGather.apply(self, op="index", index=index)
+    return V.Select.apply(self, op="select", index=index)
+
+
+def setitem(self, index, value):
+    """x[index] = value: an in-place write through a view (CopySlices when x has history)."""
+    if isinstance(index, Tensor) or V._has_tensor_index(index):
+        V.IndexPut.apply(self, value, out=self, op="index_put_", index=index)
+        return
+    target = V.Select.apply(self, op="select", index=index)
+    V.Copy.apply(target, value, out=target, op="setitem")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor methods and Python operators
+# ---------------------------------------------------------------------------------------------
+def _bind_methods() -> None:
+    skip = {"where", "broadcast_to"}
+    for name, fn in _ns.items():
+        if name not in skip:
+            setattr(Tensor, name, fn)
+    extra = dict(
+        view=view, expand=expand, contiguous=contiguous, detach_=detach_, copy_=copy_,
+        fill_=fill_, zero_=zero_, to=to, __getitem__=getitem, __setitem__=setitem,
+        broadcast_to=broadcast_to,
+        where=lambda self, condition, other: where(condition, self, other),
+        view_as=lambda self, other: view(self, other.shape),
+        reshape_as=lambda self, other: reshape(self, other.shape),
+        expand_as=lambda self, other: expand(self, other.shape),
+        type_as=lambda self, other: to(self, other._dtype),
+        float=lambda self: to(self, dtypes.float32),
+        double=lambda self: to(self, dtypes.float64),
+        half=lambda self: to(self, dtypes.float16),
+        int=lambda self: to(self, dtypes.int32),
+        long=lambda self: to(self, dtypes.int64),
+        bool=lambda self: to(self, dtypes.bool_),
+        cpu=lambda self: to(self, device="cpu"),
+        cuda=lambda self, device=None: to(self, device=device or "cuda"),
+        argmax=argmax,
+        __neg__=lambda self: neg(self),
+        __abs__=lambda self: abs(self),
+        __invert__=lambda self: logical_not(self),
+        __add__=lambda self, o: add(self, o),
+        __radd__=lambda self, o: add(self, o),
+        __iadd__=lambda self, o: add_(self, o),
+        __sub__=lambda self, o: sub(self, o),
+        __rsub__=lambda self, o: E.Sub.apply(o, self, op="rsub"),
+        __isub__=lambda self, o: sub_(self, o),
+        __mul__=lambda self, o: mul(self, o),
+        __rmul__=lambda self, o: mul(self, o),
+        __imul__=lambda self, o: mul_(self, o),
+        __truediv__=lambda self, o: div(self, o),
+        __rtruediv__=lambda self, o: E.Div.apply(o, self, op="rdiv"),
+        __itruediv__=lambda self, o: div_(self, o),
+        __floordiv__=lambda self, o: div(self, o, rounding_mode="floor"),
+        __pow__=lambda self, o: pow(self, o),
+        __rpow__=lambda self, o: E.PowTensor.apply(o, self, op="rpow"),
+        __ipow__=lambda self, o: pow_(self, o),
+        __matmul__=lambda self, o: matmul(self, o),
+        __rmatmul__=lambda self, o: matmul(o, self),
+        __eq__=lambda self, o: eq(self, o),
+        __ne__=lambda self, o: ne(self, o),
+        __lt__=lambda self, o: lt(self, o),
+        __le__=lambda self, o: le(self, o),
+        __gt__=lambda self, o: gt(self, o),
+        __ge__=lambda self, o: ge(self, o),
+        __and__=lambda self, o: logical_and(self, o),
+        __or__=lambda self, o: logical_or(self, o),
+    )
+    for name, fn in extra.items():
+        setattr(Tensor, name, fn)
+    Tensor.T = property(lambda self: permute(self, *reversed(range(self.ndim))))
+    Tensor.mT = property(lambda self: transpose(self, -2, -1))
+    Tensor.data = property(detach, lambda self, value: _set_data(self, value))
+
+
+def _set_data(self, value):
+    self._data = value._data
+    self._storage = value._storage
+    self._dtype = value._dtype
+    self._device = value._device
+
+
+_bind_methods()
+
+__all__ = sorted(_ns)

@@ -1,0 +1,121 @@
+"""Shared helpers for op forwards: type promotion, result buffers, in-place checks, sum_to."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine import dtypes
+from engine.ops import kernels
+from engine.tensor import Tensor
+
+_CAT = {}
+for _d in dtypes.ALL:
+    _CAT[_d] = 0 if _d is dtypes.bool_ else (2 if _d.is_floating_point else 1)
+
+
+def _promote_pair(a, b):
+    if a is b:
+        return a
+    ca, cb = _CAT[a], _CAT[b]
+    if ca != cb:
+        return a if ca > cb else b
+    return dtypes.from_numpy_dtype(np.promote_types(a.np, b.np))
+
+
+def result_type(*args) -> dtypes.dtype:
+    """PyTorch's promotion: dimensioned tensors, then 0-d tensors, then Python scalars by category."""
+    dim_dt = zero_dt = None
+    scalar_cat = -1
+    for a in args:
+        if isinstance(a, Tensor):
+            if a._data.ndim:
+                dim_dt = a._dtype if dim_dt is None else _promote_pair(dim_dt, a._dtype)
+            else:
+                zero_dt = a._dtype if zero_dt is None else _promote_pair(zero_dt, a._dtype)
+        elif a is not None:
+            c = 0 if isinstance(a, bool) else (1 if isinstance(a, int) else 2)
+            scalar_cat = max(scalar_cat, c)
+    result = dim_dt
+    if zero_dt is not None:
+        if result is None or _CAT[zero_dt] > _CAT[result]:
+            result = zero_dt if result is None or _CAT[zero_dt] > _CAT[result] else result
+    if result is None:
+        return {0: dtypes.bool_, 1: dtypes.int64, 2: dtypes.get_default_dtype()}[max(scalar_cat, 0)]
+    if scalar_cat > _CAT[result]:
+        result = dtypes.get_default_dtype() if scalar_cat == 2 else dtypes.int64
+    return result
+
+
+def device_of(*args):
+    dev = None
+    for a in args:
+        if isinstance(a, Tensor):
+            if dev is None:
+                dev = a._device
+            elif a._device != dev and a._data.ndim:
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at least two "
+                    f"devices, {dev} and {a._device}!"
+                )
+    return dev
+
+
+def data(a):
+    return a._data if isinstance(a, Tensor) else a
+
+
+def check_out(out: Tensor, shape, dtype, opname: str) -> None:
+    """An in-place / out= result must broadcast into `out` and be castable to its dtype."""
+    if tuple(out.shape) != tuple(shape):
+        try:
+            ok = np.broadcast_shapes(out.shape, shape) == tuple(out.shape)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise RuntimeError(
+                f"{opname}: output with shape {list(out.shape)} doesn't match the broadcast shape "
+                f"{list(shape)}"
+            )
+    if _CAT[dtype] > _CAT[out._dtype]:
+        raise RuntimeError(
+            f"{opname}: result type {dtype.torch_tensor_name.replace('Tensor', '')} can't be cast "
+            f"to the desired output type {out._dtype.torch_tensor_name.replace('Tensor', '')}"
+        )
+
+
+def broadcast_shape(a, b, opname: str):
+    sa = a.shape if isinstance(a, Tensor) else ()
+    sb = b.shape if isinstance(b, Tensor) else ()
+    if sa == sb:
+        return sa
+    try:
+        return np.broadcast_shapes(sa, sb)
+    except ValueError:
+        raise RuntimeError(
+            f"{opname}: the size of tensor a {list(sa)} must match the size of tensor b {list(sb)} "
+            "at a non-singleton dimension (shapes cannot be broadcast together)"
+        ) from None
+
+
+def result_buffer(out, shape, dtype, device, opname):
+    if out is None:
+        return kernels.empty(shape, dtype, device)
+    check_out(out, shape, dtype, opname)
+    return out
+
+
+def sum_to(g: Tensor, shape) -> Tensor:
+    """Reduce a broadcast gradient back to `shape` (one allocation, or none when equal)."""
+    shape = tuple(shape)
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1
+    )
+    out = kernels.empty(shape, g._dtype, g._device)
+    if g._device.type != "meta":
+        xp = kernels.xp_of(g)
+        reduced = tuple(n for i, n in enumerate(g.shape) if i not in axes)
+        xp.sum(g._data, axis=axes, out=out._data.reshape(reduced))
+    return out

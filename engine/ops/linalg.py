@@ -1,0 +1,87 @@
+"""matmul (and @): 1-D, 2-D and batched with broadcasting."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.autograd.function import Function
+from engine.ops import kernels
+from engine.ops.common import device_of, result_buffer, result_type, sum_to
+
+
+def matmul_shape(sa, sb):
+    if not sa or not sb:
+        raise RuntimeError("both arguments to matmul need to be at least 1D, but they are "
+                           f"{len(sa)}D and {len(sb)}D")
+    a2 = (1,) + sa if len(sa) == 1 else sa
+    b2 = sb + (1,) if len(sb) == 1 else sb
+    if a2[-1] != b2[-2]:
+        if len(sa) <= 2 and len(sb) <= 2:
+            raise RuntimeError(
+                f"mat1 and mat2 shapes cannot be multiplied ({a2[-2]}x{a2[-1]} and {b2[-2]}x{b2[-1]})"
+            )
+        raise RuntimeError(
+            f"Expected size for first two dimensions of batch2 tensor to be: [{a2[-1]}] but got: "
+            f"[{b2[-2]}] (matmul of shapes {list(sa)} and {list(sb)})"
+        )
+    try:
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError:
+        raise RuntimeError(f"matmul: batch dimensions of {list(sa)} and {list(sb)} cannot be broadcast") from None
+    shape = batch + (a2[-2], b2[-1])
+    if len(sa) == 1:
+        shape = shape[:-2] + shape[-1:]
+    if len(sb) == 1:
+        shape = shape[:-1]
+    return shape
+
+
+class Matmul(Function):
+    def to_save(self, tensors):
+        a, b = tensors
+        idx = []
+        if b.requires_grad:
+            idx.append(0)
+        if a.requires_grad:
+            idx.append(1)
+        self._save_idx = tuple(idx)
+        return self._save_idx
+
+    def forward(self, a, b, out=None):
+        dev = device_of(a, b)
+        shape = matmul_shape(a.shape, b.shape)
+        self.shapes = (a.shape, b.shape)
+        y = result_buffer(out, shape, result_type(a, b), dev, "matmul")
+        if dev.type != "meta":
+            kernels.xp_of_device(dev).matmul(a._data, b._data, out=y._data)
+        return y
+
+    def backward(self, g):
+        saved = dict(zip(self._save_idx, self.saved_tensors))
+        sa, sb = self.shapes
+        na = self.next_functions[0] is not None
+        nb = self.next_functions[1] is not None
+        g2 = g
+        if len(sa) == 1:
+            g2 = g2.unsqueeze(-2)
+        if len(sb) == 1:
+            g2 = g2.unsqueeze(-1)
+        ga = gb = None
+        if na:
+            b = saved[1]
+            b2 = b.unsqueeze(-1) if len(sb) == 1 else b
+            ga = g2.matmul(b2.transpose(-1, -2))
+            if len(sa) == 1:
+                ga = ga.squeeze(-2)
+            ga = sum_to(ga, sa)
+        if nb:
+            a = saved[0]
+            a2 = a.unsqueeze(0) if len(sa) == 1 else a
+            gb = a2.transpose(-1, -2).matmul(g2)
+            if len(sb) == 1:
+                gb = gb.squeeze(-1)
+            gb = sum_to(gb, sb)
+        return (ga, gb)
+
+    def name(self):
+        return "MmBackward0" if len(self.shapes[0]) == 2 and len(self.shapes[1]) == 2 else "MatmulBackward0"

@@ -1,0 +1,316 @@
+"""View ops (share the storage, new metadata) and copies (clone, contiguous, copy_, fill_, cast).
+
+A view remembers its root `_base` and `_view_fn`, the chain of view ops that rebuilds it from the
+base; CopySlices and regenerated view grad_fns use it to route gradients through in-place writes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine import dtypes
+from engine.autograd.function import Function
+from engine.autograd.grad_mode import STATE
+from engine.backends.strided import infer_shape, view_strides
+from engine.ops import kernels
+from engine.ops.common import check_out, data, sum_to
+from engine.storage import wrap_storage
+from engine.tensor import Tensor, _wrap_dim
+
+
+def make_view(x: Tensor, arr, step) -> Tensor:
+    v = Tensor._make(arr, x._storage, x._dtype, x._device)
+    base = x._base
+    if base is None:
+        v._base = x
+        v._view_fn = step
+    else:
+        v._base = base
+        prev = x._view_fn
+        v._view_fn = lambda b: step(prev(b))
+    if x._view_meta is not None:
+        v._view_meta = x._view_meta
+    elif not STATE.enabled and v._base.requires_grad:
+        v._view_meta = "no_grad"
+    return v
+
+
+def view_array(x: Tensor, shape):
+    """The backend array viewed as `shape`, or None when the strides do not allow it."""
+    arr = x._data
+    kind = x._device.type
+    if kind == "cpu":
+        try:
+            return np.reshape(arr, shape, copy=False)
+        except ValueError:
+            return None
+    if kind == "meta":
+        return arr.view_as_shape(shape)
+    strides = view_strides(arr.shape, arr.strides, shape)
+    if strides is None:
+        return None
+    import cupy
+
+    return cupy.lib.stride_tricks.as_strided(arr, shape, strides)
+
+
+class View(Function):
+    def forward(self, x, out=None, shape=()):
+        shape = infer_shape(shape, x.numel())
+        self.in_shape = x.shape
+        arr = view_array(x, shape)
+        if arr is None:
+            raise RuntimeError(
+                "view size is not compatible with input tensor's size and stride (at least one "
+                "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
+            )
+        return make_view(x, arr, lambda b: b.view(shape))
+
+    def backward(self, g):
+        return (g.reshape(self.in_shape),)
+
+    def name(self):
+        return "ViewBackward0"
+
+
+class Permute(Function):
+    def forward(self, x, out=None, dims=()):
+        dims = tuple(_wrap_dim(d, x.ndim) for d in dims)
+        if sorted(dims) != list(range(x.ndim)):
+            raise RuntimeError(
+                f"permute(sparse_coo): number of dimensions in the tensor input does not match the "
+                f"length of the desired ordering of dimensions i.e. input.dim() = {x.ndim} is not "
+                f"equal to len(dims) = {len(dims)}" if len(dims) != x.ndim else f"permute(): duplicate dims are not allowed in {list(dims)}"
+            )
+        self.dims = dims
+        return make_view(x, x._data.transpose(dims), lambda b: b.permute(dims))
+
+    def backward(self, g):
+        inv = [0] * len(self.dims)
+        for i, d in enumerate(self.dims):
+            inv[d] = i
+        return (g.permute(inv),)
+
+    def name(self):
+        return "PermuteBackward0"
+
+
+class Expand(Function):
+    def forward(self, x, out=None, shape=()):
+        shape = tuple(shape)
+        lead = len(shape) - x.ndim
+        if lead < 0:
+            raise RuntimeError(
+                f"expand({x._dtype.torch_tensor_name}{{{list(x.shape)}}}, size={list(shape)}): the "
+                "number of sizes provided must be greater or equal to the number of dimensions in the tensor"
+            )
+        full = []
+        for i, n in enumerate(shape):
+            if n == -1:
+                if i < lead:
+                    raise RuntimeError("expand: -1 is not allowed in a leading, non-existing dimension")
+                n = x.shape[i - lead]
+            elif i >= lead and x.shape[i - lead] not in (1, n):
+                raise RuntimeError(
+                    f"The expanded size of the tensor ({n}) must match the existing size "
+                    f"({x.shape[i - lead]}) at non-singleton dimension {i}.  Target sizes: "
+                    f"{list(shape)}.  Tensor sizes: {list(x.shape)}"
+                )
+            full.append(n)
+        full = tuple(full)
+        self.in_shape = x.shape
+        xp = kernels.xp_of(x)
+        return make_view(x, xp.broadcast_to(x._data, full), lambda b: b.expand(full))
+
+    def backward(self, g):
+        return (sum_to(g, self.in_shape),)
+
+    def name(self):
+        return "ExpandBackward0"
+
+
+def _has_tensor_index(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, (Tensor, list, np.ndarray)) for i in items)
+
+
+def _np_index(index):
+    items = index if isinstance(index, tuple) else (index,)
+    out = []
+    for i in items:
+        if isinstance(i, Tensor):
+            out.append(i._data)
+        elif isinstance(i, list):
+            out.append(np.asarray(i))
+        else:
+            out.append(i)
+    return tuple(out)
+
+
+class Select(Function):
+    """Basic indexing: ints, slices, None, Ellipsis -> a view."""
+
+    def forward(self, x, out=None, index=None):
+        self.in_shape = x.shape
+        self.index = index
+        if x._device.type != "meta" and x._data.ndim == 0 and index not in ((), Ellipsis, None):
+            raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` to convert a 0-dim tensor to a number")
+        try:
+            arr = x._data[index]
+        except IndexError as exc:
+            raise IndexError(str(exc).replace("axis", "dimension")) from None
+        return make_view(x, arr, lambda b: b[index])
+
+    def backward(self, g):
+        out = kernels.zeros(self.in_shape, g._dtype, g._device)
+        if g._device.type != "meta":
+            out._data[self.index] = g._data
+        return (out,)
+
+    def name(self):
+        return "SliceBackward0"
+
+
+class IndexGather(Function):
+    """Advanced indexing (integer / bool tensors): a copy."""
+
+    def forward(self, x, out=None, index=None):
+        self.in_shape = x.shape
+        self.index = _np_index(index)
+        if x._device.type == "meta":
+            raise RuntimeError("indexing with tensors is not supported on the meta device (the result shape depends on values)")
+        arr = x._data[self.index]
+        s = wrap_storage(arr, x._device)
+        return Tensor._make(arr, s, x._dtype, x._device)
+
+    def backward(self, g):
+        out = kernels.zeros(self.in_shape, g._dtype, g._device)
+        xp = kernels.xp_of(g)
+        xp.add.at(out._data, self.index, g._data)
+        return (out,)
+
+    def name(self):
+        return "IndexBackward0"
+
+
+class IndexPut(Function):
+    """x[tensor_index] = values, in place."""
+
+    def forward(self, x, values, out=None, index=None):
+        self.index = _np_index(index)
+        self.v_t = isinstance(values, Tensor)
+        self.v_shape = values.shape if self.v_t else None
+        if x._device.type != "meta":
+            x._data[self.index] = data(values)
+        return x
+
+    def backward(self, g):
+        gx = g.clone()
+        gx._data[self.index] = 0
+        grads = [gx]
+        if self.v_t:
+            gv = Tensor._make(g._data[self.index], wrap_storage(g._data[self.index], g._device), g._dtype, g._device)
+            grads.append(sum_to(gv, self.v_shape) if gv.shape != self.v_shape else gv)
+        return tuple(grads)
+
+    def name(self):
+        return "IndexPutBackward0"
+
+
+class Clone(Function):
+    def forward(self, x, out=None):
+        return kernels.copy_new(x)
+
+    def backward(self, g):
+        return (g,)
+
+    def name(self):
+        return "CloneBackward0"
+
+
+class Copy(Function):
+    """dst.copy_(src): in place, src broadcast into dst and cast to dst's dtype."""
+
+    def forward(self, dst, src, out=None):
+        self.src_t = isinstance(src, Tensor)
+        self.src_shape = src.shape if self.src_t else ()
+        self.src_dtype = src._dtype if self.src_t else None
+        shape = src.shape if self.src_t else ()
+        check_out(dst, np.broadcast_shapes(dst.shape, shape), dst._dtype, "copy_")
+        if dst._device.type != "meta":
+            src_data = data(src)
+            if self.src_t and src._device != dst._device:
+                src_data = _transfer(src_data, src._device, dst._device)
+            kernels.xp_of(dst).copyto(dst._data, src_data, casting="unsafe")
+        return dst
+
+    def backward(self, g):
+        grads = [None]
+        if self.src_t:
+            gs = sum_to(g, self.src_shape)
+            if self.src_dtype is not g._dtype:
+                gs = gs.to(self.src_dtype)
+            grads.append(gs)
+        return tuple(grads)
+
+    def name(self):
+        return "CopyBackwards"
+
+
+class Fill(Function):
+    def forward(self, dst, value, out=None):
+        self.v_t = isinstance(value, Tensor)
+        if self.v_t and value.ndim:
+            raise RuntimeError(
+                f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions."
+            )
+        check_out(dst, dst.shape, dst._dtype, "fill_")
+        if dst._device.type != "meta":
+            dst._data[...] = data(value)
+        return dst
+
+    def backward(self, g):
+        return (None, None) if self.v_t else (None,)
+
+    def name(self):
+        return "FillBackward0"
+
+
+class Cast(Function):
+    """to(dtype=..., device=...): a new tensor (or self when nothing changes)."""
+
+    def forward(self, x, out=None, dtype=None, device=None):
+        self.src_dtype, self.src_device = x._dtype, x._device
+        y = kernels.empty(x.shape, dtype, device)
+        if device.type != "meta" and x._device.type != "meta":
+            src = x._data
+            if x._device != device:
+                src = _transfer(src, x._device, device)
+            kernels.xp_of(y).copyto(y._data, src, casting="unsafe")
+        elif device.type != "meta":
+            raise RuntimeError("Cannot copy out of meta tensor; no data!")
+        return y
+
+    def backward(self, g):
+        return (g.to(dtype=self.src_dtype, device=self.src_device),)
+
+    def name(self):
+        return "ToCopyBackward0"
+
+
+def _transfer(arr, src_dev, dst_dev):
+    if src_dev.type == "cuda" and dst_dev.type == "cpu":
+        return arr.get()
+    if src_dev.type == "cpu" and dst_dev.type == "cuda":
+        import cupy
+
+        return cupy.asarray(arr)
+    return arr
+
+
+def is_basic_index(index) -> bool:
+    return not _has_tensor_index(index)
+
+
+__all__ = ["View", "Permute", "Expand", "Select", "IndexGather", "IndexPut", "Clone", "Copy",
+           "Fill", "Cast", "make_view", "view_array", "is_basic_index", "dtypes"]

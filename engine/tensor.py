@@ -1,0 +1,317 @@
+"""engine.Tensor: a strided view of a Storage, with autograd state.
+
+Metadata lives in the backend array (`_data`: a numpy/cupy ndarray or a MetaArray that views the
+storage's memory). Op methods are attached by engine/ops/__init__.py from the op table, so this
+file holds only what every tensor is: its memory, its metadata and its autograd fields.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine import dtypes
+from engine.autograd.grad_mode import STATE as _GRAD
+from engine.device import device as _device_cls
+from engine.errors import MetaDataError
+from engine.storage import Storage
+
+
+class Tensor:
+    __slots__ = (
+        "_data", "_storage", "_dtype", "_device", "_base", "_view_fn", "_view_meta",
+        "requires_grad", "_grad", "_grad_fn", "_output_nr", "_retains_grad", "_grad_fn_version",
+        "name", "__weakref__", "__dict__",
+    )
+
+    __array_priority__ = 1000  # numpy defers to our operators
+
+    # --- construction --------------------------------------------------------------------------
+    @staticmethod
+    def _make(data, storage: Storage, dtype, device, requires_grad=False) -> Tensor:
+        t = Tensor.__new__(Tensor)
+        t._data = data
+        t._storage = storage
+        t._dtype = dtype
+        t._device = device
+        t._base = None
+        t._view_fn = None
+        t._view_meta = None
+        t.requires_grad = requires_grad
+        t._grad = None
+        t._grad_fn = None
+        t._output_nr = 0
+        t._retains_grad = False
+        t._grad_fn_version = 0
+        t.name = None
+        return t
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("use engine.tensor(...), engine.empty(...) or engine.from_numpy(...) to make a tensor")
+
+    # --- metadata -------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._data.shape
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return self._data.shape
+        return self._data.shape[_wrap_dim(dim, self._data.ndim)]
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def device(self) -> _device_cls:
+        return self._device
+
+    @property
+    def is_meta(self) -> bool:
+        return self._device.type == "meta"
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._device.type == "cuda"
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    def dim(self) -> int:
+        return self._data.ndim
+
+    def numel(self) -> int:
+        return math.prod(self._data.shape)
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self._dtype.itemsize
+
+    def stride(self, dim: int | None = None):
+        item = self._dtype.itemsize
+        strides = tuple(s // item for s in self._data.strides)
+        return strides if dim is None else strides[_wrap_dim(dim, self.ndim)]
+
+    def storage_offset(self) -> int:
+        return (self.data_ptr() - self._storage.data_ptr()) // self._dtype.itemsize
+
+    def data_ptr(self) -> int:
+        kind = self._device.type
+        if kind == "cpu":
+            return self._data.__array_interface__["data"][0]
+        if kind == "cuda":
+            return self._data.data.ptr
+        return self._storage.fake_address + self._data.offset
+
+    def untyped_storage(self) -> Storage:
+        return self._storage
+
+    def is_contiguous(self) -> bool:
+        from engine.backends.strided import is_contiguous
+
+        return is_contiguous(self._data.shape, self._data.strides, self._dtype.itemsize)
+
+    def is_floating_point(self) -> bool:
+        return self._dtype.is_floating_point
+
+    @property
+    def _version(self) -> int:
+        return self._storage.version
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def _is_view(self) -> bool:
+        return self._base is not None
+
+    def _is_view_method(self) -> bool:
+        return self._base is not None
+
+    # --- autograd fields ------------------------------------------------------------------------
+    @property
+    def grad_fn(self):
+        base = self._base
+        if base is not None and self._grad_fn_version != self._storage.version and (
+            base.requires_grad or self.requires_grad
+        ):
+            # The storage moved since this view's grad_fn was set: an in-place op on the base or
+            # on another view may have changed the base's history. Regenerate from the base.
+            from engine.autograd.function import regenerate_view_grad_fn
+
+            regenerate_view_grad_fn(self)
+        return self._grad_fn
+
+    @grad_fn.setter
+    def grad_fn(self, fn):
+        self._grad_fn = fn
+        self._grad_fn_version = self._storage.version
+
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got {type(value).__name__}")
+            if value.shape != self.shape:
+                raise RuntimeError(
+                    f"assigned grad has data of a different size: {list(value.shape)} vs {list(self.shape)}"
+                )
+        self._grad = value
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if not requires_grad and self._grad_fn is not None:
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables. If you want to use a "
+                "computed variable in a subgraph that doesn't require differentiation use "
+                "var_no_grad = var.detach()."
+            )
+        if requires_grad and not self._dtype.is_floating_point:
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        self.requires_grad = requires_grad
+        return self
+
+    def retain_grad(self) -> None:
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        fn = self.grad_fn
+        if fn is not None and not self._retains_grad:
+            import weakref
+
+            self._retains_grad = True
+            if not hasattr(fn, "retained"):
+                fn.retained = []
+            fn.retained.append((weakref.ref(self), self._output_nr))
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's .grad (a non-scalar needs `gradient`)."""
+        from engine.autograd.engine import backward
+
+        backward([self], [gradient], retain_graph=retain_graph, inputs=inputs)
+
+    # --- values ---------------------------------------------------------------------------------
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The values as a numpy array (shares memory on cpu)."""
+        if self.requires_grad and not force:
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+            )
+        kind = self._device.type
+        if kind == "cpu":
+            return self._data
+        if kind == "meta":
+            self._data._no_data()
+        if not force:
+            raise TypeError(
+                "can't convert cuda tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first."
+            )
+        return self._data.get()
+
+    def item(self):
+        if self.numel() != 1:
+            raise RuntimeError(
+                f"a Tensor with {self.numel()} elements cannot be converted to Scalar"
+            )
+        if self._device.type == "meta":
+            self._data._no_data()
+        return self._data.reshape(()).item() if self._data.ndim else self._data.item()
+
+    def tolist(self):
+        if self._device.type == "meta":
+            self._data._no_data()
+        if self._device.type == "cuda":
+            return self._data.get().tolist()
+        return self._data.tolist()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise RuntimeError(
+                f"Boolean value of Tensor with {self.numel()} values is ambiguous"
+            )
+        return bool(self.item())
+
+    def __index__(self) -> int:
+        if self._dtype.is_floating_point or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __len__(self) -> int:
+        if not self._data.ndim:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if not self._data.ndim:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._data.shape[0]))
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        extras = []
+        if self._device.type != "cpu":
+            extras.append(f"device='{self._device}'")
+        if self._dtype is not dtypes.float32 and self._dtype is not dtypes.int64 and self._dtype is not dtypes.bool_:
+            extras.append(f"dtype={self._dtype!r}")
+        if self._grad_fn is not None:
+            extras.append(f"grad_fn=<{type(self._grad_fn).__name__}>")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        if self._device.type == "meta":
+            return f"tensor(..., size={tuple(self.shape)}" + "".join(", " + e for e in extras) + ")"
+        arr = self._data if self._device.type == "cpu" else self._data.get()
+        body = np.array2string(arr, separator=", ", prefix="tensor(", precision=4)
+        return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+    __str__ = __repr__
+
+    # Pickling / copying of tensors is deliberately unsupported for now.
+    def __reduce__(self):
+        raise TypeError("engine tensors cannot be pickled; use .numpy() to save values")
+
+
+def _wrap_dim(dim: int, ndim: int) -> int:
+    n = max(ndim, 1)
+    if dim < -n or dim >= n:
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})"
+        )
+    return dim % n
+
+
+def is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def grad_enabled() -> bool:
+    return _GRAD.enabled
+
+
+__all__ = ["Tensor", "is_tensor", "MetaDataError"]

@@ -1,0 +1,3 @@
+from memprof.cli.app import main
+
+main()

@@ -1,0 +1,1 @@
+"""The `memprof` command line: one module per command, registered in app.py."""

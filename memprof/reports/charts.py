@@ -1,0 +1,749 @@
+"""Charts and tables of a report, shared by the dashboard (web/) and the offline HTML report.
+
+Figures are plain Plotly figure dicts (`{"data": [...], "layout": {...}}`) that plotly.js draws
+as they are, so building them needs no plotly import and they serialise with `json`. Tables are
+`Table`s of (text, sort key) cells that both HTML front ends render with one macro.
+
+The timeline takes a reduced series (see memprof/reports/reduce.py), never the raw events.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memprof.reports.reduce import UNTRACKED
+from memprof.units import format_bytes
+
+CATEGORY_COLORS = {
+    "input": "#4e79a7",
+    "parameter": "#59a14f",
+    "optimizer_state": "#b07aa1",
+    "gradient": "#f28e2b",
+    "saved_for_backward": "#edc948",
+    "activation": "#76b7b2",
+    "temporary": "#ff9da7",
+    "other": "#9c755f",
+    UNTRACKED: "#bab0ac",
+}
+PHASE_COLORS = {
+    "setup": "#9ca3af",
+    "forward": "#3b82f6",
+    "backward": "#f59e0b",
+    "optimizer": "#10b981",
+}
+ALLOCATED_COLOR = "#1f2937"
+RESERVED_COLOR = "#6b7280"
+PEAK_COLOR = "#d62728"
+SERIES_COLORS = ("#2563eb", "#dc2626", "#059669", "#7c3aed")  # overlays in the compare view
+FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
+
+# --------------------------------------------------------------------------------------------
+# Figures
+
+
+def timeline_figure(
+    series: dict[str, Any],
+    *,
+    phases: Iterable[dict[str, Any]] = (),
+    x: str = "index",
+    title: str | None = None,
+) -> dict[str, Any]:
+    """Allocated bytes stacked by category, the allocated and reserved totals, the peak marked
+    and phases (forward, backward, optimizer) as bands. `x` is "index" (event index) or "time".
+
+    Hovering a point shows the event there: action, bytes, tensor, node and op.
+    """
+    xs = series["index"] if x == "index" else series["time_s"]
+    data: list[dict[str, Any]] = []
+    for category, ys in series["categories"].items():
+        color = CATEGORY_COLORS.get(category, CATEGORY_COLORS["other"])
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": category,
+                "x": xs,
+                "y": ys,
+                "stackgroup": "live",
+                "line": {"width": 0.5, "color": color},
+                "fillcolor": _rgba(color, 0.6),
+                "customdata": [format_bytes(v) for v in ys],
+                "hovertemplate": f"{category}: %{{customdata}}<extra></extra>",
+                "legendgroup": "categories",
+            }
+        )
+    events = [
+        [
+            format_bytes(a),
+            act or "",
+            format_bytes(b),
+            tensor or "-",
+            node or "-",
+            op or "-",
+            phase or "-",
+            i,
+        ]
+        for a, act, b, tensor, node, op, phase, i in zip(
+            series["allocated"],
+            series["action"],
+            series["bytes"],
+            series["tensor"],
+            series["node"],
+            series["op"],
+            series["phase"],
+            series["index"],
+            strict=True,
+        )
+    ]
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "allocated",
+            "x": xs,
+            "y": series["allocated"],
+            "line": {"width": 1.6, "color": ALLOCATED_COLOR},
+            "customdata": events,
+            "hovertemplate": (
+                "<b>allocated %{customdata[0]}</b><br>"
+                "%{customdata[1]} %{customdata[2]} · tensor %{customdata[3]}<br>"
+                "node %{customdata[4]} (%{customdata[5]}) · %{customdata[6]} · "
+                "event %{customdata[7]}<extra></extra>"
+            ),
+        }
+    )
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "reserved",
+            "x": xs,
+            "y": series["reserved"],
+            "line": {"width": 1.2, "color": RESERVED_COLOR, "dash": "dash"},
+            "customdata": [format_bytes(v) for v in series["reserved"]],
+            "hovertemplate": "reserved %{customdata}<extra></extra>",
+        }
+    )
+
+    annotations: list[dict[str, Any]] = []
+    peak = series["window_peak"]
+    peak_x = peak["event_index"] if x == "index" else peak["time_s"]
+    where = " · ".join(p for p in (peak["node"], peak["op"]) if p)
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "peak",
+            "x": [peak_x],
+            "y": [peak["allocated_bytes"]],
+            "marker": {
+                "size": 11,
+                "color": PEAK_COLOR,
+                "symbol": "diamond",
+                "line": {"width": 1, "color": "#ffffff"},
+            },
+            "customdata": [
+                [format_bytes(peak["allocated_bytes"]), where or "-", peak["event_index"]]
+            ],
+            "hovertemplate": (
+                "<b>peak %{customdata[0]}</b> at %{customdata[1]}, event %{customdata[2]}"
+                "<extra></extra>"
+            ),
+        }
+    )
+    is_global = peak["event_index"] == series["peak"]["event_index"]
+    annotations.append(
+        {
+            "x": peak_x,
+            "y": peak["allocated_bytes"],
+            "text": f"{'peak' if is_global else 'window peak'} "
+            f"{format_bytes(peak['allocated_bytes'])}" + (f"<br>{where}" if where else ""),
+            "showarrow": True,
+            "arrowhead": 2,
+            "arrowcolor": PEAK_COLOR,
+            "ax": 40,
+            "ay": -30,
+            "font": {"size": 11, "color": PEAK_COLOR},
+            "bgcolor": "rgba(255,255,255,0.85)",
+            "align": "left",
+        }
+    )
+
+    shapes, labels = _phase_bands(series, list(phases), x)
+    annotations.extend(labels)
+    top = max(peak["allocated_bytes"], max(series["reserved"]))
+    layout = _base_layout(title, height=440)
+    layout.update(
+        {
+            "hovermode": "x unified",
+            "xaxis": {
+                "title": {"text": "event index" if x == "index" else "time (s)"},
+                "showgrid": False,
+                "zeroline": False,
+            },
+            "yaxis": {**byte_axis(top), "title": {"text": "bytes"}},
+            "shapes": shapes,
+            "annotations": annotations,
+            "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+            "meta": {
+                "x": x,
+                "start": series["start"],
+                "end": series["end"],
+                "total_events": series["total_events"],
+                "reduced": series["reduced"],
+            },
+        }
+    )
+    return {"data": data, "layout": layout}
+
+
+def overlay_figure(
+    named_series: Sequence[tuple[str, dict[str, Any]]], *, x: str = "index"
+) -> dict[str, Any]:
+    """Allocated bytes of several runs or variants on one chart, each with its peak marked."""
+    data: list[dict[str, Any]] = []
+    annotations = []
+    top = 0
+    for i, (label, series) in enumerate(named_series):
+        color = SERIES_COLORS[i % len(SERIES_COLORS)]
+        xs = series["index"] if x == "index" else series["time_s"]
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": label,
+                "x": xs,
+                "y": series["allocated"],
+                "line": {"width": 1.6, "color": color},
+                "customdata": [
+                    [format_bytes(a), node or "-", op or "-", tensor or "-"]
+                    for a, node, op, tensor in zip(
+                        series["allocated"],
+                        series["node"],
+                        series["op"],
+                        series["tensor"],
+                        strict=True,
+                    )
+                ],
+                "hovertemplate": (
+                    f"{label}: %{{customdata[0]}} · %{{customdata[1]}} (%{{customdata[2]}}) "
+                    "· %{customdata[3]}<extra></extra>"
+                ),
+            }
+        )
+        peak = series["peak"]
+        peak_x = peak["event_index"] if x == "index" else peak["time_s"]
+        top = max(top, peak["allocated_bytes"])
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": f"{label} peak",
+                "x": [peak_x],
+                "y": [peak["allocated_bytes"]],
+                "marker": {
+                    "size": 10,
+                    "color": color,
+                    "symbol": "diamond",
+                    "line": {"width": 1, "color": "#ffffff"},
+                },
+                "showlegend": False,
+                "hovertemplate": f"{label} peak {format_bytes(peak['allocated_bytes'])}"
+                "<extra></extra>",
+            }
+        )
+        annotations.append(
+            {
+                "x": peak_x,
+                "y": peak["allocated_bytes"],
+                "text": f"{label}: {format_bytes(peak['allocated_bytes'])}",
+                "showarrow": True,
+                "arrowhead": 2,
+                "arrowcolor": color,
+                "ax": 30 if i % 2 == 0 else -30,
+                "ay": -28 - 18 * i,
+                "font": {"size": 11, "color": color},
+                "bgcolor": "rgba(255,255,255,0.85)",
+            }
+        )
+    layout = _base_layout(None, height=420)
+    layout.update(
+        {
+            "hovermode": "x unified",
+            "xaxis": {
+                "title": {"text": "event index" if x == "index" else "time (s)"},
+                "showgrid": False,
+                "zeroline": False,
+            },
+            "yaxis": {**byte_axis(top), "title": {"text": "allocated bytes"}},
+            "annotations": annotations,
+            "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        }
+    )
+    return {"data": data, "layout": layout}
+
+
+def peak_figure(report: dict[str, Any]) -> dict[str, Any]:
+    """Peak allocated and reserved bytes per variant, side by side, each labelled with its
+    saving against the baseline variant in bytes and percent."""
+    variants = report.get("variants") or []
+    baseline = baseline_variant(report)
+    base_peak = next(
+        (v.get("peak_allocated_bytes") for v in variants if v.get("name") == baseline), None
+    )
+    names = [_variant_label(v) for v in variants]
+    allocated = [v.get("peak_allocated_bytes") or 0 for v in variants]
+    reserved = [v.get("peak_reserved_bytes") or 0 for v in variants]
+    colors = ["#9ca3af" if v.get("name") == baseline else "#2563eb" for v in variants]
+    savings = []
+    for v, peak in zip(variants, allocated, strict=True):
+        if v.get("name") == baseline or not base_peak:
+            savings.append("baseline" if v.get("name") == baseline else "")
+        else:
+            savings.append(saving_text(peak, base_peak))
+    data = [
+        {
+            "type": "bar",
+            "name": "peak allocated",
+            "x": names,
+            "y": allocated,
+            "marker": {"color": colors},
+            "text": [format_bytes(b) for b in allocated],
+            "textposition": "outside",
+            "cliponaxis": False,
+            "customdata": savings,
+            "hovertemplate": "%{x}<br>peak allocated %{text}<br>%{customdata}<extra></extra>",
+        },
+        {
+            "type": "bar",
+            "name": "peak reserved",
+            "x": names,
+            "y": reserved,
+            "marker": {
+                "color": "rgba(107,114,128,0.35)",
+                "line": {"color": RESERVED_COLOR, "width": 1},
+            },
+            "text": [format_bytes(b) for b in reserved],
+            "textposition": "outside",
+            "cliponaxis": False,
+            "hovertemplate": "%{x}<br>peak reserved %{text}<extra></extra>",
+        },
+    ]
+    annotations = [
+        {
+            "x": name,
+            "y": 0,
+            "yref": "y",
+            "text": f"<b>{text}</b>",
+            "showarrow": False,
+            "yshift": -36,
+            "font": {"size": 12, "color": _saving_color(text)},
+        }
+        for name, text in zip(names, savings, strict=True)
+        if text
+    ]
+    layout = _base_layout(None, height=360)
+    layout.update(
+        {
+            "barmode": "group",
+            "bargap": 0.35,
+            "margin": {"l": 70, "r": 20, "t": 30, "b": 70},
+            "yaxis": {**byte_axis(max([*allocated, *reserved, 1]) * 1.12)},
+            "xaxis": {"tickfont": {"size": 12}},
+            "annotations": annotations,
+            "legend": {"orientation": "h", "y": 1.04, "yanchor": "bottom", "x": 0},
+        }
+    )
+    return {"data": data, "layout": layout}
+
+
+def live_by_category_figure(variant: dict[str, Any]) -> dict[str, Any]:
+    """What is live at the peak, per category (largest first)."""
+    by_category = (variant.get("peak") or {}).get("by_category") or {}
+    items = sorted(by_category.items(), key=lambda kv: -kv[1])
+    total = sum(b for _, b in items) or 1
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "x": [b for _, b in items],
+            "y": [c for c, _ in items],
+            "marker": {
+                "color": [CATEGORY_COLORS.get(c, CATEGORY_COLORS["other"]) for c, _ in items]
+            },
+            "text": [f"{format_bytes(b)} ({100 * b / total:.1f}%)" for _, b in items],
+            "textposition": "auto",
+            "hovertemplate": "%{y}: %{text}<extra></extra>",
+        }
+    ]
+    layout = _base_layout(None, height=max(200, 60 + 34 * len(items)))
+    layout.update(
+        {
+            "showlegend": False,
+            "margin": {"l": 130, "r": 20, "t": 10, "b": 40},
+            "xaxis": byte_axis(max([b for _, b in items] or [1]) * 1.05),
+            "yaxis": {"autorange": "reversed"},
+        }
+    )
+    return {"data": data, "layout": layout}
+
+
+def live_by_tensor_figure(variant: dict[str, Any], top: int = 15) -> dict[str, Any]:
+    """The largest storages live at the peak, coloured by category."""
+    live = ((variant.get("peak") or {}).get("live") or [])[:top]
+    labels = []
+    for i, item in enumerate(live):
+        label = item.get("tensor") or f"#{i + 1} (unnamed)"
+        while label in labels:
+            label += " "  # plotly merges equal category labels
+        labels.append(label)
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "x": [item.get("bytes", 0) for item in live],
+            "y": labels,
+            "marker": {
+                "color": [CATEGORY_COLORS.get(item.get("category"), "#9c755f") for item in live]
+            },
+            "text": [format_bytes(item.get("bytes", 0)) for item in live],
+            "textposition": "auto",
+            "customdata": [
+                [item.get("category") or "-", item.get("node") or "-", item.get("op") or "-"]
+                for item in live
+            ],
+            "hovertemplate": (
+                "%{y}: %{text}<br>%{customdata[0]} · node %{customdata[1]} "
+                "(%{customdata[2]})<extra></extra>"
+            ),
+        }
+    ]
+    layout = _base_layout(None, height=max(200, 60 + 26 * len(live)))
+    layout.update(
+        {
+            "showlegend": False,
+            "margin": {"l": 130, "r": 20, "t": 10, "b": 40},
+            "xaxis": byte_axis(max([item.get("bytes", 0) for item in live] or [1]) * 1.05),
+            "yaxis": {"autorange": "reversed", "type": "category"},
+        }
+    )
+    return {"data": data, "layout": layout}
+
+
+def byte_axis(top: float) -> dict[str, Any]:
+    """Axis ticks in binary units (`64 MiB`), about five of them from 0 to `top`."""
+    top = max(float(top), 1.0)
+    unit, scale = "B", 1
+    for name, s in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if top >= s:
+            unit, scale = name, s
+            break
+    raw = top / scale / 5
+    magnitude = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    if unit == "B":
+        step = max(1, round(step))
+    ticks = []
+    value = 0.0
+    while value <= top / scale * 1.0001 + step:
+        ticks.append(value)
+        value += step
+    return {
+        "tickvals": [t * scale for t in ticks],
+        "ticktext": [f"{t:g} {unit}" if t else "0" for t in ticks],
+        "rangemode": "tozero",
+        "gridcolor": "#eceff3",
+        "zeroline": False,
+    }
+
+
+def _phase_bands(
+    series: dict[str, Any], phases: list[dict[str, Any]], x: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    if not phases or not series["index"]:
+        return [], []
+    if x == "index":
+        lo, hi = series["start"], series["end"]
+        spans = [(p, p.get("start_index"), p.get("end_index")) for p in phases]
+    else:
+        lo, hi = series["time_s"][0], series["time_s"][-1]
+        spans = [(p, p.get("start_s"), p.get("end_s")) for p in phases]
+    width = (hi - lo) or 1
+    iterations = {p.get("iteration") for p in phases}
+    shapes, labels = [], []
+    for phase, x0, x1 in spans:
+        if x0 is None or x1 is None or x1 < lo or x0 > hi:
+            continue
+        x0, x1 = max(x0, lo), min(x1, hi)
+        name = phase.get("name") or "phase"
+        color = PHASE_COLORS.get(name, "#9ca3af")
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": x0,
+                "x1": x1,
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": color,
+                "opacity": 0.09,
+                "line": {"width": 0},
+                "layer": "below",
+            }
+        )
+        if (x1 - x0) / width >= 0.05:
+            text = name if len(iterations) <= 1 else f"{name} {phase.get('iteration')}"
+            labels.append(
+                {
+                    "x": (x0 + x1) / 2,
+                    "y": 1,
+                    "xref": "x",
+                    "yref": "paper",
+                    "yanchor": "top",
+                    "text": text,
+                    "showarrow": False,
+                    "font": {"size": 11, "color": color},
+                }
+            )
+    return shapes, labels
+
+
+def _base_layout(title: str | None, *, height: int) -> dict[str, Any]:
+    layout: dict[str, Any] = {
+        "height": height,
+        "margin": {"l": 70, "r": 20, "t": 40, "b": 50},
+        "font": {"family": FONT, "size": 12, "color": "#1f2937"},
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+        "hoverlabel": {"font": {"family": FONT, "size": 12}},
+    }
+    if title:
+        layout["title"] = {"text": title, "x": 0, "font": {"size": 14}}
+    return layout
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _variant_label(variant: dict[str, Any]) -> str:
+    name = str(variant.get("name", "?"))
+    status = variant.get("status", "ok")
+    return name if status == "ok" else f"{name} ({status})"
+
+
+def _saving_color(text: str) -> str:
+    if text.startswith("saves"):
+        return "#047857"
+    if text.startswith("costs"):
+        return "#b91c1c"
+    return "#6b7280"
+
+
+# --------------------------------------------------------------------------------------------
+# Numbers shared by figures and tables
+
+
+def baseline_variant(report: dict[str, Any]) -> str | None:
+    """The variant others are compared against: the report's choice, else the first."""
+    names = [v.get("name") for v in report.get("variants") or []]
+    for candidate in (
+        report.get("baseline_variant"),
+        (report.get("comparison") or {}).get("baseline"),
+    ):
+        if candidate in names:
+            return candidate
+    return names[0] if names else None
+
+
+def saving_text(peak: int, baseline_peak: int) -> str:
+    """``saves 32.00 MiB (50.0%)`` or ``costs 1.00 KiB (0.1%)`` against the baseline's peak."""
+    delta = baseline_peak - peak
+    if delta == 0:
+        return "same peak"
+    pct = 100 * abs(delta) / baseline_peak if baseline_peak else 0.0
+    verb = "saves" if delta > 0 else "costs"
+    return f"{verb} {format_bytes(abs(delta))} ({pct:.1f}%)"
+
+
+def warnings_of(variant: dict[str, Any]) -> list[dict[str, Any]]:
+    """The variant's warnings, plus one `inplace_clone` per in-place op that paid a clone and
+    has no warning of its own (older runners only put it in the op row)."""
+    found = [dict(w) for w in variant.get("warnings") or []]
+    cloned_nodes = {w.get("node") for w in found if w.get("kind") == "inplace_clone"}
+    for op in variant.get("ops") or []:
+        if op.get("inplace_cost") == "clone" and op.get("node") not in cloned_nodes:
+            cloned_nodes.add(op.get("node"))
+            found.append(
+                {
+                    "kind": "inplace_clone",
+                    "node": op.get("node"),
+                    "tensor": None,
+                    "message": f"node {op.get('node')} ({op.get('op')}) was asked to run in "
+                    f"place but had to clone its input ({format_bytes(op.get('clone_bytes') or 0)})",
+                }
+            )
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Tables
+
+
+@dataclass(frozen=True)
+class Column:
+    label: str
+    numeric: bool = False
+
+
+@dataclass
+class Table:
+    """Rows of (text, sort key) cells; `total` is the row count before any truncation."""
+
+    columns: list[Column]
+    rows: list[list[tuple[str, Any]]] = field(default_factory=list)
+    total: int = 0
+
+
+def ops_table(variant: dict[str, Any], limit: int = 5000) -> Table:
+    """One row per executed node: what it allocated, freed and peaked at, and in-place cost."""
+    columns = [
+        Column("node"),
+        Column("op"),
+        Column("phase"),
+        Column("iter", True),
+        Column("allocated", True),
+        Column("freed", True),
+        Column("peak", True),
+        Column("time", True),
+        Column("in place"),
+        Column("clone", True),
+    ]
+    ops = variant.get("ops") or []
+    rows = []
+    for op in ops[:limit]:
+        cost = op.get("inplace_cost")
+        rows.append(
+            [
+                _text(op.get("node")),
+                _text(op.get("op")),
+                _text(op.get("phase")),
+                _int(op.get("iteration")),
+                _bytes(op.get("allocated_bytes")),
+                _bytes(op.get("freed_bytes")),
+                _bytes(op.get("peak_bytes")),
+                _seconds(op.get("duration_s")),
+                (cost if op.get("inplace") else "no", cost or ""),
+                _bytes(op.get("clone_bytes")) if op.get("clone_bytes") else ("", 0),
+            ]
+        )
+    return Table(columns, rows, len(ops))
+
+
+def live_table(variant: dict[str, Any], limit: int = 200) -> Table:
+    """Storages live at the peak, largest first."""
+    columns = [
+        Column("tensor"),
+        Column("category"),
+        Column("node"),
+        Column("op"),
+        Column("bytes", True),
+    ]
+    live = (variant.get("peak") or {}).get("live") or []
+    rows = [
+        [
+            _text(item.get("tensor")),
+            _text(item.get("category")),
+            _text(item.get("node")),
+            _text(item.get("op")),
+            _bytes(item.get("bytes")),
+        ]
+        for item in live[:limit]
+    ]
+    return Table(columns, rows, len(live))
+
+
+def expectations_table(variant: dict[str, Any]) -> Table:
+    columns = [
+        Column("metric"),
+        Column("check"),
+        Column("expected", True),
+        Column("actual", True),
+        Column("result"),
+    ]
+    rows = []
+    for e in variant.get("expectations") or []:
+        rows.append(
+            [
+                _text(e.get("metric")),
+                _text(e.get("op")),
+                _maybe_bytes(e.get("metric"), e.get("expected")),
+                _maybe_bytes(e.get("metric"), e.get("actual")),
+                ("passed" if e.get("passed") else "FAILED", bool(e.get("passed"))),
+            ]
+        )
+    return Table(columns, rows, len(rows))
+
+
+def variant_summaries(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One card per variant: peaks, saving against the baseline, events, time, warnings."""
+    variants = report.get("variants") or []
+    baseline = baseline_variant(report)
+    base_peak = next(
+        (v.get("peak_allocated_bytes") for v in variants if v.get("name") == baseline), None
+    )
+    cards = []
+    for v in variants:
+        peak = v.get("peak_allocated_bytes") or 0
+        is_baseline = v.get("name") == baseline
+        cards.append(
+            {
+                "name": v.get("name"),
+                "params": ", ".join(f"{k}={val}" for k, val in (v.get("params") or {}).items()),
+                "status": v.get("status", "ok"),
+                "error": v.get("error"),
+                "peak_allocated": format_bytes(peak),
+                "peak_allocated_bytes": peak,
+                "peak_reserved": format_bytes(v.get("peak_reserved_bytes") or 0),
+                "baseline": is_baseline,
+                "saving": "" if is_baseline or not base_peak else saving_text(peak, base_peak),
+                "events": v.get("num_allocs", 0) + v.get("num_frees", 0),
+                "duration": _seconds(v.get("duration_s"))[0],
+                "warnings": len(warnings_of(v)),
+            }
+        )
+    return cards
+
+
+def _text(value: Any) -> tuple[str, Any]:
+    return ("" if value is None else str(value), "" if value is None else str(value))
+
+
+def _int(value: Any) -> tuple[str, Any]:
+    return ("" if value is None else str(value), value if value is not None else -1)
+
+
+def _bytes(value: Any) -> tuple[str, Any]:
+    return (format_bytes(value or 0), value or 0)
+
+
+def _seconds(value: Any) -> tuple[str, Any]:
+    if value is None:
+        return ("", -1)
+    if value < 1e-3:
+        return (f"{value * 1e6:.0f} µs", value)
+    if value < 1:
+        return (f"{value * 1e3:.2f} ms", value)
+    return (f"{value:.2f} s", value)
+
+
+def _maybe_bytes(metric: Any, value: Any) -> tuple[str, Any]:
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if is_number and any(w in str(metric) for w in ("allocated", "reserved", "bytes")):
+        return _bytes(value)
+    return _text(value)

@@ -1,0 +1,117 @@
+"""Shape checks before anything runs: each variant's forward program, dry-run on the meta device
+(shapes and dtypes only, no data), with every failure mapped back to its node in the file.
+"""
+
+from __future__ import annotations
+
+from memprof.scenario.build import (
+    Bindings,
+    build_module,
+    call_node,
+    describe_tensor,
+    make_input,
+    module_parameters,
+)
+from memprof.scenario.loader import Document, Problem
+from memprof.scenario.model import ModuleCall
+
+
+def dry_run(variant, doc: Document) -> list[Problem]:
+    """Problems (errors, and stale-read warnings) found by running `variant` on meta.
+
+    A variant that expects an error is not held to running cleanly: its failure is the point.
+    """
+    import engine
+    from engine.allocator import get_allocator
+
+    spec = variant.spec
+    allowed_to_fail = variant.expects_failure
+    problems: list[Problem] = []
+    alloc = get_allocator("meta")
+    saved_limit = getattr(alloc.model, "limit", None)
+    alloc.set_limit(None)
+    try:
+        inputs = {}
+        for name, ispec in spec.inputs.items():
+            try:
+                inputs[name] = make_input(engine, ispec, spec.dtype, "meta")
+            except Exception as exc:
+                return [doc.problem(("inputs", name), f"expected an input the engine can make, found "
+                                                      f"{_error(exc)}")]
+        modules = {}
+        for name, mspec in spec.modules.items():
+            try:
+                modules[name] = build_module(engine, mspec, "meta", spec.dtype)
+            except Exception as exc:
+                return [doc.problem(("modules", name), f"expected arguments nn.{mspec.type} accepts, "
+                                                       f"found {_error(exc)}")]
+        state = Bindings()
+        for name, t in inputs.items():
+            state.bind(name, t)
+        rounds = 2 if spec.iterations > 1 else 1
+        for _ in range(rounds):
+            state.drop([n.out_name for n in spec.program])
+            for i, node in enumerate(spec.program):
+                for name in node.inputs:
+                    stale = state.stale(node.id, name)
+                    if stale is not None:
+                        problems.append(doc.problem(
+                            ("program", i), stale.message + (" (strict: true makes this an error)"
+                                                             if spec.strict else ""),
+                            severity="error" if spec.strict and not allowed_to_fail else "warning"))
+                tensors = [state.values[n] for n in node.inputs]
+                before = state.versions(tensors)
+                try:
+                    out = call_node(node, tensors, modules)
+                except Exception as exc:
+                    if allowed_to_fail:
+                        return _dedupe(problems)
+                    shown = ", ".join(describe_tensor(n, t) for n, t in zip(node.inputs, tensors))
+                    what = (f"module {node.module} ({spec.modules[node.module].type})"
+                            if isinstance(node, ModuleCall) else f"op {node.op}")
+                    problems.append(doc.problem(
+                        ("program", i), f"node {node.id!r} ({what}) cannot run on "
+                                        f"{shown or 'no inputs'}: {_error(exc)}"))
+                    return _dedupe(problems)
+                state.note_writes(node.id, tensors, before)
+                if not _is_tensor(engine, out):
+                    problems.append(doc.problem(("program", i), f"expected node {node.id!r} to return a "
+                                                                f"tensor, found {type(out).__name__}"))
+                    return _dedupe(problems)
+                state.bind(node.out_name, out)
+        for i, phase in enumerate(spec.phases):
+            if hasattr(phase, "backward"):
+                loss = state.values[phase.backward]
+                if loss.numel() != 1:
+                    problems.append(doc.problem(("phases", i, "backward"), (
+                        f"expected a scalar (one element) to call backward on, found "
+                        f"{describe_tensor(phase.backward, loss)}; reduce it with op sum or mean")))
+                elif not loss.requires_grad and not allowed_to_fail:
+                    problems.append(doc.problem(("phases", i, "backward"), (
+                        f"expected a tensor that requires grad, found {phase.backward!r}, which does "
+                        f"not (no module parameter or requires_grad input reaches it)")))
+            elif hasattr(phase, "optimizer"):
+                if not module_parameters(modules, phase.optimizer.params):
+                    problems.append(doc.problem(("phases", i, "optimizer"), (
+                        "expected modules with parameters for the optimizer, found none")))
+        return _dedupe(problems)
+    finally:
+        alloc.set_limit(saved_limit)
+
+
+def _is_tensor(engine, value) -> bool:
+    return isinstance(value, engine.Tensor)
+
+
+def _error(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen, out = set(), []
+    for p in problems:
+        if str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out
