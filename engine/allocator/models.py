@@ -92,8 +92,8 @@ class Block:
 
     ``size`` is what the allocation accounts for (the block: rounded size plus any unsplit
     remainder), ``requested`` the bytes asked for, ``pool`` "small" or "large", ``address`` a fake
-    device address (0 for a zero-byte request, which allocates nothing). Do not use a block after
-    freeing it: the caching model reuses the object for the cached free block.
+    device address (0 for a zero-byte request, which allocates nothing). The fields never change,
+    also after ``free``, and each ``malloc`` returns a new handle.
     """
 
     __slots__ = ("size", "requested", "pool", "address")
@@ -214,6 +214,7 @@ class AccountingModel:
         self.num_ooms = 0
         self.num_device_alloc = 0
         self.num_device_free = 0
+        self.num_sync_all_streams = 0
 
     def malloc(self, nbytes: int) -> Block:
         """Allocate ``nbytes``; raises ``OutOfMemoryError`` (changing nothing but the OOM counters)."""
@@ -265,9 +266,10 @@ class AccountingModel:
         """torch.cuda.memory_stats()'s flat dict, keys sorted as torch sorts them.
 
         Besides ``{stat}.{all,large_pool,small_pool}.{current,peak,allocated,freed}`` for each of
-        ``STAT_NAMES`` and ``num_alloc_retries``/``num_ooms`` it carries torch's other keys
-        (``num_device_alloc``, ``num_device_free``, ``num_sync_all_streams``, ``max_split_size``
-        (-1: unlimited) and the ``oversize_*`` stats, always 0 with an unlimited max_split_size).
+        ``STAT_NAMES`` and ``num_alloc_retries``/``num_ooms`` it carries torch's other keys:
+        ``num_device_alloc``/``num_device_free`` (segments reserved/released),
+        ``num_sync_all_streams`` (cache releases), ``max_split_size`` (-1: unlimited), and
+        ``num_oom_rejections`` and the ``oversize_*`` stats, always 0 with default settings.
         """
         out: dict[str, int] = {}
         scopes = (("all", self._all), ("large_pool", self._large), ("small_pool", self._small))
@@ -292,8 +294,9 @@ class AccountingModel:
         out["num_alloc_retries"] = self.num_alloc_retries
         out["num_device_alloc"] = self.num_device_alloc
         out["num_device_free"] = self.num_device_free
+        out["num_oom_rejections"] = 0
         out["num_ooms"] = self.num_ooms
-        out["num_sync_all_streams"] = 0
+        out["num_sync_all_streams"] = self.num_sync_all_streams
         return dict(sorted(out.items()))
 
     def _out_of_memory(self, tried: int, requested: int) -> OutOfMemoryError:
@@ -574,43 +577,64 @@ class CachingModel(AccountingModel):
             if block.size == 0:
                 return
             raise ValueError(f"{block!r} is not allocated by this model (freed twice?)")
-        block.allocated = False
         if block.pool == "small":
             free_list, stats = self._free_small, self._small
         else:
             free_list, stats = self._free_large, self._large
-        size, requested = block.size, block.requested
-        block.requested = 0
+        # The caller's handle leaves the segment unchanged: its bytes join a free neighbour,
+        # or a new free block takes its place. Inactive split stats change as in PyTorch's
+        # free_block: minus each free neighbour merged, plus the result if still split.
+        block.allocated = False
+        prev, nxt = block.prev, block.next
+        block.prev = block.next = None
         split_blocks = split_bytes = 0
-        prev = block.prev
-        if prev is not None and not prev.allocated:  # [prev block] -> [block]
+        merged = None
+        if prev is not None and not prev.allocated:  # [prev block] -> [prev]
             self._remove_free(free_list, prev)
-            block.address = prev.address
-            block.size += prev.size
-            block.prev = prev.prev
-            if prev.prev is None:
-                block.segment.head = block
-            else:
-                prev.prev.next = block
             split_blocks -= 1
             split_bytes -= prev.size
-        nxt = block.next
-        if nxt is not None and not nxt.allocated:  # [block next] -> [block]
+            prev.size += block.size
+            prev.next = nxt
+            if nxt is not None:
+                nxt.prev = prev
+            merged = prev
+        if nxt is not None and not nxt.allocated:
             self._remove_free(free_list, nxt)
-            block.size += nxt.size
-            block.next = nxt.next
-            if nxt.next is not None:
-                nxt.next.prev = block
             split_blocks -= 1
             split_bytes -= nxt.size
-        insort(free_list, (block.size, block.address, block))
-        if block.prev is not None or block.next is not None:
+            if merged is None:  # [block next] -> [next], grown to the left
+                nxt.address = block.address
+                nxt.size += block.size
+                nxt.prev = prev
+                if prev is None:
+                    block.segment.head = nxt
+                else:
+                    prev.next = nxt
+                merged = nxt
+            else:  # [prev next] -> [prev]
+                merged.size += nxt.size
+                merged.next = nxt.next
+                if nxt.next is not None:
+                    nxt.next.prev = merged
+        if merged is None:
+            merged = _CachedBlock(
+                block.size, 0, block.pool, block.address, block.segment, prev, nxt, False
+            )
+            if prev is None:
+                block.segment.head = merged
+            else:
+                prev.next = merged
+            if nxt is not None:
+                nxt.prev = merged
+        insort(free_list, (merged.size, merged.address, merged))
+        if merged.prev is not None or merged.next is not None:
             split_blocks += 1
-            split_bytes += block.size
-        self._all.remove_block(size, requested, split_blocks, split_bytes)
-        stats.remove_block(size, requested, split_blocks, split_bytes)
+            split_bytes += merged.size
+        self._all.remove_block(block.size, block.requested, split_blocks, split_bytes)
+        stats.remove_block(block.size, block.requested, split_blocks, split_bytes)
 
     def empty_cache(self) -> None:
+        self.num_sync_all_streams += 1  # PyTorch syncs every stream before releasing
         for free_list, stats in ((self._free_large, self._large), (self._free_small, self._small)):
             kept = []
             for entry in free_list:

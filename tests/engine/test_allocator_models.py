@@ -330,6 +330,7 @@ def test_caching_retry_releases_cached_segments_and_succeeds():
     assert stats["num_alloc_retries"] == 1
     assert stats["num_ooms"] == 0
     assert stats["num_device_free"] == 2
+    assert stats["num_sync_all_streams"] == 1
     assert len(model.segments()) == 1
 
 
@@ -546,6 +547,26 @@ def test_zero_byte_request_allocates_nothing(name):
     assert isinstance(block, Block) and block.size == 0 and block.requested == 0
     model.free(block)
     assert model.memory_stats() == before
+
+
+@pytest.mark.parametrize("name", ["exact", "caching"])
+@pytest.mark.parametrize("nbytes", [1000, 5 * MiB, 400_000_000])
+def test_a_freed_handle_keeps_its_fields_and_is_never_handed_out_again(name, nbytes):
+    # given neighbours on both sides, so a caching free merges (the allocator reads
+    # block.size and block.requested after free to report the event)
+    model = make_model(name, "cuda")
+    before, block, after = model.malloc(nbytes), model.malloc(nbytes), model.malloc(nbytes)
+    model.free(before)
+    fields = (block.size, block.requested, block.pool, block.address)
+    # when the middle block is freed (merging with the free one before it)
+    model.free(block)
+    # then its fields are unchanged, and a new allocation gets a new handle
+    assert (block.size, block.requested, block.pool, block.address) == fields
+    again = model.malloc(nbytes)
+    assert again is not block and again is not before
+    model.free(after)
+    assert (block.size, block.requested) == fields[:2]
+    assert_consistent(model)
 
 
 @pytest.mark.parametrize("name", ["exact", "caching"])

@@ -1,0 +1,344 @@
+"""Build the report (docs/report-format.md) from what a run recorded.
+
+The runner hands over allocator event records (anything with the attributes of `Record`),
+per-node spans and what it observed; this module turns them into the documented JSON shape:
+the columnar timeline, the peak and what was live at it, per-op rows, expectations, and the
+comparison across variants. It knows nothing about the engine.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+import secrets
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memprof import __version__
+from memprof.units import format_bytes
+
+SCHEMA_VERSION = 1
+CATEGORIES = ("input", "parameter", "activation", "gradient", "optimizer_state",
+              "saved_for_backward", "temporary", "other")
+TIMELINE_COLUMNS = ("seq", "time_s", "action", "bytes", "requested", "allocated", "reserved",
+                    "node", "op", "phase", "category", "tensor", "iteration", "storage")
+
+
+@dataclass(slots=True)
+class Record:
+    """One allocator event as the report needs it. Category and tensor may be refined after the
+    event (a free inside the same op makes its allocation `temporary`; autograd tags a storage
+    `saved_for_backward`), which is why records are mutable and shared by alloc and free.
+    """
+
+    seq: int
+    time_ns: int
+    action: str  # alloc | free | oom
+    bytes: int
+    requested: int
+    allocated: int
+    reserved: int
+    storage: int
+    node: str | None = None
+    op: str | None = None
+    phase: str | None = None
+    iteration: int | None = None
+    owner: Record | None = None  # for a free: the alloc record of the same storage
+    category: str | None = None
+    tensor: str | None = None
+    clone_of: str | None = None  # the in-place op this storage is a backward clone for
+
+    @property
+    def storage_category(self) -> str:
+        rec = self.owner or self
+        return rec.category or "other"
+
+    @property
+    def storage_tensor(self) -> str | None:
+        return (self.owner or self).tensor
+
+
+def timeline(records: Sequence[Record], t0_ns: int) -> dict[str, list]:
+    """Columnar timeline: one entry per event in every column. A free carries where it happened
+    (node, op, phase) and what was freed (category, tensor of its allocation)."""
+    cols: dict[str, list] = {c: [] for c in TIMELINE_COLUMNS}
+    for r in records:
+        cols["seq"].append(r.seq)
+        cols["time_s"].append(round((r.time_ns - t0_ns) / 1e9, 9))
+        cols["action"].append(r.action)
+        cols["bytes"].append(r.bytes)
+        cols["requested"].append(r.requested)
+        cols["allocated"].append(r.allocated)
+        cols["reserved"].append(r.reserved)
+        cols["node"].append(r.node)
+        cols["op"].append(r.op)
+        cols["phase"].append(r.phase)
+        cols["category"].append(r.storage_category)
+        cols["tensor"].append(r.storage_tensor)
+        cols["iteration"].append(r.iteration)
+        cols["storage"].append(r.storage)
+    return cols
+
+
+def peak(records: Sequence[Record], *, top: int | None = None) -> dict[str, Any]:
+    """The first event at which allocated bytes peaked, and the storages live right after it."""
+    best, index = -1, None
+    for i, r in enumerate(records):
+        if r.action != "oom" and r.allocated > best:
+            best, index = r.allocated, i
+    if index is None:
+        return {"event_index": None, "allocated_bytes": 0, "reserved_bytes": 0, "live": [],
+                "by_category": {}}
+    live: dict[int, Record] = {}
+    for r in records[: index + 1]:
+        if r.action == "alloc":
+            live[r.storage] = r
+        elif r.action == "free":
+            live.pop(r.storage, None)
+    rows = sorted(live.values(), key=lambda r: (-r.bytes, r.seq))
+    by_category: dict[str, int] = {}
+    for r in rows:
+        by_category[r.storage_category] = by_category.get(r.storage_category, 0) + r.bytes
+    entries = [{"tensor": r.tensor, "bytes": r.bytes, "category": r.storage_category,
+                "node": r.node, "op": r.op, "phase": r.phase, "iteration": r.iteration}
+               for r in (rows if top is None else rows[:top])]
+    return {
+        "event_index": index,
+        "allocated_bytes": records[index].allocated,
+        "reserved_bytes": records[index].reserved,
+        "live": entries,
+        "by_category": dict(sorted(by_category.items(), key=lambda kv: -kv[1])),
+    }
+
+
+def op_row(*, node: str, op: str | None, phase: str, iteration: int, records: Iterable[Record],
+           allocated_before: int, duration_s: float, inplace: bool, clone_bytes: int = 0,
+           module: str | None = None) -> dict[str, Any]:
+    """One row of `ops`: what one node (or phase step) allocated, freed and peaked at."""
+    alloc = freed = 0
+    peak_bytes = allocated_before
+    for r in records:
+        if r.action == "alloc":
+            alloc += r.bytes
+        elif r.action == "free":
+            freed += r.bytes
+        if r.action != "oom":
+            peak_bytes = max(peak_bytes, r.allocated)
+    row = {"node": node, "op": op, "phase": phase, "iteration": iteration,
+           "allocated_bytes": alloc, "freed_bytes": freed, "peak_bytes": peak_bytes,
+           "duration_s": round(duration_s, 9), "inplace": inplace,
+           "inplace_cost": ("clone" if clone_bytes else "free") if inplace else None,
+           "clone_bytes": clone_bytes}
+    if module is not None:
+        row["module"] = module
+    return row
+
+
+# --- expectations -----------------------------------------------------------------------------
+
+_OPS = {"==": lambda a, b: a == b, "<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b,
+        "<": lambda a, b: a < b, ">": lambda a, b: a > b}
+
+SIZE_METRICS = {
+    "peak_allocated": "peak_allocated_bytes",
+    "peak_reserved": "peak_reserved_bytes",
+    "final_allocated": "final_allocated_bytes",
+    "baseline": "baseline_bytes",
+}
+
+
+def _size_row(metric: str, op: str, expected: int, actual: int | None) -> dict[str, Any]:
+    passed = actual is not None and _OPS[op](actual, expected)
+    shown = "not measured" if actual is None else format_bytes(actual)
+    return {"metric": metric, "op": op, "expected": expected, "actual": actual, "passed": passed,
+            "message": f"{metric} {op} {format_bytes(expected)} (actual {shown})"}
+
+
+def evaluate(expect, variant: dict[str, Any], observed_values: dict[str, Any] | None = None) -> list[dict]:
+    """Check an `Expectation` (scenario model) against a built variant dict.
+
+    observed_values: for `values` expectations, tensor name -> (min, max) or an error string.
+    """
+    if expect is None:
+        return []
+    rows: list[dict] = []
+    err = variant.get("error")
+    if expect.error is not None:
+        want = expect.error
+        got_type = err["type"] if err else None
+        got_msg = err["message"] if err else ""
+        passed = got_type == want.type and (want.message is None or want.message in got_msg)
+        expected_text = want.type + (f": ...{want.message}..." if want.message else "")
+        actual_text = f"{got_type}: {got_msg}" if err else "no error"
+        rows.append({"metric": "error", "op": "matches", "expected": expected_text, "actual": actual_text,
+                     "passed": passed,
+                     "message": f"expected {expected_text}, found {actual_text}"})
+    status_want = expect.status
+    if status_want is None and expect.error is not None:
+        status_want = "oom" if expect.error.type == "OutOfMemoryError" else "error"
+    if status_want is not None:
+        actual = variant["status"]
+        rows.append({"metric": "status", "op": "==", "expected": status_want, "actual": actual,
+                     "passed": actual == status_want,
+                     "message": f"status == {status_want} (actual {actual})"})
+    for metric, key in SIZE_METRICS.items():
+        check = getattr(expect, metric)
+        if check is not None:
+            rows.append(_size_row(metric, check[0], check[1], variant.get(key)))
+    if expect.peak_over_baseline is not None:
+        op, n = expect.peak_over_baseline
+        actual = variant["peak_allocated_bytes"] - variant["baseline_bytes"]
+        rows.append(_size_row("peak_over_baseline", op, n, actual))
+    for name, value in (expect.values or {}).items():
+        obs = (observed_values or {}).get(name)
+        if isinstance(obs, tuple):
+            lo, hi = obs
+            passed = abs(lo - value) <= 1e-6 * max(1.0, abs(value)) and abs(hi - value) <= 1e-6 * max(1.0, abs(value))
+            actual = lo if lo == hi else [lo, hi]
+            shown = f"{lo:g}" if lo == hi else f"{lo:g} .. {hi:g}"
+        else:
+            passed, actual, shown = False, None, obs or "not available"
+        rows.append({"metric": f"values:{name}", "op": "==", "expected": value, "actual": actual,
+                     "passed": passed, "message": f"every element of {name} == {value:g} (actual {shown})"})
+    counts: dict[str, int] = {}
+    for w in variant.get("warnings", []):
+        counts[w["kind"]] = counts.get(w["kind"], 0) + 1
+    for kind, n in (expect.warnings or {}).items():
+        actual = counts.get(kind, 0)
+        rows.append({"metric": f"warnings:{kind}", "op": "==", "expected": n, "actual": actual,
+                     "passed": actual == n, "message": f"{kind} warnings == {n} (actual {actual})"})
+    for node, cost in (expect.inplace or {}).items():
+        costs = [r["inplace_cost"] for r in variant.get("ops", []) if r["node"] == node]
+        actual = costs[0] if costs else None
+        if any(c != actual for c in costs):
+            actual = "clone" if "clone" in costs else actual
+        rows.append({"metric": f"inplace:{node}", "op": "==", "expected": cost, "actual": actual,
+                     "passed": actual == cost,
+                     "message": f"in-place cost of node {node} == {cost} (actual {actual or 'not in place'})"})
+    return rows
+
+
+# --- the whole report -------------------------------------------------------------------------
+
+def comparison(variants: list[dict[str, Any]], baseline: str | None) -> dict[str, Any]:
+    """Peak allocated of each variant against the baseline variant: delta, ratio, saving %."""
+    if not variants:
+        return {"baseline": None, "rows": []}
+    names = [v["name"] for v in variants]
+    if baseline not in names:
+        baseline = names[0]
+    base = variants[names.index(baseline)]
+    b_peak = base["peak_allocated_bytes"]
+    b_time = base["duration_s"]
+    rows = []
+    for v in variants:
+        p = v["peak_allocated_bytes"]
+        delta = p - b_peak
+        rows.append({
+            "variant": v["name"], "status": v["status"], "is_baseline": v["name"] == baseline,
+            "peak_allocated_bytes": p, "delta_bytes": delta,
+            "ratio": round(p / b_peak, 6) if b_peak else None,
+            "saving_pct": round(-100.0 * delta / b_peak, 3) if b_peak else None,
+            "peak_reserved_bytes": v["peak_reserved_bytes"],
+            "reserved_delta_bytes": v["peak_reserved_bytes"] - base["peak_reserved_bytes"],
+            "duration_s": v["duration_s"],
+            "duration_ratio": round(v["duration_s"] / b_time, 4) if b_time else None,
+        })
+    return {"baseline": baseline, "rows": rows}
+
+
+def overall_status(variants: list[dict[str, Any]]) -> str:
+    """failed: a variant errored without expecting to; expectation_failed: a check failed."""
+    for v in variants:
+        if v["status"] != "ok" and not any(e["metric"] in ("error", "status") and e["passed"]
+                                           for e in v["expectations"]):
+            return "failed"
+    if any(not e["passed"] for v in variants for e in v["expectations"]):
+        return "expectation_failed"
+    return "ok"
+
+
+def make_run_id(name: str, when: _dt.datetime) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:60] or "scenario"
+    return f"{when.strftime('%Y%m%dT%H%M%SZ')}-{slug}-{secrets.token_hex(3)}"
+
+
+def environment(device: str, backend: str, allocator: str) -> dict[str, Any]:
+    import numpy
+
+    cupy_version = None
+    if "cupy" in sys.modules:
+        cupy_version = getattr(sys.modules["cupy"], "__version__", None)
+    return {
+        "device": device, "backend": backend, "allocator": allocator,
+        "python": platform.python_version(), "numpy": numpy.__version__, "cupy": cupy_version,
+        "platform": platform.platform(), "git_commit": git_commit(),
+    }
+
+
+def git_commit(start: str | os.PathLike = ".") -> str | None:
+    """HEAD's commit hash read from .git (no subprocess), or None outside a repository."""
+    try:
+        here = os.path.abspath(start)
+        while True:
+            git = os.path.join(here, ".git")
+            if os.path.isdir(git):
+                break
+            parent = os.path.dirname(here)
+            if parent == here:
+                return None
+            here = parent
+        with open(os.path.join(git, "HEAD"), encoding="utf-8") as fh:
+            head = fh.read().strip()
+        if not head.startswith("ref: "):
+            return head or None
+        ref = head[5:]
+        ref_path = os.path.join(git, ref)
+        if os.path.isfile(ref_path):
+            with open(ref_path, encoding="utf-8") as fh:
+                return fh.read().strip() or None
+        packed = os.path.join(git, "packed-refs")
+        if os.path.isfile(packed):
+            with open(packed, encoding="utf-8") as fh:
+                for line in fh:
+                    parts = line.split()
+                    if len(parts) == 2 and parts[1] == ref:
+                        return parts[0]
+        return None
+    except OSError:
+        return None
+
+
+@dataclass
+class ScenarioInfo:
+    name: str
+    description: str
+    path: str
+    sha256: str
+    warnings: list[str] = field(default_factory=list)
+
+
+def assemble(scenario: ScenarioInfo, env: dict[str, Any], variants: list[dict[str, Any]],
+             baseline: str | None, *, created: _dt.datetime | None = None) -> dict[str, Any]:
+    """The whole report (schema_version 1)."""
+    created = created or _dt.datetime.now(_dt.timezone.utc)
+    comp = comparison(variants, baseline)
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "memprof", "version": __version__},
+        "run_id": make_run_id(scenario.name, created),
+        "created_at": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "scenario": {"name": scenario.name, "description": scenario.description,
+                     "path": scenario.path, "sha256": scenario.sha256,
+                     "warnings": list(scenario.warnings)},
+        "environment": env,
+        "status": overall_status(variants),
+        "baseline_variant": comp["baseline"],
+        "variants": variants,
+        "comparison": comp,
+    }
+    return report

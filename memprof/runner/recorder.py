@@ -1,0 +1,91 @@
+"""The runner's allocator observer: every event becomes a `Record` attributed to its node, op,
+phase, iteration, category and tensor name; a free inside the op that allocated the storage makes
+it `temporary`; tags from autograd refine categories.
+"""
+
+from __future__ import annotations
+
+from engine.allocator import AllocEvent, MemoryObserver
+
+from memprof.reports.build import Record
+
+
+class Recorder(MemoryObserver):
+    """Collects records for one variant. The runner sets `span` to a new value for each node (or
+    optimizer step); with `per_op` on (backward), each run of events with the same engine op is
+    its own span, since one backward call runs many ops."""
+
+    def __init__(self):
+        self.records: list[Record] = []
+        self.span = 0
+        self.per_op = False
+        self._live: dict[int, tuple[Record, tuple]] = {}
+        self._op_span = 0
+        self._last_op: object = None
+
+    def _span_key(self, op) -> tuple:
+        if not self.per_op:
+            return (self.span, 0)
+        if op != self._last_op:
+            self._op_span += 1
+            self._last_op = op
+        return (self.span, self._op_span)
+
+    def on_alloc(self, ev: AllocEvent) -> None:
+        ctx = ev.context
+        op = ctx.get("op")
+        rec = Record(ev.seq, ev.time_ns, "alloc", ev.bytes, ev.requested, ev.allocated, ev.reserved,
+                     ev.storage_id, ctx.get("node"), op, ctx.get("phase"), ctx.get("iteration"),
+                     None, ctx.get("category"), ctx.get("tensor"))
+        self.records.append(rec)
+        self._live[ev.storage_id] = (rec, self._span_key(op))
+
+    def on_free(self, ev: AllocEvent) -> None:
+        ctx = ev.context
+        op = ctx.get("op")
+        entry = self._live.pop(ev.storage_id, None)
+        owner = None
+        key = self._span_key(op)
+        if entry is not None:
+            owner, span = entry
+            if span == key and owner.phase == ctx.get("phase"):
+                owner.category = "temporary"
+        self.records.append(Record(ev.seq, ev.time_ns, "free", ev.bytes, ev.requested, ev.allocated,
+                                   ev.reserved, ev.storage_id, ctx.get("node"), op, ctx.get("phase"),
+                                   ctx.get("iteration"), owner))
+
+    def on_oom(self, ev: AllocEvent) -> None:
+        ctx = ev.context
+        self.records.append(Record(ev.seq, ev.time_ns, "oom", ev.bytes, ev.requested, ev.allocated,
+                                   ev.reserved, ev.storage_id, ctx.get("node"), ctx.get("op"),
+                                   ctx.get("phase"), ctx.get("iteration"), None,
+                                   ctx.get("category"), ctx.get("tensor")))
+
+    def on_tag(self, storage_id: int, key: str, value) -> None:
+        entry = self._live.get(storage_id)
+        if entry is None:
+            return
+        rec = entry[0]
+        if key == "category":
+            rec.category = value
+        elif key == "inplace_clone":
+            rec.clone_of = value
+            rec.category = "saved_for_backward"
+
+    # --- naming storages after the fact ---------------------------------------------------------
+    def name_storage(self, storage_id: int, tensor: str, category: str | None = None) -> bool:
+        """Give a live storage its scenario name (e.g. `fc1.weight`, `fc1.weight.grad`)."""
+        entry = self._live.get(storage_id)
+        if entry is None:
+            return False
+        entry[0].tensor = tensor
+        if category is not None:
+            entry[0].category = category
+        return True
+
+    def is_live(self, storage_id: int) -> bool:
+        return storage_id in self._live
+
+    def live_tensor_name(self, storage_id: int) -> str | None:
+        entry = self._live.get(storage_id)
+        return entry[0].tensor if entry else None

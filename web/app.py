@@ -1,0 +1,205 @@
+"""Builds the dashboard: JSON API routers, HTML pages, static files, and the guards around them.
+
+    app = create_app("memprof-runs", "scenarios")     # then: uvicorn.run(app)
+
+Nothing a page loads comes from outside the server: plotly.js is served from the installed
+plotly package, and the Content-Security-Policy header forbids any other origin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memprof import __version__
+from memprof.reports.html import TEMPLATES_DIR, plotly_js_path, template_environment
+from web.cache import RunCache, UnreadableReport
+from web.jobs import JobManager, Runner
+from web.routers import jobs, pages, runs, scenarios, timeline
+from web.scenario_files import ScenarioFolder
+
+HERE = Path(__file__).parent
+MAX_BODY_BYTES = 64 * 1024
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+
+def create_app(
+    runs_dir: str | Path = "memprof-runs",
+    scenarios_dir: str | Path = "scenarios",
+    *,
+    allowed_hosts: Iterable[str] | None = None,
+    runner: Runner | None = None,
+    warm_cache: bool = True,
+) -> FastAPI:
+    """The dashboard over `runs_dir`, able to run the scenario files under `scenarios_dir`.
+
+    `allowed_hosts` limits the Host header (`memprof serve` passes the loopback names when it
+    listens on loopback, so other sites cannot reach it through DNS rebinding); `runner`
+    replaces memprof.runner.run_scenario; `warm_cache` parses the reports in the background at
+    startup so the first page is fast.
+    """
+    cache = RunCache(runs_dir)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if warm_cache:
+            threading.Thread(target=_warm, args=(cache,), name="memprof-warm", daemon=True).start()
+        yield
+
+    app = FastAPI(
+        title="memprof dashboard",
+        version=__version__,
+        description="Runs, allocation timelines and peaks of memprof reports.",
+        docs_url=None,  # the Swagger and ReDoc pages load scripts from a CDN
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.cache = cache
+    app.state.scenarios = ScenarioFolder(Path(scenarios_dir))
+    app.state.jobs = JobManager(runs_dir, runner=runner)
+    app.state.templates = Jinja2Templates(env=template_environment([HERE / "templates"]))
+
+    for module in (runs, timeline, jobs, scenarios, pages):
+        app.include_router(module.router)
+    _add_assets(app)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if request.url.path.startswith("/api") or "text/html" not in request.headers.get(
+            "accept", ""
+        ):
+            return await http_exception_handler(request, exc)
+        return request.app.state.templates.TemplateResponse(
+            request,
+            "error.html",
+            {"status_code": exc.status_code, "detail": exc.detail},
+            status_code=exc.status_code,
+        )
+
+    @app.exception_handler(UnreadableReport)
+    async def unreadable(request: Request, exc: UnreadableReport) -> Response:
+        return JSONResponse({"detail": str(exc)}, status_code=500)
+
+    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
+    app.add_middleware(SecurityHeaders)
+    return app
+
+
+def _add_assets(app: FastAPI) -> None:
+    plotly_js = plotly_js_path()
+    cached = {"Cache-Control": "public, max-age=86400"}
+
+    @app.get("/static/plotly.min.js", include_in_schema=False)
+    def plotly() -> FileResponse:
+        return FileResponse(plotly_js, media_type="text/javascript", headers=cached)
+
+    @app.get("/static/report.css", include_in_schema=False)
+    def report_css() -> FileResponse:
+        return FileResponse(TEMPLATES_DIR / "report.css", media_type="text/css")
+
+    @app.get("/static/report.js", include_in_schema=False)
+    def report_js() -> FileResponse:
+        return FileResponse(TEMPLATES_DIR / "report.js", media_type="text/javascript")
+
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+
+
+def _warm(cache: RunCache) -> None:
+    with contextlib.suppress(Exception):  # a bad file shows up on the runs page instead
+        cache.summaries()
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class BodySizeLimit:
+    """Answer 413 to request bodies over `max_bytes`, declared or streamed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._reject(send)
+            return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            if not started:
+                await self._reject(send)
+
+    async def _reject(self, send: Send) -> None:
+        response = JSONResponse(
+            {"detail": f"request body larger than {self.max_bytes} bytes"}, status_code=413
+        )
+        await response({"type": "http"}, _no_receive, send)
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
+class SecurityHeaders:
+    """Content-Security-Policy (same origin only) and friends on every response."""
+
+    HEADERS = [
+        (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+        (b"x-content-type-options", b"nosniff"),
+        (b"referrer-policy", b"no-referrer"),
+        (b"x-frame-options", b"DENY"),
+    ]
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + self.HEADERS
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

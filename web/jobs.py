@@ -1,0 +1,198 @@
+"""Scenario runs started from the dashboard, one at a time on a background thread.
+
+A job goes queued -> running -> done (its report saved in the runs directory, `run_id` set) or
+failed (`error` set). While it runs, the runner's progress callback updates `progress` and
+`fraction`; finished jobs stay readable until `keep` newer ones push them out.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import queue
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from memprof.errors import MemprofError
+from memprof.reports.store import save_report
+
+log = logging.getLogger("memprof.web.jobs")
+
+Runner = Callable[..., dict[str, Any]]
+
+
+class QueueFull(Exception):
+    """Too many jobs are already waiting."""
+
+
+@dataclass
+class Job:
+    id: str
+    scenario: str  # path relative to the scenarios folder
+    scenario_name: str
+    variants: list[str] | None = None
+    device: str | None = None
+    allocator: str | None = None
+    status: str = "queued"  # queued | running | done | failed
+    fraction: float = 0.0
+    message: str = "waiting for the runner"
+    progress: dict[str, Any] = field(default_factory=dict)
+    run_id: str | None = None
+    error: str | None = None
+    created_at: str = field(default_factory=lambda: _now())
+    started_at: str | None = None
+    finished_at: str | None = None
+    path: Path | None = field(default=None, repr=False)
+
+    def public(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("path")
+        return data
+
+
+class JobManager:
+    """Queue scenario runs and run them in order on one daemon thread (Ctrl-C never waits)."""
+
+    def __init__(
+        self,
+        runs_dir: str | Path,
+        *,
+        runner: Runner | None = None,
+        keep: int = 100,
+        max_queued: int = 16,
+    ):
+        self.runs_dir = Path(runs_dir)
+        self._runner = runner
+        self._keep = keep
+        self._max_queued = max_queued
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[Job] = queue.Queue()
+        self._worker: threading.Thread | None = None
+
+    @property
+    def runner_available(self) -> bool:
+        return self._runner is not None or importlib.util.find_spec("memprof.runner") is not None
+
+    def submit(
+        self,
+        path: Path,
+        scenario_id: str,
+        scenario_name: str,
+        *,
+        variants: list[str] | None = None,
+        device: str | None = None,
+        allocator: str | None = None,
+    ) -> dict[str, Any]:
+        """Queue a run of the scenario file at `path`; returns the job's public fields."""
+        with self._lock:
+            waiting = sum(1 for j in self._jobs.values() if j.status == "queued")
+            if waiting >= self._max_queued:
+                raise QueueFull(f"{waiting} runs are already waiting; try again later")
+            job = Job(
+                id=uuid.uuid4().hex[:12],
+                scenario=scenario_id,
+                scenario_name=scenario_name,
+                variants=variants,
+                device=device,
+                allocator=allocator,
+                path=path,
+            )
+            self._jobs[job.id] = job
+            self._forget_old()
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(
+                    target=self._work, name="memprof-jobs", daemon=True
+                )
+                self._worker.start()
+            snapshot = job.public()
+        self._queue.put(job)
+        return snapshot
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            return job.public() if job else None
+
+    def list(self) -> list[dict[str, Any]]:
+        """All remembered jobs, newest first."""
+        with self._lock:
+            return [j.public() for j in reversed(self._jobs.values())]
+
+    def _forget_old(self) -> None:
+        finished = [j.id for j in self._jobs.values() if j.status in ("done", "failed")]
+        for job_id in finished[: max(0, len(self._jobs) - self._keep)]:
+            del self._jobs[job_id]
+
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                self._run(job)
+            finally:
+                self._queue.task_done()
+
+    def _run(self, job: Job) -> None:
+        self._update(job, status="running", started_at=_now(), message="starting")
+        try:
+            run_scenario = self._runner or _import_runner()
+            report = run_scenario(
+                job.path,
+                variants=job.variants,
+                device=job.device,
+                allocator=job.allocator,
+                progress=lambda event: self._on_progress(job, event),
+            )
+            save_report(report, self.runs_dir)
+        except MemprofError as exc:
+            self._fail(job, str(exc))
+        except Exception as exc:  # the job reports it; the server keeps serving
+            log.exception("scenario run %s failed", job.scenario)
+            self._fail(job, f"{type(exc).__name__}: {exc}")
+        else:
+            self._update(
+                job,
+                status="done",
+                fraction=1.0,
+                run_id=report["run_id"],
+                message=f"finished: run {report['run_id']} ({report.get('status', 'ok')})",
+                finished_at=_now(),
+            )
+
+    def _on_progress(self, job: Job, event: dict[str, Any]) -> None:
+        total = max(int(event.get("total") or 1), 1)
+        index = int(event.get("index") or 0)
+        done = event.get("stage") == "done"
+        name = event.get("variant", "?")
+        self._update(
+            job,
+            progress=dict(event),
+            fraction=min(1.0, (index + (1 if done else 0)) / total),
+            message=f"variant {name} ({index + 1} of {total}) {'done' if done else 'running'}",
+        )
+
+    def _fail(self, job: Job, error: str) -> None:
+        self._update(job, status="failed", error=error, message="failed", finished_at=_now())
+
+    def _update(self, job: Job, **fields: Any) -> None:
+        with self._lock:
+            for key, value in fields.items():
+                setattr(job, key, value)
+
+
+def _import_runner() -> Runner:
+    try:
+        from memprof.runner import run_scenario
+    except ImportError as exc:
+        raise MemprofError(f"this installation cannot run scenarios: {exc}") from None
+    return run_scenario
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

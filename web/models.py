@@ -1,0 +1,125 @@
+"""Request and response bodies of the JSON API (they make up /openapi.json)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+Option = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+
+
+class Message(BaseModel):
+    detail: str
+
+
+class VariantSummary(BaseModel):
+    name: str
+    status: str
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    events: int
+    warnings: int
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    created_at: str | None
+    scenario: str | None
+    description: str | None
+    status: str = Field(description="ok | failed | expectation_failed, or unreadable")
+    baseline_variant: str | None
+    variants: list[VariantSummary]
+    warnings: int = Field(description="warnings of all variants together")
+    error: str | None = Field(None, description="why the file could not be read")
+
+
+class Report(BaseModel):
+    """A run's report; see docs/report-format.md for every field."""
+
+    model_config = ConfigDict(extra="allow")
+    schema_version: int
+    run_id: str
+    created_at: str
+    scenario: dict[str, Any]
+    environment: dict[str, Any]
+    status: str
+    baseline_variant: str | None = None
+    variants: list[dict[str, Any]]
+    comparison: dict[str, Any] | None = None
+
+
+class Sample(BaseModel):
+    event_index: int
+    time_s: float
+    allocated_bytes: int
+    reserved_bytes: int
+    node: str | None
+    op: str | None
+    tensor: str | None
+
+
+class TimelineSeries(BaseModel):
+    """A reduced timeline: lists of one entry per kept event, plus where the peak is."""
+
+    run_id: str
+    variant: str
+    total_events: int
+    start: int = Field(description="first event index of the window")
+    end: int = Field(description="last event index of the window (inclusive)")
+    max_points: int
+    reduced: bool = Field(description="whether events were dropped to fit max_points")
+    peak: Sample = Field(description="the whole timeline's peak (first time it is reached)")
+    window_peak: Sample = Field(description="the highest allocated sample inside the window")
+    index: list[int]
+    time_s: list[float]
+    allocated: list[int]
+    reserved: list[int]
+    action: list[str | None]
+    bytes: list[int]
+    node: list[str | None]
+    op: list[str | None]
+    tensor: list[str | None]
+    phase: list[str | None]
+    category: list[str | None]
+    categories: dict[str, list[int]] = Field(
+        description="live bytes per category at each kept event (they stack to allocated)"
+    )
+
+
+class ScenarioInfo(BaseModel):
+    id: str = Field(description="path relative to the scenarios folder; POST it to /api/runs")
+    name: str
+    description: str
+    variants: list[str]
+    error: str | None
+    size_bytes: int
+
+
+class RunRequest(BaseModel):
+    """Run a scenario of the scenarios folder in the background."""
+
+    model_config = ConfigDict(extra="forbid")
+    scenario: Name = Field(description="its id (path relative to the scenarios folder) or name")
+    variants: list[Name] | None = Field(None, max_length=64, description="default: all")
+    device: Option | None = None
+    allocator: Option | None = None
+
+
+class JobInfo(BaseModel):
+    id: str
+    scenario: str
+    scenario_name: str
+    variants: list[str] | None
+    device: str | None
+    allocator: str | None
+    status: Literal["queued", "running", "done", "failed"]
+    fraction: float = Field(description="0 to 1")
+    message: str
+    progress: dict[str, Any] = Field(description="the runner's last progress event")
+    run_id: str | None = Field(description="the saved run, once done")
+    error: str | None
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
