@@ -12,6 +12,7 @@ import heapq
 import sys
 
 from engine.autograd.function import _MAX_SEQ, Function, gradient_edge
+from engine.allocator.tracked import set_op
 from engine.autograd.grad_mode import STATE
 from engine.tensor import Tensor
 
@@ -198,17 +199,21 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
             retained = getattr(node, "retained", None)
             if retained:
                 _retain_grads(retained, grads)
-            if len(grads) == 1:
-                g = grads[0]
-                del grads
-                if g is None:
-                    out = (None,) * len(node.next_functions)
+            prev_op = set_op(node.name())  # backward allocations are attributed to their node
+            try:
+                if len(grads) == 1:
+                    g = grads[0]
+                    del grads
+                    if g is None:
+                        out = (None,) * len(node.next_functions)
+                    else:
+                        out = node.backward(g)
+                        del g
                 else:
-                    out = node.backward(g)
-                    del g
-            else:
-                out = node.backward(*grads)
-                del grads
+                    out = node.backward(*grads)
+                    del grads
+            finally:
+                set_op(prev_op)
             if not retain_graph:
                 node.release_saved()
             for i, edge in enumerate(node.next_functions):
@@ -226,7 +231,10 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
                 if deps[nxt] == 0:
                     heapq.heappush(ready, (-nxt.sequence_nr, counter, nxt))
                     counter += 1
+            # `buf` is the last edge's gradient list: left bound it would pin that gradient, and
+            # AccumulateGrad would copy it instead of taking it over (the bias of every Linear).
             del out
+            buf = None
     finally:
         STATE.enabled = prev
 

@@ -193,6 +193,11 @@ def evaluate(expect, variant: dict[str, Any], observed_values: dict[str, Any] | 
         op, n = expect.peak_over_baseline
         actual = variant["peak_allocated_bytes"] - variant["baseline_bytes"]
         rows.append(_size_row("peak_over_baseline", op, n, actual))
+    by_cat = variant["peak"]["by_category"]
+    for cat, (op, n) in (expect.peak_by_category or {}).items():
+        row = _size_row(f"peak_by_category:{cat}", op, n, by_cat.get(cat, 0))
+        row["message"] = f"{cat} at the peak {op} {format_bytes(n)} (actual {format_bytes(by_cat.get(cat, 0))})"
+        rows.append(row)
     for name, value in (expect.values or {}).items():
         obs = (observed_values or {}).get(name)
         if isinstance(obs, tuple):
@@ -233,7 +238,7 @@ def comparison(variants: list[dict[str, Any]], baseline: str | None) -> dict[str
         baseline = names[0]
     base = variants[names.index(baseline)]
     b_peak = base["peak_allocated_bytes"]
-    b_time = base["duration_s"]
+    b_time = base["program_duration_s"]
     rows = []
     for v in variants:
         p = v["peak_allocated_bytes"]
@@ -242,11 +247,12 @@ def comparison(variants: list[dict[str, Any]], baseline: str | None) -> dict[str
             "variant": v["name"], "status": v["status"], "is_baseline": v["name"] == baseline,
             "peak_allocated_bytes": p, "delta_bytes": delta,
             "ratio": round(p / b_peak, 6) if b_peak else None,
-            "saving_pct": round(-100.0 * delta / b_peak, 3) if b_peak else None,
+            "saving_pct": round(-100.0 * delta / b_peak, 3) + 0.0 if b_peak else None,
             "peak_reserved_bytes": v["peak_reserved_bytes"],
             "reserved_delta_bytes": v["peak_reserved_bytes"] - base["peak_reserved_bytes"],
             "duration_s": v["duration_s"],
-            "duration_ratio": round(v["duration_s"] / b_time, 4) if b_time else None,
+            "program_duration_s": v["program_duration_s"],
+            "program_duration_ratio": round(v["program_duration_s"] / b_time, 4) if b_time else None,
         })
     return {"baseline": baseline, "rows": rows}
 

@@ -9,6 +9,7 @@ The timeline takes a reduced series (see memprof/reports/reduce.py), never the r
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,11 +34,13 @@ PHASE_COLORS = {
     "forward": "#3b82f6",
     "backward": "#f59e0b",
     "optimizer": "#10b981",
+    "release": "#a855f7",
 }
 ALLOCATED_COLOR = "#1f2937"
 RESERVED_COLOR = "#6b7280"
 PEAK_COLOR = "#d62728"
 SERIES_COLORS = ("#2563eb", "#dc2626", "#059669", "#7c3aed")  # overlays in the compare view
+FEW_POINTS = 200  # draw the samples as dots too, or a one-event timeline shows nothing
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 
 # --------------------------------------------------------------------------------------------
@@ -54,9 +57,17 @@ def timeline_figure(
     """Allocated bytes stacked by category, the allocated and reserved totals, the peak marked
     and phases (forward, backward, optimizer) as bands. `x` is "index" (event index) or "time".
 
-    Hovering a point shows the event there: action, bytes, tensor, node and op.
+    Hovering a point shows the event there: action, bytes, tensor, node and op. Lines are
+    steps (memory stays put between events); on the index axis the last step is drawn to
+    `end + 1`, so a timeline of one event still shows its bytes.
     """
     xs = series["index"] if x == "index" else series["time_s"]
+    tail = 1 if x == "index" else 0  # the repeated last sample that closes the last step
+
+    def closed(values: list[Any]) -> list[Any]:
+        return values + values[-1:] * tail
+
+    xs_drawn = xs + [series["end"] + 1] * tail
     data: list[dict[str, Any]] = []
     for category, ys in series["categories"].items():
         color = CATEGORY_COLORS.get(category, CATEGORY_COLORS["other"])
@@ -65,14 +76,13 @@ def timeline_figure(
                 "type": "scatter",
                 "mode": "lines",
                 "name": category,
-                "x": xs,
-                "y": ys,
+                "x": xs_drawn,
+                "y": closed(ys),
                 "stackgroup": "live",
-                "line": {"width": 0.5, "color": color},
+                "line": {"width": 0.5, "color": color, "shape": "hv"},
                 "fillcolor": _rgba(color, 0.6),
-                "customdata": [format_bytes(v) for v in ys],
+                "customdata": closed([format_bytes(v) for v in ys]),
                 "hovertemplate": f"{category}: %{{customdata}}<extra></extra>",
-                "legendgroup": "categories",
             }
         )
     events = [
@@ -101,12 +111,13 @@ def timeline_figure(
     data.append(
         {
             "type": "scatter",
-            "mode": "lines",
             "name": "allocated",
-            "x": xs,
-            "y": series["allocated"],
-            "line": {"width": 1.6, "color": ALLOCATED_COLOR},
-            "customdata": events,
+            "x": xs_drawn,
+            "y": closed(series["allocated"]),
+            "mode": "lines+markers" if len(xs) <= FEW_POINTS else "lines",
+            "marker": {"size": [5] * len(xs) + [0] * tail, "color": ALLOCATED_COLOR},
+            "line": {"width": 1.6, "color": ALLOCATED_COLOR, "shape": "hv"},
+            "customdata": closed(events),
             "hovertemplate": (
                 "<b>allocated %{customdata[0]}</b><br>"
                 "%{customdata[1]} %{customdata[2]} · tensor %{customdata[3]}<br>"
@@ -120,10 +131,10 @@ def timeline_figure(
             "type": "scatter",
             "mode": "lines",
             "name": "reserved",
-            "x": xs,
-            "y": series["reserved"],
-            "line": {"width": 1.2, "color": RESERVED_COLOR, "dash": "dash"},
-            "customdata": [format_bytes(v) for v in series["reserved"]],
+            "x": xs_drawn,
+            "y": closed(series["reserved"]),
+            "line": {"width": 1.2, "color": RESERVED_COLOR, "dash": "dash", "shape": "hv"},
+            "customdata": closed([format_bytes(v) for v in series["reserved"]]),
             "hovertemplate": "reserved %{customdata}<extra></extra>",
         }
     )
@@ -175,7 +186,7 @@ def timeline_figure(
     shapes, labels = _phase_bands(series, list(phases), x)
     annotations.extend(labels)
     top = max(peak["allocated_bytes"], max(series["reserved"]))
-    layout = _base_layout(title, height=440)
+    layout = _base_layout(title, height=460)
     layout.update(
         {
             "hovermode": "x unified",
@@ -183,17 +194,26 @@ def timeline_figure(
                 "title": {"text": "event index" if x == "index" else "time (s)"},
                 "showgrid": False,
                 "zeroline": False,
+                **({"dtick": 1} if x == "index" and series["end"] - series["start"] < 10 else {}),
             },
             "yaxis": {**byte_axis(top), "title": {"text": "bytes"}},
             "shapes": shapes,
             "annotations": annotations,
-            "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+            "margin": {"l": 70, "r": 20, "t": 28, "b": 40},
+            "legend": {
+                "orientation": "h",
+                "x": 0,
+                "y": -0.14,
+                "yanchor": "top",
+                "traceorder": "normal",
+            },
             "meta": {
                 "x": x,
                 "start": series["start"],
                 "end": series["end"],
                 "total_events": series["total_events"],
                 "reduced": series["reduced"],
+                "points": len(xs),
             },
         }
     )
@@ -217,7 +237,7 @@ def overlay_figure(
                 "name": label,
                 "x": xs,
                 "y": series["allocated"],
-                "line": {"width": 1.6, "color": color},
+                "line": {"width": 1.6, "color": color, "shape": "hv"},
                 "customdata": [
                     [format_bytes(a), node or "-", op or "-", tensor or "-"]
                     for a, node, op, tensor in zip(
@@ -277,6 +297,7 @@ def overlay_figure(
                 "title": {"text": "event index" if x == "index" else "time (s)"},
                 "showgrid": False,
                 "zeroline": False,
+                **({"dtick": 1} if x == "index" and series["end"] - series["start"] < 10 else {}),
             },
             "yaxis": {**byte_axis(top), "title": {"text": "allocated bytes"}},
             "annotations": annotations,
@@ -298,12 +319,10 @@ def peak_figure(report: dict[str, Any]) -> dict[str, Any]:
     allocated = [v.get("peak_allocated_bytes") or 0 for v in variants]
     reserved = [v.get("peak_reserved_bytes") or 0 for v in variants]
     colors = ["#9ca3af" if v.get("name") == baseline else "#2563eb" for v in variants]
-    savings = []
-    for v, peak in zip(variants, allocated, strict=True):
-        if v.get("name") == baseline or not base_peak:
-            savings.append("baseline" if v.get("name") == baseline else "")
-        else:
-            savings.append(saving_text(peak, base_peak))
+    savings = [
+        "baseline" if v.get("name") == baseline else comparable_saving(v, base_peak)
+        for v in variants
+    ]
     data = [
         {
             "type": "bar",
@@ -352,7 +371,11 @@ def peak_figure(report: dict[str, Any]) -> dict[str, Any]:
             "bargap": 0.35,
             "margin": {"l": 70, "r": 20, "t": 30, "b": 70},
             "yaxis": {**byte_axis(max([*allocated, *reserved, 1]) * 1.12)},
-            "xaxis": {"tickfont": {"size": 12}},
+            # a lone pair of bars would fill the chart: leave room around few variants
+            "xaxis": {
+                "tickfont": {"size": 12},
+                **({"range": [-0.9, len(names) - 0.1]} if len(names) <= 2 else {}),
+            },
             "annotations": annotations,
             "legend": {"orientation": "h", "y": 1.04, "yanchor": "bottom", "x": 0},
         }
@@ -364,6 +387,7 @@ def live_by_category_figure(variant: dict[str, Any]) -> dict[str, Any]:
     """What is live at the peak, per category (largest first)."""
     by_category = (variant.get("peak") or {}).get("by_category") or {}
     items = sorted(by_category.items(), key=lambda kv: -kv[1])
+    labels = [c for c, _ in items]
     total = sum(b for _, b in items) or 1
     data = [
         {
@@ -383,7 +407,7 @@ def live_by_category_figure(variant: dict[str, Any]) -> dict[str, Any]:
     layout.update(
         {
             "showlegend": False,
-            "margin": {"l": 130, "r": 20, "t": 10, "b": 40},
+            "margin": {"l": _label_margin(labels), "r": 20, "t": 10, "b": 40},
             "xaxis": byte_axis(max([b for _, b in items] or [1]) * 1.05),
             "yaxis": {"autorange": "reversed"},
         }
@@ -395,8 +419,8 @@ def live_by_tensor_figure(variant: dict[str, Any], top: int = 15) -> dict[str, A
     """The largest storages live at the peak, coloured by category."""
     live = ((variant.get("peak") or {}).get("live") or [])[:top]
     labels = []
-    for i, item in enumerate(live):
-        label = item.get("tensor") or f"#{i + 1} (unnamed)"
+    for item in live:
+        label = item.get("tensor") or f"<{item.get('op') or item.get('node') or 'op'} output>"
         while label in labels:
             label += " "  # plotly merges equal category labels
         labels.append(label)
@@ -425,7 +449,7 @@ def live_by_tensor_figure(variant: dict[str, Any], top: int = 15) -> dict[str, A
     layout.update(
         {
             "showlegend": False,
-            "margin": {"l": 130, "r": 20, "t": 10, "b": 40},
+            "margin": {"l": _label_margin(labels), "r": 20, "t": 10, "b": 40},
             "xaxis": byte_axis(max([item.get("bytes", 0) for item in live] or [1]) * 1.05),
             "yaxis": {"autorange": "reversed", "type": "category"},
         }
@@ -472,10 +496,10 @@ def _phase_bands(
         lo, hi = series["time_s"][0], series["time_s"][-1]
         spans = [(p, p.get("start_s"), p.get("end_s")) for p in phases]
     width = (hi - lo) or 1
-    iterations = {p.get("iteration") for p in phases}
+    iterations = {p.get("iteration") for p in phases} - {None}
     shapes, labels = [], []
-    for phase, x0, x1 in spans:
-        if x0 is None or x1 is None or x1 < lo or x0 > hi:
+    for phase, x0, x1 in spans:  # end_index is one past the phase's last event
+        if x0 is None or x1 is None or x1 <= x0 or x1 < lo or x0 > hi:
             continue
         x0, x1 = max(x0, lo), min(x1, hi)
         name = phase.get("name") or "phase"
@@ -496,20 +520,26 @@ def _phase_bands(
             }
         )
         if (x1 - x0) / width >= 0.05:
-            text = name if len(iterations) <= 1 else f"{name} {phase.get('iteration')}"
+            number = phase.get("iteration")
+            text = name if len(iterations) <= 1 or number is None else f"{name} {number}"
             labels.append(
                 {
                     "x": (x0 + x1) / 2,
                     "y": 1,
                     "xref": "x",
                     "yref": "paper",
-                    "yanchor": "top",
+                    "yanchor": "bottom",
                     "text": text,
                     "showarrow": False,
                     "font": {"size": 11, "color": color},
                 }
             )
     return shapes, labels
+
+
+def _label_margin(labels: Sequence[str]) -> int:
+    """Room for horizontal bar labels (about 7 px a character at 12 px)."""
+    return min(300, max(60, 12 + 7 * max((len(str(t)) for t in labels), default=0)))
 
 
 def _base_layout(title: str | None, *, height: int) -> dict[str, Any]:
@@ -537,7 +567,7 @@ def _variant_label(variant: dict[str, Any]) -> str:
     return name if status == "ok" else f"{name} ({status})"
 
 
-def _saving_color(text: str) -> str:
+def _saving_color(text: str) -> str:  # green for a saving, red for a cost
     if text.startswith("saves"):
         return "#047857"
     if text.startswith("costs"):
@@ -559,6 +589,15 @@ def baseline_variant(report: dict[str, Any]) -> str | None:
         if candidate in names:
             return candidate
     return names[0] if names else None
+
+
+def comparable_saving(variant: dict[str, Any], baseline_peak: int | None) -> str:
+    """The variant's saving against the baseline; none for a variant that did not finish."""
+    if not baseline_peak:
+        return ""
+    if variant.get("status", "ok") != "ok":
+        return f"not comparable ({variant.get('status')})"
+    return saving_text(variant.get("peak_allocated_bytes") or 0, baseline_peak)
 
 
 def saving_text(peak: int, baseline_peak: int) -> str:
@@ -610,8 +649,12 @@ class Table:
     total: int = 0
 
 
-def ops_table(variant: dict[str, Any], limit: int = 5000) -> Table:
-    """One row per executed node: what it allocated, freed and peaked at, and in-place cost."""
+def ops_table(variant: dict[str, Any], limit: int = 1000) -> Table:
+    """One row per executed node: what it allocated, freed and peaked at, and in-place cost.
+
+    Past `limit` rows it keeps the `limit` with the highest peak (in execution order): a long
+    training run has hundreds of thousands of rows, and the high ones are the ones to read.
+    """
     columns = [
         Column("node"),
         Column("op"),
@@ -625,9 +668,12 @@ def ops_table(variant: dict[str, Any], limit: int = 5000) -> Table:
         Column("clone", True),
     ]
     ops = variant.get("ops") or []
+    shown = ops
+    if len(ops) > limit:
+        order = sorted(range(len(ops)), key=lambda i: -(ops[i].get("peak_bytes") or 0))
+        shown = [ops[i] for i in sorted(order[:limit])]
     rows = []
-    for op in ops[:limit]:
-        cost = op.get("inplace_cost")
+    for op in shown:
         rows.append(
             [
                 _text(op.get("node")),
@@ -638,7 +684,7 @@ def ops_table(variant: dict[str, Any], limit: int = 5000) -> Table:
                 _bytes(op.get("freed_bytes")),
                 _bytes(op.get("peak_bytes")),
                 _seconds(op.get("duration_s")),
-                (cost if op.get("inplace") else "no", cost or ""),
+                _inplace_cell(op),
                 _bytes(op.get("clone_bytes")) if op.get("clone_bytes") else ("", 0),
             ]
         )
@@ -672,8 +718,8 @@ def expectations_table(variant: dict[str, Any]) -> Table:
     columns = [
         Column("metric"),
         Column("check"),
-        Column("expected", True),
-        Column("actual", True),
+        Column("expected"),
+        Column("actual"),
         Column("result"),
     ]
     rows = []
@@ -704,20 +750,34 @@ def variant_summaries(report: dict[str, Any]) -> list[dict[str, Any]]:
         cards.append(
             {
                 "name": v.get("name"),
-                "params": ", ".join(f"{k}={val}" for k, val in (v.get("params") or {}).items()),
+                "params": ", ".join(
+                    f"{k}={json.dumps(val)}" for k, val in (v.get("params") or {}).items()
+                ),
                 "status": v.get("status", "ok"),
                 "error": v.get("error"),
                 "peak_allocated": format_bytes(peak),
                 "peak_allocated_bytes": peak,
                 "peak_reserved": format_bytes(v.get("peak_reserved_bytes") or 0),
                 "baseline": is_baseline,
-                "saving": "" if is_baseline or not base_peak else saving_text(peak, base_peak),
+                "saving": "" if is_baseline else comparable_saving(v, base_peak),
                 "events": v.get("num_allocs", 0) + v.get("num_frees", 0),
                 "duration": _seconds(v.get("duration_s"))[0],
                 "warnings": len(warnings_of(v)),
             }
         )
     return cards
+
+
+def inplace_text(op: dict[str, Any]) -> str:
+    """``no``, ``yes, free`` or ``yes, paid a clone`` for an op row."""
+    if not op.get("inplace"):
+        return "no"
+    return "yes, paid a clone" if op.get("inplace_cost") == "clone" else "yes, free"
+
+
+def _inplace_cell(op: dict[str, Any]) -> tuple[str, Any]:
+    text = inplace_text(op)
+    return (text, {"no": 0, "yes, free": 1}.get(text, 2))
 
 
 def _text(value: Any) -> tuple[str, Any]:
@@ -743,7 +803,9 @@ def _seconds(value: Any) -> tuple[str, Any]:
 
 
 def _maybe_bytes(metric: Any, value: Any) -> tuple[str, Any]:
+    """Expectation values are bytes except for these metrics (docs/report-format.md)."""
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if is_number and any(w in str(metric) for w in ("allocated", "reserved", "bytes")):
+    not_bytes = ("status", "error", "values:", "warnings:", "inplace:")
+    if is_number and not str(metric).startswith(not_bytes):
         return _bytes(value)
     return _text(value)

@@ -97,16 +97,21 @@ def variant_view(
 
 
 def timeline_note(series: dict[str, Any] | None) -> str:
+    """What the timeline shows: every event, or which of them."""
     if not series:
         return "No allocator events were recorded."
     shown = len(series["index"])
     window = series["end"] - series["start"] + 1
+    how = (
+        "the lowest and highest allocated and reserved bytes of each stretch of events, "
+        "with the exact peak kept."
+    )
+    if window < series["total_events"]:
+        where = f"Events {series['start']:,} to {series['end']:,} of {series['total_events']:,}"
+        return f"{where}: {shown:,} of them shown, {how}" if series["reduced"] else f"{where}."
     if series["reduced"]:
-        return (
-            f"{shown:,} of {window:,} events shown: the lowest and highest allocated and "
-            "reserved bytes of each stretch of events, with the exact peak kept."
-        )
-    return f"All {window:,} events."
+        return f"{shown:,} of {window:,} events shown: {how}"
+    return "1 event." if window == 1 else f"All {window:,} events."
 
 
 def require_report(report: Any, source: str = "report") -> dict[str, Any]:
@@ -129,12 +134,15 @@ def template_environment(extra_dirs: Iterable[str | Path] = ()):
 
     loaders = [jinja2.FileSystemLoader(str(d)) for d in extra_dirs]
     loaders.append(jinja2.FileSystemLoader(str(TEMPLATES_DIR)))
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.ChoiceLoader(loaders),
         autoescape=jinja2.select_autoescape(["html"]),
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    # figures are large: compact JSON, keys in the order they were built
+    env.policies["json.dumps_kwargs"] = {"sort_keys": False, "separators": (",", ":")}
+    return env
 
 
 def shared_asset(name: str) -> str:

@@ -68,7 +68,7 @@ class TimelineArrays:
     bytes: np.ndarray
     allocated: np.ndarray
     reserved: np.ndarray
-    signed_bytes: np.ndarray  # +bytes for an alloc, -bytes for a free
+    signed_bytes: np.ndarray  # +bytes for an alloc, -bytes for a free, 0 for an oom
     action: Labels
     node: Labels
     op: Labels
@@ -108,8 +108,11 @@ class TimelineArrays:
         )
         size = ints("bytes")
         action = Labels.encode(timeline.get("action") or [], n)
-        is_free = np.isin(action.codes, [i for i, a in enumerate(action.names) if a == "free"])
-        signed = np.where(is_free, -size, size)
+        # An alloc adds its bytes, a free removes them, an "oom" (a refused request) neither.
+        sign = np.array(
+            [1 if a == "alloc" else -1 if a == "free" else 0 for a in action.names], dtype=np.int64
+        )
+        signed = size * sign[action.codes] if timeline.get("action") else size
         return cls(
             n=n,
             time_s=time_s,

@@ -30,6 +30,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -38,6 +39,12 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             pass
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def dumps_report(report: dict[str, Any]) -> str:

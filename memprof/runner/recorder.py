@@ -6,8 +6,17 @@ it `temporary`; tags from autograd refine categories.
 from __future__ import annotations
 
 from engine.allocator import AllocEvent, MemoryObserver
+from memprof.reports.build import CATEGORIES, Record
 
-from memprof.reports.build import Record
+# Engine categories outside the report's list: module buffers (BatchNorm's running stats) are
+# module state made with the parameters.
+_ALIASES = {"buffer": "parameter"}
+
+
+def _category(value):
+    if value is None or value in CATEGORIES:
+        return value
+    return _ALIASES.get(value, "other")
 
 
 class Recorder(MemoryObserver):
@@ -23,12 +32,14 @@ class Recorder(MemoryObserver):
         self._op_span = 0
         self._last_op: object = None
 
-    def _span_key(self, op) -> tuple:
+    def _span_key(self, op) -> tuple | None:
         if not self.per_op:
             return (self.span, 0)
         if op != self._last_op:
             self._op_span += 1
             self._last_op = op
+        if op is None:  # an event outside any engine op: cannot tell which op it belongs to
+            return None
         return (self.span, self._op_span)
 
     def on_alloc(self, ev: AllocEvent) -> None:
@@ -36,7 +47,7 @@ class Recorder(MemoryObserver):
         op = ctx.get("op")
         rec = Record(ev.seq, ev.time_ns, "alloc", ev.bytes, ev.requested, ev.allocated, ev.reserved,
                      ev.storage_id, ctx.get("node"), op, ctx.get("phase"), ctx.get("iteration"),
-                     None, ctx.get("category"), ctx.get("tensor"))
+                     None, _category(ctx.get("category")), ctx.get("tensor"))
         self.records.append(rec)
         self._live[ev.storage_id] = (rec, self._span_key(op))
 
@@ -48,7 +59,7 @@ class Recorder(MemoryObserver):
         key = self._span_key(op)
         if entry is not None:
             owner, span = entry
-            if span == key and owner.phase == ctx.get("phase"):
+            if key is not None and span == key and owner.phase == ctx.get("phase"):
                 owner.category = "temporary"
         self.records.append(Record(ev.seq, ev.time_ns, "free", ev.bytes, ev.requested, ev.allocated,
                                    ev.reserved, ev.storage_id, ctx.get("node"), op, ctx.get("phase"),
@@ -59,7 +70,7 @@ class Recorder(MemoryObserver):
         self.records.append(Record(ev.seq, ev.time_ns, "oom", ev.bytes, ev.requested, ev.allocated,
                                    ev.reserved, ev.storage_id, ctx.get("node"), ctx.get("op"),
                                    ctx.get("phase"), ctx.get("iteration"), None,
-                                   ctx.get("category"), ctx.get("tensor")))
+                                   _category(ctx.get("category")), ctx.get("tensor")))
 
     def on_tag(self, storage_id: int, key: str, value) -> None:
         entry = self._live.get(storage_id)
@@ -67,7 +78,12 @@ class Recorder(MemoryObserver):
             return
         rec = entry[0]
         if key == "category":
-            rec.category = value
+            if value == "saved_for_backward" and rec.tensor is not None:
+                return  # a named activation that autograd also keeps stays an activation
+            rec.category = _category(value)
+        elif key == "saved_for_backward":
+            if value and rec.tensor is None and rec.category in (None, "activation", "gradient", "other"):
+                rec.category = "saved_for_backward"
         elif key == "inplace_clone":
             rec.clone_of = value
             rec.category = "saved_for_backward"
@@ -82,6 +98,17 @@ class Recorder(MemoryObserver):
         if category is not None:
             entry[0].category = category
         return True
+
+    def allocated_since(self, storage_id: int, index: int) -> bool:
+        """Whether a live storage was allocated at or after records[index]."""
+        entry = self._live.get(storage_id)
+        if entry is None:
+            return False
+        records = self.records
+        for i in range(len(records) - 1, index - 1, -1):
+            if records[i] is entry[0]:
+                return True
+        return False
 
     def is_live(self, storage_id: int) -> bool:
         return storage_id in self._live

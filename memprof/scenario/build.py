@@ -18,20 +18,9 @@ def resolve_device(name: str) -> str:
     """`auto` is cuda when CuPy sees a GPU, else cpu; other names pass through."""
     if name != "auto":
         return name
-    try:
-        import engine
+    from engine.device import cuda_available
 
-        available = getattr(getattr(engine, "cuda", None), "is_available", None)
-        if available is not None:
-            return "cuda" if available() else "cpu"
-    except ImportError:
-        pass
-    try:
-        import cupy
-
-        return "cuda" if cupy.cuda.runtime.getDeviceCount() > 0 else "cpu"
-    except Exception:  # no CuPy, no driver, no device: all mean cpu
-        return "cpu"
+    return "cuda" if cuda_available() else "cpu"
 
 
 def make_input(engine, spec: InputSpec, dtype_name: str, device: str):
@@ -50,7 +39,10 @@ def make_input(engine, spec: InputSpec, dtype_name: str, device: str):
             n *= s
         t = engine.arange(n, **kw).reshape(shape)
     elif init == "randint":
-        t = engine.randint(0, spec.high, shape, **kw)
+        if hasattr(engine, "randint"):
+            t = engine.randint(0, spec.high, shape, **kw)
+        else:  # uniform floats in [0, high) truncated: the same distribution
+            t = engine.rand(shape, device=device).mul_(spec.high).to(dtype)
     else:  # pragma: no cover - the model only admits the inits above
         raise ValueError(f"unknown init {init!r}")
     if spec.requires_grad:
@@ -197,7 +189,7 @@ class Bindings:
     def note_writes(self, node_id: str, tensors: list, before: list[int]) -> bool:
         """Record in-place writes of a node (inputs whose version moved); True if there were any."""
         wrote = False
-        for t, v in zip(tensors, before):
+        for t, v in zip(tensors, before, strict=True):
             if t._version != v:
                 self._writes.append((storage_key(t), t._version, node_id))
                 wrote = True

@@ -130,11 +130,7 @@ def _functional(name: str, *arg_names: str):
 
 def _scale(ts, a, inplace):
     x = ts[0]
-    return x.mul_(a["scale"]) if inplace else x.mul(a["scale"])
-
-
-def _cat(ts, a, inplace):
-    return _engine().cat(list(ts), dim=a.get("dim", 0))
+    return x.scale_(a["scale"]) if inplace else x.scale(a["scale"])
 
 
 _UNARY_INPLACE = ("relu", "sigmoid", "tanh", "exp", "log", "sin", "cos", "abs", "neg", "sqrt")
@@ -184,8 +180,6 @@ _OPS: list[OpDef] = [
     OpDef("clone", ("input",), lambda ts, a, i: ts[0].clone(), doc="a copy with its own memory"),
     OpDef("detach", ("input",), lambda ts, a, i: ts[0].detach(), doc="same memory, out of the graph"),
     OpDef("contiguous", ("input",), lambda ts, a, i: ts[0].contiguous(), doc="a contiguous copy if needed"),
-    OpDef("cat", ("tensors",), _cat, variadic=True, args=(Arg("dim", int, 0),),
-          doc="concatenate the inputs along dim"),
     OpDef("mse_loss", ("input", "target"), _functional("mse_loss", "reduction"),
           args=(Arg("reduction", Reduction, "mean"),), doc="mean squared error"),
     OpDef("cross_entropy", ("input", "target"), _functional("cross_entropy", "reduction"),
@@ -236,7 +230,7 @@ OPTIMIZERS: dict[str, tuple[Arg, ...]] = {
 }
 
 INITS = ("rand", "randn", "zeros", "ones", "empty", "full", "arange", "randint")
-DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool")
+DTYPES = ("float16", "float32", "float64", "uint8", "int32", "int64", "bool")
 
 
 def module_kwargs(args: dict) -> dict:

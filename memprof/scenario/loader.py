@@ -31,6 +31,7 @@ class Problem:
     position: Position | None
     message: str
     severity: str = "error"  # error | warning
+    kind: str | None = None  # e.g. "stale_read", for warnings the runner reports on its own
 
     def __str__(self) -> str:
         where = self.file if self.position is None else (
@@ -65,8 +66,8 @@ class Document:
             path = path[:-1]
 
     def problem(self, path: Path, message: str, *, key: bool = False,
-                severity: str = "error") -> Problem:
-        return Problem(self.file, self.position(path, key=key), message, severity)
+                severity: str = "error", kind: str | None = None) -> Problem:
+        return Problem(self.file, self.position(path, key=key), message, severity, kind)
 
 
 class ScenarioYAMLError(Exception):

@@ -38,7 +38,7 @@ Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, defer_build=True)
 
 
 # --- sizes ------------------------------------------------------------------------------------
@@ -143,8 +143,9 @@ def _module_model(mdef) -> type[BaseModel]:
 
 _MODULE_MODELS = {name: _module_model(m) for name, m in MODULES.items()}
 ModuleSpec = Annotated[Union[tuple(_MODULE_MODELS.values())], Field(discriminator="type")]
-for _m in _MODULE_MODELS.values():
-    _m.model_rebuild(_types_namespace={"ModuleSpec": ModuleSpec})
+for _name, _m in _MODULE_MODELS.items():
+    if MODULES[_name].children:  # `layers: list[ModuleSpec]` refers back to the union
+        _m.model_rebuild(_types_namespace={"ModuleSpec": ModuleSpec})
 
 
 # --- program nodes ----------------------------------------------------------------------------
@@ -275,6 +276,9 @@ class Expectation(Strict):
     baseline: SizeCheck | None = Field(None, description="inputs and parameters before the program")
     peak_over_baseline: SizeCheck | None = Field(
         None, description="peak allocated minus the baseline: what the program added")
+    peak_by_category: dict[Literal["input", "parameter", "activation", "gradient", "optimizer_state",
+                                   "saved_for_backward", "temporary", "other"], SizeCheck] | None = Field(
+        None, description="bytes of each category live at the peak, e.g. {gradient: 2 MiB}")
     error: ErrorExpectation | None = None
     values: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.grad)?$")], float] | None = Field(
         None, description="every element of the tensor (or NAME.grad) equals this number")

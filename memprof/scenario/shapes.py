@@ -58,7 +58,8 @@ def dry_run(variant, doc: Document) -> list[Problem]:
                         problems.append(doc.problem(
                             ("program", i), stale.message + (" (strict: true makes this an error)"
                                                              if spec.strict else ""),
-                            severity="error" if spec.strict and not allowed_to_fail else "warning"))
+                            severity="error" if spec.strict and not allowed_to_fail else "warning",
+                            kind="stale_read"))
                 tensors = [state.values[n] for n in node.inputs]
                 before = state.versions(tensors)
                 try:
@@ -66,7 +67,13 @@ def dry_run(variant, doc: Document) -> list[Problem]:
                 except Exception as exc:
                     if allowed_to_fail:
                         return _dedupe(problems)
-                    shown = ", ".join(describe_tensor(n, t) for n, t in zip(node.inputs, tensors))
+                    if _meta_limitation(engine, exc):
+                        problems.append(doc.problem(("program", i), (
+                            f"shapes from node {node.id!r} on are not checked: the meta device "
+                            f"cannot run it ({_error(exc)}); they are checked when it runs"),
+                            severity="warning"))
+                        return _dedupe(problems)
+                    shown = ", ".join(describe_tensor(n, t) for n, t in zip(node.inputs, tensors, strict=True))
                     what = (f"module {node.module} ({spec.modules[node.module].type})"
                             if isinstance(node, ModuleCall) else f"op {node.op}")
                     problems.append(doc.problem(
@@ -97,6 +104,11 @@ def dry_run(variant, doc: Document) -> list[Problem]:
         return _dedupe(problems)
     finally:
         alloc.set_limit(saved_limit)
+
+
+def _meta_limitation(engine, exc: BaseException) -> bool:
+    """An engine without a meta implementation of some op (not a problem of the scenario)."""
+    return isinstance(exc, (NotImplementedError, AttributeError, engine.errors.MetaDataError))
 
 
 def _is_tensor(engine, value) -> bool:

@@ -165,6 +165,13 @@ def load_scenario(
         for v in loaded:
             v.spec = v.spec.model_copy(update=update)
 
+    if any(v.spec.device == "cuda" for v in loaded):
+        from engine.device import cuda_available
+
+        if not cuda_available():
+            where = "--device cuda" if device == "cuda" else str(doc.problem(("device",), "device cuda"))
+            raise InvalidInput(f"{where}: expected a GPU that CuPy can see, found none; "
+                               f"use cpu, meta, or auto (cuda when there is a GPU)")
     meta_problems = [p for v in loaded for p in check_meta(v, doc)]
     if meta_problems:
         _fail(path, meta_problems)
@@ -221,7 +228,12 @@ def _fail(path: str, problems: list[Problem], where: dict[str, list[str]] | None
 def _merge_expect(general: Expectation | None, specific: Expectation | None) -> Expectation | None:
     if general is None or specific is None:
         return specific or general
-    merged = {**general.model_dump(exclude_unset=True), **specific.model_dump(exclude_unset=True)}
+    merged = general.model_dump(exclude_unset=True)
+    for key, value in specific.model_dump(exclude_unset=True).items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and key != "error":
+            merged[key] = {**merged[key], **value}  # per-tensor / per-category entries merge
+        else:
+            merged[key] = value
     return Expectation.model_validate(merged)
 
 

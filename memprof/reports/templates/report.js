@@ -20,6 +20,7 @@
 
   memprof.renderFigures = function (root) {
     const pending = [];
+    if (typeof Plotly === "undefined") return Promise.resolve(); // a page without charts
     (root || document).querySelectorAll("[data-figure]").forEach(function (el) {
       pending.push(memprof.renderFigure(el));
     });

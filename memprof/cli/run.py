@@ -1,0 +1,33 @@
+"""`memprof run`: run scenarios, print what the memory did, save each report for the dashboard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def run(
+    scenarios: Annotated[list[Path], typer.Argument(help="Scenario YAML files.", show_default=False)],
+    variant: Annotated[list[str] | None, typer.Option(
+        "--variant", help="Run only this variant (repeat for several).", show_default=False)] = None,
+    device: Annotated[str | None, typer.Option(
+        help="Override the scenario's device: cpu, cuda, meta or auto.", show_default=False)] = None,
+    allocator: Annotated[str | None, typer.Option(
+        help="Override the allocator model: exact or caching.", show_default=False)] = None,
+    json_out: Annotated[str | None, typer.Option(
+        "--json", help="Also write the report JSON to PATH ('-' for stdout; a list for several "
+                       "scenarios).", show_default=False)] = None,
+    out_dir: Annotated[Path, typer.Option(
+        "--out-dir", help="Runs directory where each report is saved.")] = Path("memprof-runs"),
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only failures.")] = False,
+) -> None:
+    """Run each scenario once per variant and show where the memory went and what in-place saved.
+
+    Exit code 1 when an expectation fails or a variant fails unexpectedly, 2 on invalid input.
+    """
+    from memprof.cli._runcmd import run_command
+
+    run_command(scenarios, variants=variant, device=device, allocator=allocator, json_out=json_out,
+                out_dir=out_dir, quiet=quiet)
