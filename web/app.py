@@ -80,26 +80,37 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        if request.url.path.startswith("/api") or "text/html" not in request.headers.get(
-            "accept", ""
-        ):
+        if _wants_json(request):
             return await http_exception_handler(request, exc)
-        return request.app.state.templates.TemplateResponse(
-            request,
-            "error.html",
-            {"status_code": exc.status_code, "detail": exc.detail},
-            status_code=exc.status_code,
-        )
+        return _error_page(request, exc.status_code, exc.detail)
 
     @app.exception_handler(UnreadableReport)
     async def unreadable(request: Request, exc: UnreadableReport) -> Response:
-        return JSONResponse({"detail": str(exc)}, status_code=500)
+        if _wants_json(request):
+            return JSONResponse({"detail": str(exc)}, status_code=500)
+        return _error_page(request, 500, str(exc))
 
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
     if allowed_hosts is not None:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
     app.add_middleware(SecurityHeaders)
     return app
+
+
+def _wants_json(request: Request) -> bool:
+    """API paths answer JSON; pages answer an HTML error page to browsers."""
+    return request.url.path.startswith("/api") or "text/html" not in request.headers.get(
+        "accept", ""
+    )
+
+
+def _error_page(request: Request, status_code: int, detail: str) -> Response:
+    return request.app.state.templates.TemplateResponse(
+        request,
+        "error.html",
+        {"status_code": status_code, "detail": detail},
+        status_code=status_code,
+    )
 
 
 def _add_assets(app: FastAPI) -> None:
@@ -126,10 +137,6 @@ def _warm(cache: RunCache) -> None:
         cache.summaries()
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 class BodySizeLimit:
     """Answer 413 to request bodies over `max_bytes`, declared or streamed."""
 
@@ -146,27 +153,30 @@ class BodySizeLimit:
             await self._reject(send)
             return
         received = 0
-        started = False
+        started = rejected = False
 
         async def limited_receive() -> Message:
-            nonlocal received
+            nonlocal received, rejected
+            if rejected:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _BodyTooLarge
+                if received > self.max_bytes and not started:
+                    # Answer now; the app sees a client that went away and its answer is dropped.
+                    rejected = True
+                    await self._reject(send)
+                    return {"type": "http.disconnect"}
             return message
 
-        async def tracking_send(message: Message) -> None:
+        async def guarded_send(message: Message) -> None:
             nonlocal started
+            if rejected:
+                return
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLarge:
-            if not started:
-                await self._reject(send)
+        await self.app(scope, limited_receive, guarded_send)
 
     async def _reject(self, send: Send) -> None:
         response = JSONResponse(

@@ -46,7 +46,7 @@ class LoadedRun:
 class RunCache:
     """Summaries of every run, and the most recently used runs in full."""
 
-    def __init__(self, runs_dir: str | Path, *, max_events: int = 8_000_000):
+    def __init__(self, runs_dir: str | Path, *, max_events: int = 4_000_000):
         self.runs_dir = Path(runs_dir)
         self.max_events = max_events
         self._lock = threading.Lock()

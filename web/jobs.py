@@ -107,9 +107,7 @@ class JobManager:
             self._jobs[job.id] = job
             self._forget_old()
             if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(
-                    target=self._work, name="memprof-jobs", daemon=True
-                )
+                self._worker = threading.Thread(target=self._work, name="memprof-jobs", daemon=True)
                 self._worker.start()
             snapshot = job.public()
         self._queue.put(job)

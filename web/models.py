@@ -35,21 +35,6 @@ class RunSummary(BaseModel):
     error: str | None = Field(None, description="why the file could not be read")
 
 
-class Report(BaseModel):
-    """A run's report; see docs/report-format.md for every field."""
-
-    model_config = ConfigDict(extra="allow")
-    schema_version: int
-    run_id: str
-    created_at: str
-    scenario: dict[str, Any]
-    environment: dict[str, Any]
-    status: str
-    baseline_variant: str | None = None
-    variants: list[dict[str, Any]]
-    comparison: dict[str, Any] | None = None
-
-
 class Sample(BaseModel):
     event_index: int
     time_s: float

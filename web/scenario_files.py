@@ -77,8 +77,9 @@ def _parse(rel: str, path: Path, size: int) -> ScenarioFile:
 
     stem = Path(rel).stem
     if size > MAX_SCENARIO_BYTES:
-        return ScenarioFile(rel, path, stem, error=f"larger than {MAX_SCENARIO_BYTES} bytes",
-                            size=size)
+        return ScenarioFile(
+            rel, path, stem, error=f"larger than {MAX_SCENARIO_BYTES} bytes", size=size
+        )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -100,7 +101,5 @@ def _variant_names(variants: Any) -> tuple[str, ...]:
     if isinstance(variants, dict):
         return tuple(str(k) for k in variants)
     if isinstance(variants, list):
-        return tuple(
-            str(v.get("name")) for v in variants if isinstance(v, dict) and v.get("name")
-        )
+        return tuple(str(v.get("name")) for v in variants if isinstance(v, dict) and v.get("name"))
     return ()

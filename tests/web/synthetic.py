@@ -33,12 +33,25 @@ class _Sim:
         default_factory=lambda: {
             k: []
             for k in (
-                "seq", "time_s", "action", "bytes", "requested", "allocated", "reserved",
-                "node", "op", "phase", "category", "tensor", "iteration",
+                "seq",
+                "time_s",
+                "action",
+                "bytes",
+                "requested",
+                "allocated",
+                "reserved",
+                "node",
+                "op",
+                "phase",
+                "category",
+                "tensor",
+                "iteration",
+                "storage",
             )
         }
     )
-    live: dict[str, tuple[int, str, str, str]] = field(default_factory=dict)
+    live: dict[str, tuple[int, str, str, str, int]] = field(default_factory=dict)
+    storages: int = 0
     allocated: int = 0
     reserved: int = 0
     clock: float = 0.0
@@ -49,7 +62,9 @@ class _Sim:
     ops: list[dict[str, Any]] = field(default_factory=list)
     phases: list[dict[str, Any]] = field(default_factory=list)
 
-    def _event(self, action: str, tensor: str, size: int, requested: int, category: str) -> None:
+    def _event(
+        self, action: str, tensor: str, size: int, requested: int, category: str, storage: int
+    ) -> None:
         self.clock += 1e-5 * (1 + (len(self.rows["seq"]) % 7) / 7)
         if action == "alloc":
             self.allocated += size
@@ -70,6 +85,7 @@ class _Sim:
         r["category"].append(category)
         r["tensor"].append(tensor)
         r["iteration"].append(self.iteration)
+        r["storage"].append(storage)
         if self.ops and self.ops[-1]["_open"]:
             row = self.ops[-1]
             row["allocated_bytes" if action == "alloc" else "freed_bytes"] += size
@@ -78,33 +94,56 @@ class _Sim:
     def alloc(self, tensor: str, numel: int, category: str) -> None:
         requested = numel * 4
         size = _round(requested)
-        self.live[tensor] = (size, category, self.node, self.op)
-        self._event("alloc", tensor, size, requested, category)
+        self.storages += 1
+        self.live[tensor] = (size, category, self.node, self.op, self.storages)
+        self._event("alloc", tensor, size, requested, category, self.storages)
 
     def free(self, tensor: str) -> None:
-        size, category, _, _ = self.live.pop(tensor)
-        self._event("free", tensor, size, size, category)
+        size, category, _, _, storage = self.live.pop(tensor)
+        self._event("free", tensor, size, size, category, storage)
 
     def begin_phase(self, name: str) -> None:
         self.phase = name
         self.phases.append(
-            {"name": name, "iteration": self.iteration, "start_index": len(self.rows["seq"]),
-             "start_s": self.clock}
+            {
+                "name": name,
+                "iteration": self.iteration,
+                "start_index": len(self.rows["seq"]),
+                "start_s": self.clock,
+            }
         )
 
     def end_phase(self) -> None:
         span = self.phases[-1]
-        span["end_index"] = len(self.rows["seq"]) - 1
+        span["end_index"] = len(self.rows["seq"])  # one past the last event
         span["end_s"] = self.clock
 
-    def begin_op(self, node: str, op: str, *, inplace: bool = False, cost: str | None = None,
-                 clone_bytes: int = 0) -> None:
+    def begin_op(
+        self,
+        node: str,
+        op: str,
+        *,
+        inplace: bool = False,
+        cost: str | None = None,
+        clone_bytes: int = 0,
+    ) -> None:
         self.node, self.op = node, op
         self.ops.append(
-            {"node": node, "op": op, "phase": self.phase, "iteration": self.iteration,
-             "allocated_bytes": 0, "freed_bytes": 0, "peak_bytes": self.allocated,
-             "duration_s": 0.0, "inplace": inplace, "inplace_cost": cost,
-             "clone_bytes": clone_bytes, "_open": True, "_t0": self.clock}
+            {
+                "node": node,
+                "op": op,
+                "phase": self.phase,
+                "iteration": self.iteration,
+                "allocated_bytes": 0,
+                "freed_bytes": 0,
+                "peak_bytes": self.allocated,
+                "duration_s": 0.0,
+                "inplace": inplace,
+                "inplace_cost": cost,
+                "clone_bytes": clone_bytes,
+                "_open": True,
+                "_t0": self.clock,
+            }
         )
 
     def end_op(self) -> None:
@@ -148,9 +187,13 @@ def simulate_variant(
                 sim.free(f"fc{i}.scratch{k}")
             sim.end_op()
             clone = inplace and i == 0  # the first ReLU's input is still needed: clone
-            sim.begin_op(f"act{i}", "relu", inplace=inplace,
-                         cost=("clone" if clone else "free") if inplace else None,
-                         clone_bytes=_round(act * 4) if clone else 0)
+            sim.begin_op(
+                f"act{i}",
+                "relu",
+                inplace=inplace,
+                cost=("clone" if clone else "free") if inplace else None,
+                clone_bytes=_round(act * 4) if clone else 0,
+            )
             if not inplace:  # a new output; the input stays saved for backward
                 sim.alloc(f"a{i}", act, "saved_for_backward")
             elif clone:
@@ -160,18 +203,28 @@ def simulate_variant(
             sim.end_op()
             if clone and it == 0:
                 warnings.append(
-                    {"kind": "inplace_clone", "node": f"act{i}", "other_node": None,
-                     "tensor": f"z{i}", "message": f"act{i} runs relu_ in place on z{i}, which "
-                     f"autograd still needs, so it cloned z{i} first"}
+                    {
+                        "kind": "inplace_clone",
+                        "node": f"act{i}",
+                        "other_node": None,
+                        "tensor": f"z{i}",
+                        "message": f"act{i} runs relu_ in place on z{i}, which "
+                        f"autograd still needs, so it cloned z{i} first",
+                    }
                 )
         sim.begin_op("loss", "mean")
         sim.alloc("loss", 1, "activation")
         sim.end_op()
         if inplace and layers > 1 and it == 0:
             warnings.append(
-                {"kind": "stale_read", "node": "skip", "other_node": "act1", "tensor": "z1",
-                 "message": "node skip reads z1, which node act1 overwrote in place; "
-                 "it sees act1's values"}
+                {
+                    "kind": "stale_read",
+                    "node": "skip",
+                    "other_node": "act1",
+                    "tensor": "z1",
+                    "message": "node skip reads z1, which node act1 overwrote in place; "
+                    "it sees act1's values",
+                }
             )
         sim.end_phase()
 
@@ -210,8 +263,9 @@ def simulate_variant(
     return _variant_dict(sim, name, inplace, baseline_bytes, warnings)
 
 
-def _variant_dict(sim: _Sim, name: str, inplace: bool, baseline_bytes: int,
-                  warnings: list[dict[str, Any]]) -> dict[str, Any]:
+def _variant_dict(
+    sim: _Sim, name: str, inplace: bool, baseline_bytes: int, warnings: list[dict[str, Any]]
+) -> dict[str, Any]:
     for row in sim.ops:
         row.pop("_open", None)
     variant = {
@@ -222,7 +276,10 @@ def _variant_dict(sim: _Sim, name: str, inplace: bool, baseline_bytes: int,
         "device": "cpu",
         "allocator": "caching",
         "baseline_bytes": baseline_bytes,
+        "num_ooms": 0,
+        "iterations": sim.iteration + 1,
         "duration_s": round(sim.clock, 6),
+        "program_duration_s": round(sim.clock - sim.phases[0]["end_s"], 6),
         "timeline": sim.rows,
         "phases": sim.phases,
         "ops": sim.ops,
@@ -244,11 +301,13 @@ def summarise_timeline(rows: dict[str, list]) -> dict[str, Any]:
         tensor = rows["tensor"][i]
         if rows["action"][i] == "alloc":
             live[tensor] = (rows["bytes"][i], rows["category"][i], rows["node"][i], rows["op"][i])
-        else:
+        elif rows["action"][i] == "free":
             live.pop(tensor)
     live_rows = sorted(
-        ({"tensor": t, "bytes": b, "category": c, "node": n, "op": o}
-         for t, (b, c, n, o) in live.items()),
+        (
+            {"tensor": t, "bytes": b, "category": c, "node": n, "op": o}
+            for t, (b, c, n, o) in live.items()
+        ),
         key=lambda r: (-r["bytes"], r["tensor"]),
     )
     by_category: dict[str, int] = {}
@@ -260,6 +319,7 @@ def summarise_timeline(rows: dict[str, list]) -> dict[str, Any]:
         "final_allocated_bytes": allocated[-1],
         "num_allocs": rows["action"].count("alloc"),
         "num_frees": rows["action"].count("free"),
+        "num_ooms": rows["action"].count("oom"),
         "peak": {
             "event_index": peak_index,
             "allocated_bytes": peak_value,
@@ -287,8 +347,15 @@ def make_report(
     digest = hashlib.sha256(f"{scenario}{layers}{iterations}{created_at}".encode()).hexdigest()
     run_id = run_id or f"{stamp}-{scenario}-{digest[:6]}"
     built = [
-        simulate_variant(name, inplace=(name != "out_of_place"), layers=layers,
-                         iterations=iterations, batch=batch, width=width, scratch=scratch)
+        simulate_variant(
+            name,
+            inplace=(name != "out_of_place"),
+            layers=layers,
+            iterations=iterations,
+            batch=batch,
+            width=width,
+            scratch=scratch,
+        )
         for name in variants
     ]
     baseline = variants[0]
@@ -297,26 +364,46 @@ def make_report(
     for v in built[1:]:
         peak = v["peak_allocated_bytes"]
         rows.append(
-            {"variant": v["name"], "peak_allocated_bytes": peak, "delta_bytes": peak - base_peak,
-             "ratio": peak / base_peak, "saving_pct": round(100 * (base_peak - peak) / base_peak, 3),
-             "duration_s": v["duration_s"]}
+            {
+                "variant": v["name"],
+                "peak_allocated_bytes": peak,
+                "delta_bytes": peak - base_peak,
+                "ratio": peak / base_peak,
+                "saving_pct": round(100 * (base_peak - peak) / base_peak, 3),
+                "duration_s": v["duration_s"],
+            }
         )
         v["expectations"] = [
-            {"metric": "peak_allocated", "op": "<", "expected": base_peak, "actual": peak,
-             "passed": peak < base_peak,
-             "message": f"peak_allocated < {base_peak} (actual {peak})"}
+            {
+                "metric": "peak_allocated",
+                "op": "<",
+                "expected": base_peak,
+                "actual": peak,
+                "passed": peak < base_peak,
+                "message": f"peak_allocated < {base_peak} (actual {peak})",
+            }
         ]
     return {
         "schema_version": 1,
         "tool": {"name": "memprof", "version": "0.1.0"},
         "run_id": run_id,
         "created_at": created_at,
-        "scenario": {"name": scenario, "description": f"{layers}-layer MLP training step, "
-                     f"{iterations} iteration(s)", "path": f"scenarios/{scenario}.yaml",
-                     "sha256": digest},
-        "environment": {"device": "cpu", "backend": "numpy", "allocator": "caching",
-                        "python": "3.11.7", "numpy": "2.4.6", "cupy": None,
-                        "platform": "Linux", "git_commit": None},
+        "scenario": {
+            "name": scenario,
+            "description": f"{layers}-layer MLP training step, {iterations} iteration(s)",
+            "path": f"scenarios/{scenario}.yaml",
+            "sha256": digest,
+        },
+        "environment": {
+            "device": "cpu",
+            "backend": "numpy",
+            "allocator": "caching",
+            "python": "3.11.7",
+            "numpy": "2.4.6",
+            "cupy": None,
+            "platform": "Linux",
+            "git_commit": None,
+        },
         "status": "ok",
         "baseline_variant": baseline,
         "variants": built,
@@ -329,15 +416,37 @@ def make_failed_report(**kwargs: Any) -> dict[str, Any]:
     report = make_report(**kwargs)
     variant = report["variants"][1]
     cut = len(variant["timeline"]["seq"]) // 2
-    variant["timeline"] = {k: v[: cut + 1] for k, v in variant["timeline"].items()}
-    variant.update(summarise_timeline(variant["timeline"]))
+    timeline = {k: v[: cut + 1] for k, v in variant["timeline"].items()}
+    refused = 64 * 1024  # the request that did not fit: an "oom" event changes no totals
+    for key, value in (
+        ("seq", cut + 1),
+        ("time_s", timeline["time_s"][-1] + 1e-5),
+        ("action", "oom"),
+        ("bytes", refused),
+        ("requested", refused),
+        ("allocated", timeline["allocated"][-1]),
+        ("reserved", timeline["reserved"][-1]),
+        ("node", "fc2"),
+        ("op", "matmul"),
+        ("phase", timeline["phase"][-1]),
+        ("category", "activation"),
+        ("tensor", "z2"),
+        ("iteration", 0),
+        ("storage", -1),
+    ):
+        timeline[key].append(value)
+    variant["timeline"] = timeline
+    variant.update(summarise_timeline(timeline))
     variant["phases"] = [p for p in variant["phases"] if p["start_index"] <= cut]
-    variant["phases"][-1]["end_index"] = min(variant["phases"][-1]["end_index"], cut)
+    variant["phases"][-1]["end_index"] = min(variant["phases"][-1]["end_index"], cut + 2)
     variant["ops"] = variant["ops"][: len(variant["ops"]) // 2]
     variant["expectations"] = []
     variant["status"] = "oom"
-    variant["error"] = {"type": "OutOfMemoryError", "message": "tried to allocate 64.00 KiB "
-                        "with 0 bytes free of a 1.00 MiB budget", "node": "fc2"}
+    variant["error"] = {
+        "type": "OutOfMemoryError",
+        "message": "tried to allocate 64.00 KiB with 0 bytes free of a 1.00 MiB budget",
+        "node": "fc2",
+    }
     report["status"] = "failed"
     report["comparison"]["rows"][0]["peak_allocated_bytes"] = variant["peak_allocated_bytes"]
     return report

@@ -1,0 +1,316 @@
+"""The dashboard in a real browser: `memprof serve` in a subprocess, Debian's Chromium driven by
+Playwright. Every page must draw the report's numbers, request nothing off the server and log
+no console error. Screenshots go to test-artifacts/web/.
+
+Skips only when no Chromium executable can be found (./scripts/test installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from memprof.reports.html import render_html
+from memprof.reports.store import save_report
+from memprof.units import format_bytes
+from tests.web.conftest import REPO
+from tests.web.synthetic import make_report
+from tests.web.test_cli import start_server
+
+pytestmark = pytest.mark.browser
+
+ARTIFACTS = REPO / "test-artifacts" / "web"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def find_chromium() -> str | None:
+    candidates = (
+        os.environ.get("MEMPROF_CHROMIUM"),
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+        "/usr/bin/chromium",
+    )
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = find_chromium()
+    if executable is None:
+        pytest.skip("no Chromium found (Debian: apt-get install chromium; or set MEMPROF_CHROMIUM)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:  # never downloads a browser: it uses the system one
+        chromium = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def long_report(runs_dir) -> dict:
+    """About 10,000 events: reduced on the page, so zooming asks the server for detail."""
+    report = make_report(
+        scenario="long-mlp",
+        layers=60,
+        iterations=12,
+        scratch=2,
+        created_at="2026-11-18T08:00:00Z",
+        variants=("out_of_place",),
+    )
+    save_report(report, runs_dir)
+    return report
+
+
+@pytest.fixture
+def server(runs_dir, scenarios_dir, long_report):
+    proc, url = start_server(
+        "--runs", str(runs_dir), "--scenarios", str(scenarios_dir), "--port", "0"
+    )
+    yield url.rstrip("/")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=20)
+
+
+class Watched:
+    """A page that records console errors, page errors, failed requests, and every request
+    that is not to `origin` (those are also blocked)."""
+
+    def __init__(self, browser, origin: str):
+        self.origin = origin
+        self.context = browser.new_context(
+            viewport={"width": 1400, "height": 900}, service_workers="block"
+        )
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.offsite: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.on("requestfailed", lambda r: self.errors.append(f"failed: {r.url}"))
+        self.page.route("**/*", self._route)
+
+    def _route(self, route):
+        url = route.request.url
+        if url.startswith(self.origin) or url.startswith("data:"):
+            route.continue_()
+        else:
+            self.offsite.append(url)
+            route.abort()
+
+    def open(self, path: str, *, charts: bool = True):
+        self.page.goto(self.origin + path)
+        if charts:
+            self.page.wait_for_function(
+                "() => document.body.dataset.chartsReady === 'true'", timeout=20_000
+            )
+        return self.page
+
+    def screenshot(self, name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / name
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def assert_clean(self) -> None:
+        assert self.offsite == [], "requests off the server"
+        assert self.errors == [], "console errors"
+        self.context.close()
+
+
+# What Plotly actually drew (calcdata), not what the server sent.
+DRAWN = """
+(id) => {
+  const gd = document.getElementById(id);
+  const traces = {};
+  gd._fullData.forEach((t, i) => {
+    const points = gd.calcdata[i].filter((p) => p.y !== undefined || p.s !== undefined);
+    traces[t.name] = {
+      type: t.type,
+      y: points.map((p) => (t.type === 'bar' ? p.s : p.y)),
+      x: points.map((p) => (t.type === 'bar' ? t.x[p.i] : p.x)),
+      svgPoints: gd.querySelectorAll('.plot .trace').length,
+    };
+  });
+  return {traces, meta: gd.layout.meta || null,
+          drawn: gd.querySelectorAll('.scatterlayer .trace, .barlayer .trace').length};
+}
+"""
+
+
+def test_runs_page_lists_every_run_sorts_and_filters(browser, server, runs_dir):
+    w = Watched(browser, server)
+    page = w.open("/", charts=False)
+    rows = page.locator("#runs-table tbody tr")
+    assert rows.count() == 4
+    page.locator("th", has_text="highest peak").click()  # largest first
+    peaks = page.eval_on_selector_all(
+        "#runs-table tbody tr td:nth-child(5)", "cells => cells.map(c => +c.dataset.sort)"
+    )
+    assert peaks == sorted(peaks, reverse=True)
+    w.screenshot("runs.png")
+    page.select_option("#scenario-filter", "wide-mlp")
+    assert page.locator("#runs-table tbody tr:not([hidden])").count() == 1
+    assert page.locator("#run-count").inner_text() == "1"
+    assert "scenario=wide-mlp" in page.url
+    w.assert_clean()
+
+
+def test_run_page_draws_the_reports_timeline_peak_and_live_memory(browser, server, base_report):
+    w = Watched(browser, server)
+    rid = base_report["run_id"]
+    baseline, inplace = base_report["variants"]
+    page = w.open(f"/runs/{rid}?variant=inplace")
+
+    timeline = page.evaluate(DRAWN, "timeline-chart")["traces"]
+    assert timeline["peak"]["y"] == [inplace["peak_allocated_bytes"]]
+    assert timeline["peak"]["x"] == [inplace["peak"]["event_index"]]
+    assert max(timeline["allocated"]["y"]) == inplace["peak_allocated_bytes"]
+    assert max(timeline["reserved"]["y"]) == inplace["peak_reserved_bytes"]
+    stacked = set(inplace["timeline"]["category"])
+    assert stacked <= set(timeline)
+
+    bars = page.evaluate(DRAWN, "peak-chart")["traces"]
+    assert bars["peak allocated"]["y"] == [
+        baseline["peak_allocated_bytes"],
+        inplace["peak_allocated_bytes"],
+    ]
+    assert bars["peak allocated"]["x"] == ["out_of_place", "inplace"]
+    saving = page.locator("#peak-chart .annotation-text").all_text_contents()
+    assert any(t.startswith("saves ") and "%" in t for t in saving)
+
+    by_category = page.evaluate(DRAWN, "v1-inplace-by-category")["traces"]
+    assert sum(next(iter(by_category.values()))["y"]) == inplace["peak_allocated_bytes"]
+
+    # hovering the peak names the event there: node, op, tensor, bytes
+    page.evaluate(
+        "([x]) => Plotly.Fx.hover('timeline-chart', {xval: x}, ['xy'])",
+        [inplace["peak"]["event_index"]],
+    )
+    hover = page.locator("#timeline-chart .hoverlayer").text_content()
+    i = inplace["peak"]["event_index"]
+    for text in (
+        inplace["timeline"]["node"][i],
+        inplace["timeline"]["op"][i],
+        inplace["timeline"]["tensor"][i],
+        f"allocated {format_bytes(inplace['peak_allocated_bytes'])}",
+    ):
+        assert text in hover
+
+    assert page.locator("li.warning-stale-read").count() == 1
+    assert page.locator("li.warning-inplace-clone").count() == 1
+    page.locator("#v1-inplace-ops th", has_text="peak").click()
+    peaks = page.eval_on_selector_all(
+        "#v1-inplace-ops tbody tr td:nth-child(7)", "cells => cells.map(c => +c.dataset.sort)"
+    )
+    assert peaks == sorted(peaks, reverse=True) and len(peaks) == len(inplace["ops"])
+    w.screenshot("run.png")
+
+    page = w.open(f"/runs/{rid}?variant=out_of_place&x=time")
+    timeline = page.evaluate(DRAWN, "timeline-chart")["traces"]
+    assert timeline["peak"]["y"] == [baseline["peak_allocated_bytes"]]
+    assert timeline["peak"]["x"] == [
+        baseline["timeline"]["time_s"][baseline["peak"]["event_index"]]
+    ]
+    w.screenshot("run-time-axis.png")
+    w.assert_clean()
+
+
+def test_zooming_a_reduced_timeline_fetches_the_window_from_the_server(
+    browser, server, long_report
+):
+    w = Watched(browser, server)
+    variant = long_report["variants"][0]
+    allocated = variant["timeline"]["allocated"]
+    page = w.open(f"/runs/{long_report['run_id']}")
+    before = page.evaluate(DRAWN, "timeline-chart")
+    assert before["meta"]["reduced"] is True
+    assert len(before["traces"]["allocated"]["y"]) <= 2000
+    assert before["traces"]["peak"]["y"] == [variant["peak_allocated_bytes"]]
+
+    start, end = 3000, 4500
+    with page.expect_response(lambda r: "/timeline/figure" in r.url and r.ok):
+        page.evaluate(
+            "([a, b]) => Plotly.relayout('timeline-chart', {'xaxis.range': [a, b]})", [start, end]
+        )
+    page.wait_for_function("() => document.getElementById('timeline-chart').layout.meta.start > 0")
+    after = page.evaluate(DRAWN, "timeline-chart")
+    assert (after["meta"]["start"], after["meta"]["end"]) == (start, end)
+    assert after["traces"]["allocated"]["x"][0] == start
+    drawn = after["traces"]["allocated"]
+    assert drawn["y"][:-1] == allocated[start : end + 1]  # every event now
+    assert drawn["x"][-1] == end + 1 and drawn["y"][-1] == allocated[end]  # the last step
+    assert page.locator("#timeline-note").inner_text() == (
+        f"Events {start:,} to {end:,} of {len(allocated):,}."
+    )
+    assert after["traces"]["peak"]["y"] == [max(allocated[start : end + 1])]
+    w.screenshot("run-zoomed.png")
+    w.assert_clean()
+
+
+def test_compare_page_overlays_two_variants_with_node_deltas(browser, server, base_report):
+    w = Watched(browser, server)
+    rid = base_report["run_id"]
+    page = w.open(f"/compare?a={rid}:out_of_place&b={rid}:inplace")
+    traces = page.evaluate(DRAWN, "overlay-chart")["traces"]
+    a, b = base_report["variants"]
+    assert traces["out_of_place peak"]["y"] == [a["peak_allocated_bytes"]]
+    assert traces["inplace peak"]["y"] == [b["peak_allocated_bytes"]]
+    assert max(traces["inplace"]["y"]) == b["peak_allocated_bytes"]
+    assert page.locator("#delta-table tbody tr").count() == len(a["ops"])
+    assert "saves 4.00 MiB" in page.locator(".verdict").inner_text()
+    w.screenshot("compare.png")
+    w.assert_clean()
+
+
+def _runner_available() -> bool:
+    try:
+        from memprof.runner import run_scenario  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _runner_available(), reason="memprof.runner is not importable")
+def test_a_scenario_run_from_the_browser_lands_on_its_run_page(browser, server, scenarios_dir):
+    (scenarios_dir / "relu_real.yaml").write_text((REPO / "scenarios" / "relu.yaml").read_text())
+    w = Watched(browser, server)
+    page = w.open("/scenarios", charts=False)
+    row = page.locator("#scenario-table tr", has_text="relu_real.yaml")
+    row.locator("button.run-button").click()
+    page.wait_for_selector("#job-panel:not([hidden])")
+    w.screenshot("scenario-running.png")
+    page.wait_for_url("**/runs/*", timeout=120_000)
+    page.wait_for_function("() => document.body.dataset.chartsReady === 'true'", timeout=20_000)
+    bars = page.evaluate(DRAWN, "peak-chart")["traces"]["peak allocated"]
+    assert dict(zip(bars["x"], bars["y"], strict=True)) == {
+        "inplace": 64 * 1024**2,
+        "out_of_place": 128 * 1024**2,
+    }
+    w.screenshot("scenario-run.png")
+    w.assert_clean()
+
+
+def test_the_offline_report_draws_with_no_network(browser, tmp_path, base_report):
+    path = tmp_path / "report.html"
+    path.write_text(render_html(base_report), encoding="utf-8")
+    w = Watched(browser, path.as_uri())
+    page = w.open("")
+    for i, variant in enumerate(base_report["variants"]):
+        timeline = page.evaluate(DRAWN, f"v{i}-{variant['name']}-timeline")["traces"]
+        assert timeline["peak"]["y"] == [variant["peak_allocated_bytes"]]
+    bars = page.evaluate(DRAWN, "peak-chart")["traces"]["peak allocated"]
+    assert bars["y"] == [v["peak_allocated_bytes"] for v in base_report["variants"]]
+    w.screenshot("offline-report.png")
+    w.assert_clean()

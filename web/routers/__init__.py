@@ -1,0 +1,1 @@
+"""One APIRouter per resource: runs, timeline, jobs, scenarios; and the HTML pages."""

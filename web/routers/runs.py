@@ -1,0 +1,82 @@
+"""/api/runs: the runs of the runs directory, each run's report, and starting new runs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi.responses import FileResponse, JSONResponse
+
+from memprof.reports.schema import Report
+from memprof.reports.store import report_path
+from web.deps import CacheDep, JobsDep, ScenariosDep, load_run
+from web.jobs import QueueFull
+from web.models import JobInfo, Message, RunRequest, RunSummary
+
+router = APIRouter(prefix="/api/runs", tags=["runs"])
+
+
+@router.get("", response_model=list[RunSummary])
+def list_runs(
+    cache: CacheDep,
+    scenario: Annotated[str | None, Query(max_length=200, description="only this scenario")] = None,
+) -> list[dict]:
+    """Every run, newest first: scenario, date, status, and per variant its peak and warnings."""
+    summaries = cache.summaries()
+    if scenario is not None:
+        summaries = [s for s in summaries if s["scenario"] == scenario]
+    return summaries
+
+
+@router.get("/{run_id}", response_model=Report, responses={404: {"model": Message}})
+def get_run(
+    run_id: str,
+    cache: CacheDep,
+    timeline: Annotated[
+        bool, Query(description="include each variant's event timeline (large)")
+    ] = True,
+) -> Response:
+    """The run's report as it was written (docs/report-format.md)."""
+    if timeline:
+        path = report_path(cache.runs_dir, run_id)
+        if path is None:
+            raise HTTPException(404, f"no run {run_id!r} in the runs directory")
+        return FileResponse(path, media_type="application/json")
+    return JSONResponse(load_run(cache, run_id).report)
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=JobInfo,
+    responses={
+        404: {"model": Message},
+        413: {"model": Message},
+        429: {"model": Message},
+        503: {"model": Message},
+    },
+)
+def start_run(body: RunRequest, response: Response, scenarios: ScenariosDep, jobs: JobsDep):
+    """Run a scenario of the scenarios folder in the background. Follow the job at
+    /api/jobs/{id} (the Location header) until its status is done (then it has a run_id) or
+    failed."""
+    scenario = scenarios.find(body.scenario)
+    if scenario is None:
+        raise HTTPException(404, f"no scenario {body.scenario!r} in the scenarios folder")
+    if scenario.error:
+        raise HTTPException(422, f"scenario {scenario.id!r} cannot be read: {scenario.error}")
+    if not jobs.runner_available:
+        raise HTTPException(503, "this installation has no scenario runner (memprof.runner)")
+    try:
+        job = jobs.submit(
+            scenario.path,
+            scenario.id,
+            scenario.name,
+            variants=body.variants,
+            device=body.device,
+            allocator=body.allocator,
+        )
+    except QueueFull as exc:
+        raise HTTPException(429, str(exc)) from None
+    response.headers["Location"] = f"/api/jobs/{job['id']}"
+    return job
