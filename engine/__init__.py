@@ -10,29 +10,63 @@ Public names follow PyTorch.
 True
 """
 
+import warnings as _warnings
+
 from engine import dtypes as _dtypes
 from engine.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from engine.creation import (
-    arange, as_tensor, empty, empty_like, from_numpy, full, full_like, get_generator, initial_seed,
-    manual_seed, ones, ones_like, rand, rand_like, randn, randn_like, tensor, zeros, zeros_like,
+    arange,
+    as_tensor,
+    empty,
+    empty_like,
+    from_numpy,
+    full,
+    full_like,
+    get_generator,
+    initial_seed,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randn,
+    randn_like,
+    tensor,
+    zeros,
+    zeros_like,
 )
 from engine.device import device
 from engine.dtypes import (
-    bool_, double, float, float16, float32, float64, get_default_dtype, half, int, int32, int64,
-    long, set_default_dtype, uint8,
+    bool_,
+    double,
+    float,
+    float16,
+    float32,
+    float64,
+    get_default_dtype,
+    half,
+    int,
+    int32,
+    int64,
+    long,
+    set_default_dtype,
+    uint8,
 )
 from engine.errors import MetaDataError, OutOfMemoryError
 from engine.ops import _ns as _ops
 from engine.ops.kernels import get_num_threads, set_num_threads
 from engine.tensor import Tensor, is_tensor
 
+# Like PyTorch, the engine computes inf/nan silently: numpy's floating-point RuntimeWarnings
+# from engine kernels are dropped (only those raised inside engine modules; the filter costs
+# nothing until a warning is raised).
+_warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"engine(\.|$)")
+
 globals().update(_ops)
 globals()["bool"] = bool_
 dtype = _dtypes.dtype
 
-from engine import memory  # noqa: E402
-from engine import allocator  # noqa: E402
-from engine import autograd  # noqa: E402
+from engine import allocator, autograd, memory  # noqa: E402
 
 
 def __getattr__(name):
@@ -45,5 +79,15 @@ def __getattr__(name):
         return mod
     raise AttributeError(f"module 'engine' has no attribute {name!r}")
 
+
+__all__ = [  # the names above, plus every op of the table (engine.ops._ns)
+    "MetaDataError", "OutOfMemoryError", "Tensor", "allocator", "arange", "as_tensor", "autograd",
+    "bool", "bool_", "device", "double", "dtype", "empty", "empty_like", "enable_grad", "float",
+    "float16", "float32", "float64", "from_numpy", "full", "full_like", "get_default_dtype",
+    "get_generator", "get_num_threads", "half", "initial_seed", "int", "int32", "int64",
+    "is_grad_enabled", "is_tensor", "long", "manual_seed", "memory", "no_grad", "ones",
+    "ones_like", "rand", "rand_like", "randn", "randn_like", "set_default_dtype",
+    "set_grad_enabled", "set_num_threads", "tensor", "uint8", "zeros", "zeros_like",
+] + sorted(_ops)
 
 __version__ = "0.1.0"

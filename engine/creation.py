@@ -64,7 +64,7 @@ def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return full(_size(size), 1, dtype=dtype, device=device, requires_grad=requires_grad)
+    return full(_size(size), 1, dtype=dtypes.from_any(dtype), device=device, requires_grad=requires_grad)
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -90,11 +90,12 @@ def _random(kind, size, dtype, device, requires_grad, generator):
         raise RuntimeError(f"\"{'check_uniform_bounds' if kind == 'uniform' else 'normal_kernel_cpu'}\" not implemented for '{dt.torch_tensor_name.replace('Tensor', '')}'")
     dev = as_device(device)
     t = kernels.empty(size, dt, dev)
-    fill_random_(t, kind, generator)
+    fill_random_(t, kind, generator, bump_version=False)  # a new tensor starts at version 0
     return _finish(t, requires_grad)
 
 
-def fill_random_(t: Tensor, kind: str, generator=None, low=0.0, high=1.0, mean=0.0, std=1.0) -> Tensor:
+def fill_random_(t: Tensor, kind: str, generator=None, low=0.0, high=1.0, mean=0.0, std=1.0,
+                 bump_version: bool = True) -> Tensor:
     """Fill t in place with uniform [low, high) or normal(mean, std) values (no temporaries)."""
     dev = t._device
     if dev.type == "meta":
@@ -121,7 +122,8 @@ def fill_random_(t: Tensor, kind: str, generator=None, low=0.0, high=1.0, mean=0
     if kind == "normal" and (mean != 0.0 or std != 1.0):
         xp.multiply(t._data, std, out=t._data)
         xp.add(t._data, mean, out=t._data)
-    t._storage.version += 1
+    if bump_version:
+        t._storage.version += 1
     return t
 
 

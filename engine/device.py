@@ -8,9 +8,10 @@ _TYPES = ("cpu", "cuda", "meta")
 
 
 class device:  # noqa: N801 - PyTorch's spelling
-    __slots__ = ("type", "index")
+    __slots__ = ("type", "index", "_allocator")
 
     def __init__(self, spec="cpu", index: int | None = None):
+        self._allocator = None  # this device's TrackedAllocator, looked up on first allocation
         if isinstance(spec, device):
             self.type, self.index = spec.type, spec.index
             return
@@ -40,6 +41,9 @@ class device:  # noqa: N801 - PyTorch's spelling
     def __hash__(self) -> int:
         return hash((self.type, self.index))
 
+    def __reduce__(self):  # copies and pickles carry the name, not the cached allocator
+        return (device, (str(self),))
+
     def __str__(self) -> str:
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
@@ -51,7 +55,7 @@ CPU = device("cpu")
 META = device("meta")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse_cached(spec: str) -> device:
     return device(spec)
 
@@ -74,3 +78,8 @@ def cuda_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:
         return False
+
+
+# `engine.device` names the class (as torch.device does), so the check is reachable from it too:
+# engine.device.cuda_available()
+device.cuda_available = staticmethod(cuda_available)

@@ -12,19 +12,21 @@ import math
 
 import numpy as np
 
-from engine.allocator.tracked import get_allocator
+from engine.allocator import tracked
+from engine.allocator.tracked import _storage_ids, get_allocator
 from engine.backends import cupy_module
 from engine.backends.meta import MetaArray
 from engine.errors import OutOfMemoryError
 
 _fake_addresses = itertools.count(1)
-_allocators: dict = {}
+_prod = math.prod
 
 
 def allocator_for(dev):
-    alloc = _allocators.get(dev)
+    """The TrackedAllocator of an engine.device (cached on the device object)."""
+    alloc = dev._allocator
     if alloc is None:
-        alloc = _allocators[dev] = get_allocator(dev)
+        alloc = dev._allocator = get_allocator(dev)
     return alloc
 
 
@@ -37,7 +39,10 @@ class Storage:
         if alloc is not None:
             self.allocator = None
             try:
-                alloc.release(self.block, self.id, self.epoch)
+                if alloc.observers or self.epoch != alloc.epoch:
+                    alloc.release(self.block, self.id, self.epoch)
+                else:  # TrackedAllocator.release with nobody to tell, inline
+                    alloc.model.free(self.block)
             except Exception:  # interpreter shutdown: modules may be gone
                 pass
 
@@ -49,32 +54,43 @@ class Storage:
         return self.fake_address
 
 
-def new_storage(shape: tuple, np_dtype, dev) -> Storage:
-    """Allocate a C-contiguous storage of `shape`; storage.data is the backend array."""
-    nbytes = math.prod(shape) * np_dtype.itemsize
-    alloc = allocator_for(dev)
-    block, sid, epoch = alloc.allocate(nbytes)
-    try:
-        kind = dev.type
-        if kind == "cpu":
-            data = np.empty(shape, np_dtype)
-        elif kind == "meta":
-            data = MetaArray(shape, np_dtype)
-        else:
-            from engine.allocator.cuda_hook import storage_allocation
+_new = object.__new__
 
-            cp = cupy_module()
-            with storage_allocation(), cp.cuda.Device(dev.index or 0):
-                data = cp.empty(shape, np_dtype)
-    except MemoryError:
-        alloc.release(block, sid, epoch)
-        raise OutOfMemoryError(
-            f"{dev} out of memory: the system refused {nbytes} bytes", device=str(dev), requested=nbytes
-        ) from None
-    except BaseException:
-        alloc.release(block, sid, epoch)
-        raise
-    s = Storage()
+
+def new_storage(shape: tuple, np_dtype, dev) -> Storage:
+    """Allocate a C-contiguous storage of `shape`; storage.data is the backend array.
+
+    The allocator is charged first, so an OutOfMemoryError leaves nothing behind; with tracking
+    off (engine.allocator.tracked.tracking(False)) nothing is charged at all.
+    """
+    nbytes = _prod(shape) * np_dtype.itemsize
+    kind = dev.type
+    if tracked.TRACKING:
+        alloc = dev._allocator or allocator_for(dev)
+        if alloc.observers:
+            block, sid, epoch = alloc.allocate(nbytes)
+        else:  # TrackedAllocator.allocate without observers to tell: the hot path, inline
+            sid = next(_storage_ids)
+            block = alloc.model.malloc(nbytes)
+            epoch = alloc.epoch
+    else:
+        alloc = block = None
+        sid = epoch = 0
+    if kind == "cpu":
+        try:
+            data = np.empty(shape, np_dtype)
+        except MemoryError:
+            if alloc is not None:
+                alloc.release(block, sid, epoch)
+            raise OutOfMemoryError(f"{dev} out of memory: the system refused {nbytes} bytes",
+                                   device=str(dev), requested=nbytes) from None
+        except BaseException:
+            if alloc is not None:
+                alloc.release(block, sid, epoch)
+            raise
+    else:
+        data = _other_backend(shape, np_dtype, dev, alloc, block, sid, epoch, nbytes)
+    s = _new(Storage)
     s.data = data
     s.nbytes = nbytes
     s.device = dev
@@ -83,15 +99,37 @@ def new_storage(shape: tuple, np_dtype, dev) -> Storage:
     s.epoch = epoch
     s.version = 0
     s.allocator = alloc
-    s.fake_address = (next(_fake_addresses) << 32) if dev.type == "meta" else 0
+    s.fake_address = (next(_fake_addresses) << 32) if kind == "meta" else 0
     return s
+
+
+def _other_backend(shape, np_dtype, dev, alloc, block, sid, epoch, nbytes):
+    try:
+        if dev.type == "meta":
+            return MetaArray(shape, np_dtype)
+        from engine.allocator.cuda_hook import storage_allocation
+
+        cp = cupy_module()
+        with storage_allocation(), cp.cuda.Device(dev.index or 0):
+            return cp.empty(shape, np_dtype)
+    except BaseException as exc:
+        if alloc is not None:
+            alloc.release(block, sid, epoch)
+        if type(exc).__name__ == "OutOfMemoryError" and dev.type == "cuda":
+            raise OutOfMemoryError(f"{dev} out of memory: CuPy refused {nbytes} bytes ({exc})",
+                                   device=str(dev), requested=nbytes) from None
+        raise
 
 
 def wrap_storage(array, dev) -> Storage:
     """Adopt an existing array (from_numpy / as_tensor): its bytes are charged as a new storage."""
-    alloc = allocator_for(dev)
-    block, sid, epoch = alloc.allocate(array.nbytes)
-    s = Storage()
+    if tracked.TRACKING:
+        alloc = allocator_for(dev)
+        block, sid, epoch = alloc.allocate(array.nbytes)
+    else:
+        alloc = block = None
+        sid = epoch = 0
+    s = _new(Storage)
     s.data = array
     s.nbytes = array.nbytes
     s.device = dev

@@ -19,32 +19,32 @@ from engine.storage import Storage
 
 
 class Tensor:
-    __slots__ = (
-        "_data", "_storage", "_dtype", "_device", "_base", "_view_fn", "_view_meta",
-        "requires_grad", "_grad", "_grad_fn", "_output_nr", "_retains_grad", "_grad_fn_version",
-        "name", "__weakref__", "__dict__",
-    )
+    # The hot fields are slots; rarely set ones (views, multi-output nodes, retain_grad, names)
+    # fall back to the class defaults below until a tensor sets its own (in its __dict__).
+    __slots__ = ("_data", "_storage", "_dtype", "_device", "_base", "requires_grad", "_grad",
+                 "_grad_fn", "__weakref__", "__dict__")
+
+    _view_fn = None  # view: rebuilds this view from its root base (used by CopySlices)
+    _view_meta = None  # view: None, "no_grad", or ("multi", output index, node name)
+    _output_nr = 0  # which output of its grad_fn this tensor is
+    _retains_grad = False
+    _grad_fn_version = 0  # storage version when _grad_fn was set (views regenerate on change)
+    name = None
 
     __array_priority__ = 1000  # numpy defers to our operators
 
     # --- construction --------------------------------------------------------------------------
     @staticmethod
     def _make(data, storage: Storage, dtype, device, requires_grad=False) -> Tensor:
-        t = Tensor.__new__(Tensor)
+        t = _new(Tensor)
         t._data = data
         t._storage = storage
         t._dtype = dtype
         t._device = device
         t._base = None
-        t._view_fn = None
-        t._view_meta = None
         t.requires_grad = requires_grad
         t._grad = None
         t._grad_fn = None
-        t._output_nr = 0
-        t._retains_grad = False
-        t._grad_fn_version = 0
-        t.name = None
         return t
 
     def __init__(self, *args, **kwargs):
@@ -158,7 +158,8 @@ class Tensor:
     @grad_fn.setter
     def grad_fn(self, fn):
         self._grad_fn = fn
-        self._grad_fn_version = self._storage.version
+        if self._base is not None:
+            self._grad_fn_version = self._storage.version
 
     @property
     def grad(self):
@@ -276,18 +277,23 @@ class Tensor:
 
     def __repr__(self) -> str:
         extras = []
-        if self._device.type != "cpu":
+        kind = self._device.type
+        if kind != "cpu":
             extras.append(f"device='{self._device}'")
-        if self._dtype is not dtypes.float32 and self._dtype is not dtypes.int64 and self._dtype is not dtypes.bool_:
+        if kind == "meta":
+            extras.append(f"size={tuple(self.shape)}")
+        if self._dtype not in (dtypes.get_default_dtype(), dtypes.int64, dtypes.bool_) or (
+            kind != "meta" and self.numel() == 0 and self._dtype is not dtypes.get_default_dtype()
+        ):
             extras.append(f"dtype={self._dtype!r}")
         if self._grad_fn is not None:
-            extras.append(f"grad_fn=<{type(self._grad_fn).__name__}>")
+            extras.append(f"grad_fn=<{self._grad_fn.name()}>")
         elif self.requires_grad:
             extras.append("requires_grad=True")
-        if self._device.type == "meta":
-            return f"tensor(..., size={tuple(self.shape)}" + "".join(", " + e for e in extras) + ")"
-        arr = self._data if self._device.type == "cpu" else self._data.get()
-        body = np.array2string(arr, separator=", ", prefix="tensor(", precision=4)
+        if kind == "meta":
+            return "tensor(..., " + ", ".join(extras) + ")"
+        arr = self._data if kind == "cpu" else self._data.get()
+        body = _format_values(arr)
         return "tensor(" + body + "".join(", " + e for e in extras) + ")"
 
     __str__ = __repr__
@@ -295,6 +301,26 @@ class Tensor:
     # Pickling / copying of tensors is deliberately unsupported for now.
     def __reduce__(self):
         raise TypeError("engine tensors cannot be pickled; use .numpy() to save values")
+
+
+_new = object.__new__
+
+
+def _format_values(arr: np.ndarray) -> str:
+    """PyTorch's print style: `1., 2.` for whole floats, 4 fixed decimals, else scientific."""
+    opts = dict(separator=", ", prefix="tensor(", threshold=1000, edgeitems=3)
+    if arr.dtype.kind != "f" or arr.size == 0:
+        return np.array2string(arr, **opts)
+    finite = np.abs(arr[np.isfinite(arr)]).astype(np.float64)
+    if finite.size == 0 or np.all(finite == np.round(finite)) and finite.max() < 1e8:
+        fmt = lambda v: f"{v:.0f}." if np.isfinite(v) else str(v)  # noqa: E731
+    elif finite.max() >= 1e8 or (finite[finite > 0].min(initial=1) < 1e-4) or (
+        finite.max() / max(finite[finite > 0].min(initial=1), 1e-300) > 1000
+    ):
+        fmt = lambda v: f"{v:.4e}" if np.isfinite(v) else str(v)  # noqa: E731
+    else:
+        fmt = lambda v: f"{v:.4f}" if np.isfinite(v) else str(v)  # noqa: E731
+    return np.array2string(arr, formatter={"float_kind": fmt}, **opts)
 
 
 def _wrap_dim(dim: int, ndim: int) -> int:

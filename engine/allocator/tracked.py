@@ -24,6 +24,28 @@ _op: str | None = None
 
 _ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Whether new storages are charged to their allocator at all. Off only to measure the engine
+# without accounting (bench/bench_engine.py); storages made while off are never charged or freed.
+TRACKING = True
+
+
+def set_tracking(enabled: bool) -> bool:
+    """Turn accounting of new storages on or off; returns the previous setting."""
+    global TRACKING
+    prev = TRACKING
+    TRACKING = bool(enabled)
+    return prev
+
+
+@contextlib.contextmanager
+def tracking(enabled: bool):
+    """`with tracking(False): ...` runs the block without charging any allocator."""
+    prev = set_tracking(enabled)
+    try:
+        yield
+    finally:
+        set_tracking(prev)
+
 
 @contextlib.contextmanager
 def context(**keys):

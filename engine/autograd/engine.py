@@ -11,8 +11,8 @@ from __future__ import annotations
 import heapq
 import sys
 
-from engine.autograd.function import _MAX_SEQ, Function, gradient_edge
 from engine.allocator.tracked import set_op
+from engine.autograd.function import _MAX_SEQ, Function, gradient_edge
 from engine.autograd.grad_mode import STATE
 from engine.tensor import Tensor
 
@@ -143,7 +143,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
     if retain_graph is None:
         retain_graph = False
     roots = []
-    for t, g in zip(tensors, grad_tensors):
+    for t, g in zip(tensors, grad_tensors, strict=True):
         if not t.requires_grad:
             raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
         if g is None:

@@ -15,36 +15,61 @@ from __future__ import annotations
 import itertools
 import weakref
 
+from engine.allocator import tracked as _tracked
 from engine.allocator.tracked import set_op
 from engine.autograd.grad_mode import STATE
 from engine.tensor import Tensor
 
 _sequence = itertools.count()
 _MAX_SEQ = 1 << 62
+_new = object.__new__
+
+
+def _node_label(fn) -> str:
+    """How PyTorch names a node in the version error: "ReluBackward0" -> "Relu"."""
+    name = fn.name()
+    stripped = name.rstrip("0123456789")
+    if stripped.endswith("Backward") and stripped != "Backward":
+        return stripped[: -len("Backward")]
+    return name
 
 
 class SavedTensor:
     """A tensor kept for backward with the version it had when saved.
 
-    Holds a detached alias (same storage, no grad_fn) so that saving an op's own output makes no
-    reference cycle: the storage dies when the last real reference does.
+    Holds the tensor's data and storage, not the tensor (unpack() makes a detached alias), so
+    that saving an op's own output makes no reference cycle: the storage dies when the last real
+    reference does. For a saved input,
+    `source` is a weak reference to the tensor itself, so the version error can name its current
+    producer as PyTorch does ("which is output 0 of Relu" after `a.relu_()`).
     """
 
-    __slots__ = ("alias", "version", "producer", "output_nr")
+    __slots__ = ("data", "storage", "dtype", "device", "version", "producer", "output_nr", "source")
 
-    def __init__(self, t: Tensor, producer: str | None, output_nr: int = 0):
-        alias = Tensor._make(t._data, t._storage, t._dtype, t._device)
-        self.alias = alias
-        self.version = t._storage.version
+    def __init__(self, t: Tensor, producer: str | None, output_nr: int = 0, source=None):
+        # The alias tensor is made on unpack: saving stays cheap on the forward hot path.
+        self.data = t._data
+        storage = self.storage = t._storage
+        self.dtype = t._dtype
+        self.device = t._device
+        self.version = storage.version
         self.producer = producer
         self.output_nr = output_nr
-        alloc = t._storage.allocator
+        self.source = source
+        alloc = storage.allocator
         if alloc is not None and alloc.observers:
-            alloc.tag(t._storage.id, "saved_for_backward", True)
+            alloc.tag(storage.id, "saved_for_backward", True)
+
+    @property
+    def alias(self) -> Tensor | None:
+        """A detached tensor over the saved data (None once released)."""
+        if self.storage is None:
+            return None
+        return Tensor._make(self.data, self.storage, self.dtype, self.device)
 
     def unpack(self) -> Tensor:
-        alias = self.alias
-        if alias is None:
+        storage = self.storage
+        if storage is None:
             raise RuntimeError(
                 "Trying to backward through the graph a second time (or directly access saved "
                 "tensors after they have already been freed). Saved intermediate values of the "
@@ -52,20 +77,30 @@ class SavedTensor:
                 "retain_graph=True if you need to backward through the graph a second time or if "
                 "you need to access saved tensors after calling backward."
             )
-        if alias._storage.version != self.version:
-            kind = alias._dtype.torch_tensor_name
-            where = f", which is output {self.output_nr} of {self.producer}," if self.producer else ""
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: [engine.{kind} {list(alias.shape)}]{where} is at version "
-                f"{alias._storage.version}; expected version {self.version} instead. Hint: the "
-                "backtrace further above shows the operation that failed to compute its gradient. "
-                "The variable in question was changed in there or anywhere later. Good luck!"
-            )
-        return alias
+        if storage.version != self.version:
+            raise RuntimeError(self._version_message())
+        return Tensor._make(self.data, storage, self.dtype, self.device)
+
+    def _version_message(self) -> str:
+        alias = self.alias
+        producer, output_nr = self.producer, self.output_nr
+        src = self.source() if self.source is not None else None
+        if src is not None:
+            fn = src._grad_fn
+            producer = _node_label(fn) if fn is not None else None
+            output_nr = src._output_nr
+        kind = alias._dtype.torch_tensor_name
+        where = f", which is output {output_nr} of {producer}," if producer else ""
+        return (
+            "one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: [engine.{kind} {list(alias.shape)}]{where} is at version "
+            f"{alias._storage.version}; expected version {self.version} instead. Hint: the "
+            "backtrace further above shows the operation that failed to compute its gradient. "
+            "The variable in question was changed in there or anywhere later. Good luck!"
+        )
 
     def release(self) -> None:
-        self.alias = None
+        self.data = self.storage = self.source = None
 
 
 class Function:
@@ -81,6 +116,7 @@ class Function:
     retain_output: bool = False
     differentiable = True
     num_outputs = 1
+    inplace_view = False  # an in-place op that changes only metadata (t_, transpose_)
 
     next_functions: tuple = ()
     saved: list
@@ -110,40 +146,52 @@ class Function:
     # --- recording a call ----------------------------------------------------------------------
     @classmethod
     def apply(cls, *args, out: Tensor | None = None, op: str | None = None, **attrs):
-        node = cls.__new__(cls)
-        tensors = [a for a in args if isinstance(a, Tensor)]
+        node = _new(cls)
         needs_grad = False
         if STATE.enabled and cls.differentiable:
-            for t in tensors:
-                if t.requires_grad:
+            for a in args:
+                if isinstance(a, Tensor) and a.requires_grad:
                     needs_grad = True
                     break
         if out is not None:
             check_inplace(out)
-
         if needs_grad:
-            node.prepare(*args)
-            to_save = node.to_save(tensors)
-        else:
-            to_save = ()
-        clones = None
-        if needs_grad and out is not None and to_save:
-            clones = _clone_overwritten(tensors, to_save, out, op or cls.__name__)
-
-        prev = set_op(op or cls.__name__)
+            return node._record(args, out, op or cls.__name__, attrs)
+        # No history to record: the lean path every op takes under no_grad or without grads.
+        prev = _tracked._op
+        _tracked._op = op or cls.__name__
         try:
             result = node.forward(*args, out=out, **attrs)
         finally:
-            set_op(prev)
-
+            _tracked._op = prev
         if out is not None:
             out._storage.version += 1
-        if not needs_grad:
-            return result
+        return result
+
+    def _record(self, args, out, op, attrs):
+        """Run forward and wire this node into the graph (saved tensors, edges, outputs)."""
+        node = self
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        if node.inplace_view:
+            return node._record_inplace_view(args, out, op, attrs, tensors)
+        node.prepare(*args)
+        to_save = node.to_save(tensors)
+        clones = None
+        if out is not None and to_save and _broadcasts_into(tensors, out):
+            # (when it does not, forward raises the shape error before anything is allocated)
+            clones = _clone_overwritten(tensors, to_save, out, op)
+
+        prev = _tracked._op
+        _tracked._op = op
+        try:
+            result = node.forward(*args, out=out, **attrs)
+        finally:
+            _tracked._op = prev
+        if out is not None:
+            out._storage.version += 1
 
         node.sequence_nr = next(_sequence)
-        node.next_functions = tuple(gradient_edge(t) if t.requires_grad else None for t in tensors)
-        node.input_meta = tuple((t.shape, t._dtype, t._device) for t in tensors)
+        node.next_functions = tuple([_edge(t) if t.requires_grad else None for t in tensors])
         saved = []
         for i in to_save:
             if clones is not None and i in clones:
@@ -151,22 +199,59 @@ class Function:
             else:
                 t = tensors[i]
                 fn = t._grad_fn
-                saved.append(SavedTensor(t, fn.name() if fn is not None else None, t._output_nr))
+                saved.append(SavedTensor(t, _node_label(fn) if fn is not None else None,
+                                         t._output_nr, weakref.ref(t)))
         node.saved = saved
-        outputs = result if isinstance(result, tuple) else (result,)
         if out is not None:
             _rebase_history(out, node)
+        elif type(result) is Tensor or not isinstance(result, tuple):
+            if result._dtype.is_floating_point:
+                result.requires_grad = True
+                result._grad_fn = node
+                if result._base is not None:
+                    result._grad_fn_version = result._storage.version
         else:
-            for nr, r in enumerate(outputs):
+            for nr, r in enumerate(result):
                 if isinstance(r, Tensor) and r._dtype.is_floating_point:
                     r.requires_grad = True
                     r._grad_fn = node
-                    r._output_nr = nr
-                    r._grad_fn_version = r._storage.version
-        if cls.retain_output:
-            r = outputs[0]
-            node.saved.append(SavedTensor(r, node.name(), 0))
+                    if nr:
+                        r._output_nr = nr
+                    if r._base is not None:
+                        r._grad_fn_version = r._storage.version
+        if type(node).retain_output:
+            first = result if isinstance(result, Tensor) else result[0]
+            saved.append(SavedTensor(first, _node_label(node), 0))
         return result
+
+
+    def _record_inplace_view(self, args, out, op, attrs, tensors):
+        # The edges are taken before the metadata changes; the tensor keeps its own history.
+        self.next_functions = tuple(gradient_edge(t) if t.requires_grad else None for t in tensors)
+        self.sequence_nr = next(_sequence)
+        self.saved = []
+        prev = _tracked._op
+        _tracked._op = op
+        try:
+            result = self.forward(*args, out=out, **attrs)
+        finally:
+            _tracked._op = prev
+        out._storage.version += 1
+        out.requires_grad = True
+        out._grad_fn = self
+        if out._base is not None:
+            out._grad_fn_version = out._storage.version
+        return result
+
+
+def _broadcasts_into(tensors, out: Tensor) -> bool:
+    shape = out._data.shape
+    for t in tensors:
+        s = t._data.shape
+        if s != shape and (len(s) > len(shape) or any(
+                a != 1 and a != b for a, b in zip(reversed(s), reversed(shape), strict=False))):
+            return False
+    return True
 
 
 def _clone_overwritten(tensors, to_save, out, opname):
@@ -183,8 +268,7 @@ def _clone_overwritten(tensors, to_save, out, opname):
             if alloc is not None and alloc.observers:
                 alloc.tag(c._storage.id, "inplace_clone", opname)
             fn = t._grad_fn
-            s = SavedTensor(c, fn.name() if fn is not None else None, t._output_nr)
-            clones[i] = s
+            clones[i] = SavedTensor(c, _node_label(fn) if fn is not None else None, t._output_nr)
     return clones
 
 
@@ -212,10 +296,9 @@ def check_inplace(t: Tensor) -> None:
             raise RuntimeError(LEAF_MSG)
         return
     meta = t._view_meta
-    if meta == "multi":
+    if isinstance(meta, tuple) and base.requires_grad:  # ("multi", index, node): split / unbind
         raise RuntimeError(
-            f"Output {t._output_nr} of {t._grad_fn.name() if t._grad_fn else 'a multi-output view op'} "
-            "is a view and is being modified inplace. This view is the output of a function that "
+            f"Output {meta[1]} of {meta[2]} is a view and is being modified inplace. This view is the output of a function that "
             "returns multiple views. Such functions do not allow the output views to be modified "
             "inplace. You should replace the inplace operation by an out-of-place one."
         )
@@ -229,6 +312,15 @@ def check_inplace(t: Tensor) -> None:
         )
     if base.requires_grad and base._grad_fn is None:
         raise RuntimeError(VIEW_LEAF_MSG)
+
+
+def _edge(t: Tensor):
+    """gradient_edge, with the common case (a non-view with a grad_fn) inline."""
+    if t._base is None:
+        fn = t._grad_fn
+        if fn is not None:
+            return (fn, t._output_nr)
+    return gradient_edge(t)
 
 
 def gradient_edge(t: Tensor):

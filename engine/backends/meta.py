@@ -106,7 +106,7 @@ def broadcast_to(a: MetaArray, shape):
     shape = tuple(shape)
     lead = len(shape) - a.ndim
     strides = [0] * lead
-    for i, (n, s) in enumerate(zip(a.shape, a.strides)):
+    for i, (n, s) in enumerate(zip(a.shape, a.strides, strict=True)):
         target = shape[lead + i]
         if n == target:
             strides.append(s)

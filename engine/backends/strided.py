@@ -56,7 +56,10 @@ def view_strides(old_shape, old_strides, new_shape) -> tuple[int, ...] | None:
 
 def infer_shape(shape, numel: int) -> tuple[int, ...]:
     """Resolve one -1 in a requested shape; raise with both sizes when it cannot work."""
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(shape) if all(type(s) is int and s >= 0 for s in shape) else \
+        tuple(int(s) for s in shape)
+    if -1 not in shape and math.prod(shape) == numel:
+        return shape
     neg = [i for i, s in enumerate(shape) if s == -1]
     if len(neg) > 1:
         raise RuntimeError("only one dimension can be inferred")
@@ -74,7 +77,7 @@ def infer_shape(shape, numel: int) -> tuple[int, ...]:
 
 def is_contiguous(shape, strides, itemsize) -> bool:
     expected = itemsize
-    for n, s in zip(reversed(shape), reversed(strides)):
+    for n, s in zip(reversed(shape), reversed(strides), strict=True):
         if n != 1 and s != expected:
             return False
         expected *= n

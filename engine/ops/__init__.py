@@ -42,23 +42,32 @@ def _unary(name, cls):
 
     _export(name)(fn)
     _export(name + "_")(fn_)
+    return fn
 
 
-for _name, _cls in [("neg", E.Neg), ("exp", E.Exp), ("log", E.Log), ("sqrt", E.Sqrt),
-                    ("sin", E.Sin), ("cos", E.Cos), ("tanh", E.Tanh), ("sigmoid", E.Sigmoid),
-                    ("relu", E.Relu), ("abs", E.Abs), ("sign", E.Sign), ("erf", E.Erf)]:
-    _unary(_name, _cls)
+neg = _unary("neg", E.Neg)
+exp = _unary("exp", E.Exp)
+log = _unary("log", E.Log)
+sqrt = _unary("sqrt", E.Sqrt)
+sin = _unary("sin", E.Sin)
+cos = _unary("cos", E.Cos)
+tanh = _unary("tanh", E.Tanh)
+sigmoid = _unary("sigmoid", E.Sigmoid)
+relu = _unary("relu", E.Relu)
+abs = _unary("abs", E.Abs)  # noqa: A001 - PyTorch's name
+sign = _unary("sign", E.Sign)
+erf = _unary("erf", E.Erf)
 _ns["negative"], _ns["negative_"], _ns["absolute"] = _ns["neg"], _ns["neg_"], _ns["abs"]
 
 
 @_export("clamp")
 def clamp(input, min=None, max=None, *, out=None):
-    return E.Clamp.apply(input, out=out, op="clamp", min=min, max=max)
+    return E.Clamp.apply(input, min, max, out=out, op="clamp")
 
 
 @_export("clamp_")
 def clamp_(input, min=None, max=None):
-    return E.Clamp.apply(input, out=input, op="clamp_", min=min, max=max)
+    return E.Clamp.apply(input, min, max, out=input, op="clamp_")
 
 
 _ns["clip"], _ns["clip_"] = clamp, clamp_
@@ -91,18 +100,26 @@ def rsqrt(input, *, out=None):
 # ---------------------------------------------------------------------------------------------
 # binary
 # ---------------------------------------------------------------------------------------------
+_add = E.Add.apply
+_mul = E.Mul.apply
+
+
 @_export("add")
 def add(input, other, *, alpha=1, out=None):
     if not isinstance(input, Tensor):
         input, other = other, input
         if alpha != 1:
             raise TypeError("add: alpha with a scalar first argument is not supported")
-    return E.Add.apply(input, other, out=out, op="add", alpha=alpha)
+    if alpha == 1:
+        return _add(input, other, out=out, op="add")
+    return _add(input, other, out=out, op="add", alpha=alpha)
 
 
 @_export("add_")
 def add_(input, other, *, alpha=1):
-    return E.Add.apply(input, other, out=input, op="add_", alpha=alpha)
+    if alpha == 1:
+        return _add(input, other, out=input, op="add_")
+    return _add(input, other, out=input, op="add_", alpha=alpha)
 
 
 @_export("sub")
@@ -124,12 +141,12 @@ def rsub(input, other, *, alpha=1):
 def mul(input, other, *, out=None):
     if not isinstance(input, Tensor):
         input, other = other, input
-    return E.Mul.apply(input, other, out=out, op="mul")
+    return _mul(input, other, out=out, op="mul")
 
 
 @_export("mul_")
 def mul_(input, other):
-    return E.Mul.apply(input, other, out=input, op="mul_")
+    return _mul(input, other, out=input, op="mul_")
 
 
 @_export("div")
@@ -188,12 +205,19 @@ def _binary_plain(name, cls):
 
     _export(name)(fn)
     _export(name + "_")(fn_)
+    return fn
 
 
-for _name, _cls in [("maximum", E.Maximum), ("minimum", E.Minimum), ("eq", E.Eq), ("ne", E.Ne),
-                    ("lt", E.Lt), ("le", E.Le), ("gt", E.Gt), ("ge", E.Ge),
-                    ("logical_and", E.LogicalAnd), ("logical_or", E.LogicalOr)]:
-    _binary_plain(_name, _cls)
+maximum = _binary_plain("maximum", E.Maximum)
+minimum = _binary_plain("minimum", E.Minimum)
+eq = _binary_plain("eq", E.Eq)
+ne = _binary_plain("ne", E.Ne)
+lt = _binary_plain("lt", E.Lt)
+le = _binary_plain("le", E.Le)
+gt = _binary_plain("gt", E.Gt)
+ge = _binary_plain("ge", E.Ge)
+logical_and = _binary_plain("logical_and", E.LogicalAnd)
+logical_or = _binary_plain("logical_or", E.LogicalOr)
 _ns.update(greater=_ns["gt"], less=_ns["lt"], greater_equal=_ns["ge"], less_equal=_ns["le"],
            equal=_ns["eq"], not_equal=_ns["ne"])
 
@@ -340,9 +364,20 @@ def t(input):
 
 
 class _TransposeInplace(E.Function):
+    """t_ / transpose_: changes the tensor's metadata in place; the data stays where it is.
+
+    Like PyTorch, the version moves, but the history is the tensor's own (no CopySlices on a
+    view's base, since no element of the base changed): TransposeBackward on its old history.
+    """
+
+    inplace_view = True
+
     def forward(self, x, out=None, dims=()):
         self.dims = dims
         x._data = x._data.transpose(dims)
+        if x._base is not None:  # the view is now rebuilt from its base with the permutation
+            prev = x._view_fn
+            x._view_fn = lambda b: prev(b).permute(dims)
         return x
 
     def backward(self, g):
@@ -402,8 +437,7 @@ def unsqueeze(input, dim):
     d = _wrap_dim(dim, input.ndim + 1)
     shape = list(input.shape)
     shape.insert(d, 1)
-    arr = None
-    return V.View.apply(input, op="unsqueeze", shape=tuple(shape)) if arr is None else arr
+    return V.View.apply(input, op="unsqueeze", shape=tuple(shape))
 
 
 @_export("flatten")
@@ -502,8 +536,7 @@ def split(input, split_size_or_sections, dim=0):
     for i, k in enumerate(sizes):
         idx = (slice(None),) * d + (slice(start, start + k),)
         v = V.Select.apply(input, op="split", index=idx)
-        v._view_meta = "multi"
-        v._output_nr = i
+        v._view_meta = ("multi", i, "SplitBackward0")
         outs.append(v)
         start += k
     return tuple(outs)
@@ -523,8 +556,7 @@ def unbind(input, dim=0):
     outs = []
     for i in range(input.shape[d]):
         v = V.Select.apply(input, op="unbind", index=(slice(None),) * d + (i,))
-        v._view_meta = "multi"
-        v._output_nr = i
+        v._view_meta = ("multi", i, "UnbindBackward0")
         outs.append(v)
     return tuple(outs)
 
@@ -570,35 +602,37 @@ def _bind_methods() -> None:
         cpu=lambda self: to(self, device="cpu"),
         cuda=lambda self, device=None: to(self, device=device or "cuda"),
         argmax=argmax,
-        __neg__=lambda self: neg(self),
-        __abs__=lambda self: abs(self),
-        __invert__=lambda self: logical_not(self),
-        __add__=lambda self, o: add(self, o),
-        __radd__=lambda self, o: add(self, o),
-        __iadd__=lambda self, o: add_(self, o),
-        __sub__=lambda self, o: sub(self, o),
+        __neg__=neg,
+        __abs__=abs,
+        __invert__=logical_not,
+        __add__=add,
+        __radd__=add,
+        __iadd__=add_,
+        __sub__=sub,
         __rsub__=lambda self, o: E.Sub.apply(o, self, op="rsub"),
-        __isub__=lambda self, o: sub_(self, o),
-        __mul__=lambda self, o: mul(self, o),
-        __rmul__=lambda self, o: mul(self, o),
-        __imul__=lambda self, o: mul_(self, o),
-        __truediv__=lambda self, o: div(self, o),
+        __isub__=sub_,
+        __mul__=mul,
+        __rmul__=mul,
+        __imul__=mul_,
+        __truediv__=div,
         __rtruediv__=lambda self, o: E.Div.apply(o, self, op="rdiv"),
         __itruediv__=lambda self, o: div_(self, o),
         __floordiv__=lambda self, o: div(self, o, rounding_mode="floor"),
+        __rfloordiv__=lambda self, o: E.Div.apply(o, self, op="rfloordiv", rounding_mode="floor"),
+        __ifloordiv__=lambda self, o: div_(self, o, rounding_mode="floor"),
         __pow__=lambda self, o: pow(self, o),
         __rpow__=lambda self, o: E.PowTensor.apply(o, self, op="rpow"),
         __ipow__=lambda self, o: pow_(self, o),
-        __matmul__=lambda self, o: matmul(self, o),
+        __matmul__=matmul,
         __rmatmul__=lambda self, o: matmul(o, self),
-        __eq__=lambda self, o: eq(self, o),
-        __ne__=lambda self, o: ne(self, o),
-        __lt__=lambda self, o: lt(self, o),
-        __le__=lambda self, o: le(self, o),
-        __gt__=lambda self, o: gt(self, o),
-        __ge__=lambda self, o: ge(self, o),
-        __and__=lambda self, o: logical_and(self, o),
-        __or__=lambda self, o: logical_or(self, o),
+        __eq__=eq,
+        __ne__=ne,
+        __lt__=lt,
+        __le__=le,
+        __gt__=gt,
+        __ge__=ge,
+        __and__=logical_and,
+        __or__=logical_or,
     )
     for name, fn in extra.items():
         setattr(Tensor, name, fn)
@@ -615,5 +649,10 @@ def _set_data(self, value):
 
 
 _bind_methods()
+
+# nn primitives (conv2d, pooling, gather, addcmul_, lerp_, ...): torch.* names and Tensor methods
+from engine.ops import nn_ops as _nn_ops  # noqa: E402
+
+_nn_ops.register(_ns, Tensor)
 
 __all__ = sorted(_ns)

@@ -22,6 +22,15 @@ def _promote_pair(a, b):
     return dtypes.from_numpy_dtype(np.promote_types(a.np, b.np))
 
 
+def _scalar_category(value) -> int:
+    """0 bool, 1 integer, 2 floating (Python or numpy scalars)."""
+    if isinstance(value, (bool, np.bool_)):
+        return 0
+    if isinstance(value, (int, np.integer)):
+        return 1
+    return 2
+
+
 def result_type(*args) -> dtypes.dtype:
     """PyTorch's promotion: dimensioned tensors, then 0-d tensors, then Python scalars by category."""
     dim_dt = zero_dt = None
@@ -33,8 +42,7 @@ def result_type(*args) -> dtypes.dtype:
             else:
                 zero_dt = a._dtype if zero_dt is None else _promote_pair(zero_dt, a._dtype)
         elif a is not None:
-            c = 0 if isinstance(a, bool) else (1 if isinstance(a, int) else 2)
-            scalar_cat = max(scalar_cat, c)
+            scalar_cat = max(scalar_cat, _scalar_category(a))
     result = dim_dt
     if zero_dt is not None:
         if result is None or _CAT[zero_dt] > _CAT[result]:
@@ -44,6 +52,14 @@ def result_type(*args) -> dtypes.dtype:
     if scalar_cat > _CAT[result]:
         result = dtypes.get_default_dtype() if scalar_cat == 2 else dtypes.int64
     return result
+
+
+def scalar_result_type(dtype: dtypes.dtype, value) -> dtypes.dtype:
+    """result_type(tensor of `dtype`, Python scalar `value`): the scalar only lifts the category."""
+    c = _scalar_category(value)
+    if c > _CAT[dtype]:
+        return dtypes.get_default_dtype() if c == 2 else dtypes.int64
+    return dtype
 
 
 def device_of(*args):
@@ -64,17 +80,23 @@ def data(a):
     return a._data if isinstance(a, Tensor) else a
 
 
-def check_out(out: Tensor, shape, dtype, opname: str) -> None:
-    """An in-place / out= result must broadcast into `out` and be castable to its dtype."""
+def check_out(out: Tensor, shape, dtype, opname: str, inputs=()) -> None:
+    """An in-place / out= result must broadcast into `out` and be castable to its dtype.
+
+    `inputs`: the operands' shapes, named in the error beside the output's.
+    """
     if tuple(out.shape) != tuple(shape):
         try:
             ok = np.broadcast_shapes(out.shape, shape) == tuple(out.shape)
         except ValueError:
             ok = False
         if not ok:
+            of = ""
+            if inputs:
+                of = " of the inputs' shapes " + " and ".join(str(list(s)) for s in inputs)
             raise RuntimeError(
                 f"{opname}: output with shape {list(out.shape)} doesn't match the broadcast shape "
-                f"{list(shape)}"
+                f"{list(shape)}{of}"
             )
     if _CAT[dtype] > _CAT[out._dtype]:
         raise RuntimeError(
@@ -97,10 +119,20 @@ def broadcast_shape(a, b, opname: str):
         ) from None
 
 
-def result_buffer(out, shape, dtype, device, opname):
+def broadcast_shapes(opname: str, *shapes):
+    """np.broadcast_shapes with an error naming every shape."""
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        named = ", ".join(str(list(s)) for s in shapes)
+        raise RuntimeError(f"{opname}: shapes {named} cannot be broadcast together") from None
+
+
+def result_buffer(out, shape, dtype, device, opname, inputs=()):
+    """A new result tensor, or `out` after checking the result fits in it (shape and dtype)."""
     if out is None:
         return kernels.empty(shape, dtype, device)
-    check_out(out, shape, dtype, opname)
+    check_out(out, shape, dtype, opname, inputs)
     return out
 
 

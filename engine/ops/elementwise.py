@@ -13,7 +13,18 @@ import numpy as np
 from engine import dtypes
 from engine.autograd.function import Function
 from engine.ops import kernels
-from engine.ops.common import broadcast_shape, data, device_of, result_buffer, result_type, sum_to
+from engine.ops.common import (
+    broadcast_shape,
+    broadcast_shapes,
+    check_out,
+    data,
+    device_of,
+    result_buffer,
+    result_type,
+    scalar_result_type,
+    sum_to,
+)
+from engine.ops.kernels import PARALLEL_MIN_ELEMS
 from engine.tensor import Tensor
 
 
@@ -21,41 +32,71 @@ from engine.tensor import Tensor
 # unary
 # --------------------------------------------------------------------------------------------
 class Unary(Function):
-    """y = f(x). Subclasses set `float_only` (ints promote to the default float dtype)."""
+    """y = f(x). Subclasses set `float_only` (ints promote to the default float dtype) and
+    `bool_error` (PyTorch's message when the op refuses a bool tensor)."""
 
     float_only = True
+    bool_error: str | None = None
 
     def forward(self, x, out=None):
         dtype = x._dtype
+        if dtype is dtypes.bool_ and self.bool_error is not None:
+            raise RuntimeError(self.bool_error)
         if self.float_only and not dtype.is_floating_point:
             dtype = dtypes.get_default_dtype()
-        y = result_buffer(out, x.shape, dtype, x._device, self.public_name)
-        if x._device.type != "meta":
-            self.kernel(kernels.xp_of(x), x._data, y._data)
+        xd = x._data
+        if out is None:
+            y = kernels.empty(xd.shape, dtype, x._device)
+        else:
+            check_out(out, xd.shape, dtype, self.public_name)
+            y = out
+        kind = x._device.type
+        if kind == "cpu":
+            yd = y._data
+            uf = self.ufunc
+            if uf is not None and yd.size < PARALLEL_MIN_ELEMS:
+                uf(xd, out=yd)
+            else:
+                self.kernel(np, xd, yd)
+        elif kind != "meta":
+            self.kernel(kernels.xp_of(x), xd, y._data)
         return y
 
     @property
     def public_name(self) -> str:
         return type(self).__name__.lower()
 
+    ufunc = None  # a one-argument numpy ufunc, or None when the subclass defines kernel()
+
     def kernel(self, xp, x, y):
-        raise NotImplementedError  # every subclass defines its kernel
+        _uf(xp, self.ufunc, x, out=y)
 
     def name(self) -> str:
         return type(self).__name__ + "Backward0"
 
 
-def _uf(xp, f, *args, out):
+def _uf(xp, f, *args, out, dtype=None):
+    """out[...] = f(*args) on any backend; `dtype` makes the ufunc compute in that dtype.
+
+    On cpu, large contiguous work is split across threads (kernels.ufunc).
+    """
     if xp is np:
+        if dtype is None and out.size < PARALLEL_MIN_ELEMS:
+            return f(*args, out=out)
+        if dtype is not None:
+            return kernels.ufunc(f, *args, out=out, dtype=dtype, casting="unsafe")
         return kernels.ufunc(f, *args, out=out)
+    if dtype is not None:
+        return getattr(xp, f.__name__)(*args, out=out, dtype=dtype, casting="unsafe")
     return getattr(xp, f.__name__)(*args, out=out)
 
 
 class Neg(Unary):
     float_only = False
+    bool_error = ("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+                  "to invert a mask, use the `~` or `logical_not()` operator instead.")
 
-    def kernel(self, xp, x, y):
-        _uf(xp, np.negative, x, out=y)
+    ufunc = np.negative
 
     def backward(self, g):
         return (-g,)
@@ -64,8 +105,7 @@ class Neg(Unary):
 class Exp(Unary):
     retain_output = True
 
-    def kernel(self, xp, x, y):
-        _uf(xp, np.exp, x, out=y)
+    ufunc = np.exp
 
     def backward(self, g):
         (y,) = self.saved_tensors
@@ -75,8 +115,7 @@ class Exp(Unary):
 class Log(Unary):
     retain_inputs = (0,)
 
-    def kernel(self, xp, x, y):
-        _uf(xp, np.log, x, out=y)
+    ufunc = np.log
 
     def backward(self, g):
         (x,) = self.saved_tensors
@@ -86,8 +125,7 @@ class Log(Unary):
 class Sqrt(Unary):
     retain_output = True
 
-    def kernel(self, xp, x, y):
-        _uf(xp, np.sqrt, x, out=y)
+    ufunc = np.sqrt
 
     def backward(self, g):
         (y,) = self.saved_tensors
@@ -97,8 +135,7 @@ class Sqrt(Unary):
 class Sin(Unary):
     retain_inputs = (0,)
 
-    def kernel(self, xp, x, y):
-        _uf(xp, np.sin, x, out=y)
+    ufunc = np.sin
 
     def backward(self, g):
         (x,) = self.saved_tensors
@@ -108,8 +145,7 @@ class Sin(Unary):
 class Cos(Unary):
     retain_inputs = (0,)
 
-    def kernel(self, xp, x, y):
-        _uf(xp, np.cos, x, out=y)
+    ufunc = np.cos
 
     def backward(self, g):
         (x,) = self.saved_tensors
@@ -119,8 +155,7 @@ class Cos(Unary):
 class Tanh(Unary):
     retain_output = True
 
-    def kernel(self, xp, x, y):
-        _uf(xp, np.tanh, x, out=y)
+    ufunc = np.tanh
 
     def backward(self, g):
         (y,) = self.saved_tensors
@@ -128,9 +163,9 @@ class Tanh(Unary):
         out = kernels.empty(g.shape, g._dtype, g._device)
         if g._device.type != "meta":
             xp = kernels.xp_of(g)
-            xp.multiply(y._data, y._data, out=out._data)
-            xp.subtract(1, out._data, out=out._data)
-            xp.multiply(out._data, g._data, out=out._data)
+            _uf(xp, np.multiply, y._data, y._data, out=out._data)
+            _uf(xp, np.subtract, 1, out._data, out=out._data)
+            _uf(xp, np.multiply, out._data, g._data, out=out._data)
         return (out,)
 
 
@@ -156,18 +191,30 @@ class Sigmoid(Unary):
         out = kernels.empty(g.shape, g._dtype, g._device)
         if g._device.type != "meta":
             xp = kernels.xp_of(g)
-            xp.subtract(1, y._data, out=out._data)
-            xp.multiply(out._data, y._data, out=out._data)
-            xp.multiply(out._data, g._data, out=out._data)
+            _uf(xp, np.subtract, 1, y._data, out=out._data)
+            _uf(xp, np.multiply, out._data, y._data, out=out._data)
+            _uf(xp, np.multiply, out._data, g._data, out=out._data)
         return (out,)
+
+
+_ZEROS: dict = {}
 
 
 class Relu(Unary):
     float_only = False
+    bool_error = "Boolean inputs not supported for relu"
     retain_output = True
 
     def kernel(self, xp, x, y):
-        _uf(xp, np.maximum, x, 0, out=y)
+        if xp is not np:
+            xp.maximum(x, 0, out=y)
+        elif y.size < kernels.BLOCK_ELEMS:
+            zero = _ZEROS.get(y.dtype)
+            if zero is None:
+                zero = _ZEROS[y.dtype] = np.zeros((), y.dtype)
+            np.maximum(x, zero, out=y)  # a 0-d zero of the dtype: numpy's quicker loop
+        else:
+            kernels.extremum_scalar(np.maximum, x, 0, y)
 
     def backward(self, g):
         (y,) = self.saved_tensors
@@ -183,10 +230,10 @@ class Relu(Unary):
 
 class Abs(Unary):
     float_only = False
+    bool_error = "\"abs_cpu\" not implemented for 'Bool'"
     retain_inputs = (0,)
 
-    def kernel(self, xp, x, y):
-        _uf(xp, np.absolute, x, out=y)
+    ufunc = np.absolute
 
     def backward(self, g):
         (x,) = self.saved_tensors
@@ -197,26 +244,29 @@ class Sign(Unary):
     float_only = False
     differentiable = False
 
-    def kernel(self, xp, x, y):
-        _uf(xp, np.sign, x, out=y)
+    ufunc = np.sign
 
 
 class Erf(Unary):
-    """erf via Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7); numpy has no erf."""
+    """erf to float64 precision (kernels.erf_into: bounded scratch, nothing charged)."""
 
     retain_inputs = (0,)
 
     def kernel(self, xp, x, y):
-        a1, a2, a3, a4, a5, p = 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429, 0.3275911
-        s = xp.sign(x)
-        ax = xp.abs(x)
-        t = 1.0 / (1.0 + p * ax)
-        poly = ((((a5 * t + a4) * t + a3) * t + a2) * t + a1) * t
-        xp.multiply(s, 1.0 - poly * xp.exp(-ax * ax), out=y)
+        kernels.erf_into(xp, x, y)
 
     def backward(self, g):
         (x,) = self.saved_tensors
-        return (g * (x * x).neg_().exp_().mul_(2.0 / np.sqrt(np.pi)),)
+        # 2/sqrt(pi) * exp(-x^2) * g, in one result buffer
+        out = kernels.empty(g.shape, g._dtype, g._device)
+        if g._device.type != "meta":
+            xp = kernels.xp_of(g)
+            _uf(xp, np.multiply, x._data, x._data, out=out._data)
+            _uf(xp, np.negative, out._data, out=out._data)
+            _uf(xp, np.exp, out._data, out=out._data)
+            _uf(xp, np.multiply, out._data, 2.0 / np.sqrt(np.pi), out=out._data)
+            _uf(xp, np.multiply, out._data, g._data, out=out._data)
+        return (out,)
 
 
 class PowScalar(Unary):
@@ -226,6 +276,8 @@ class PowScalar(Unary):
 
     def forward(self, x, out=None, exponent=2.0):
         self.exponent = exponent
+        if not x._dtype.is_floating_point and isinstance(exponent, int) and exponent < 0:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
         dtype = x._dtype if (x._dtype.is_floating_point or isinstance(exponent, int)) else dtypes.get_default_dtype()
         y = result_buffer(out, x.shape, dtype, x._device, "pow")
         if x._device.type != "meta":
@@ -244,64 +296,144 @@ class PowScalar(Unary):
         return (g * (x ** (e - 1)) * e,)
 
 
-class Clamp(Unary):
-    float_only = False
-    retain_inputs = (0,)
+class Clamp(Function):
+    """clamp(x, min, max): bounds are numbers, 0-d or broadcastable tensors, or None."""
 
-    def forward(self, x, out=None, min=None, max=None):
-        if min is None and max is None:
+    def forward(self, x, lo, hi, out=None):
+        if lo is None and hi is None:
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
-        self.min, self.max = min, max
-        dtype = result_type(x, min if min is not None else max)
-        y = result_buffer(out, x.shape, dtype, x._device, "clamp")
+        self.bounds = (lo, hi)
+        self.x_shape = x.shape
+        bound_t = [b for b in (lo, hi) if isinstance(b, Tensor)]
+        shape = broadcast_shapes("clamp", x.shape, *(b.shape for b in bound_t))
+        dtype = result_type(x, *(b for b in (lo, hi) if b is not None))
+        y = result_buffer(out, shape, dtype, x._device, "clamp", (x.shape, *(b.shape for b in bound_t)))
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
-            lo = data(min) if min is not None else -np.inf
-            hi = data(max) if max is not None else np.inf
-            xp.clip(x._data, lo, hi, out=y._data)
+            if xp is np and not bound_t and x._dtype is dtype:  # numbers: the fast blocked loop
+                if lo is not None:
+                    kernels.extremum_scalar(np.maximum, x._data, lo, y._data)
+                if hi is not None:
+                    kernels.extremum_scalar(np.minimum, y._data if lo is not None else x._data,
+                                            hi, y._data)
+            elif lo is None:
+                xp.minimum(x._data, data(hi), out=y._data, casting="unsafe")
+            elif hi is None:
+                xp.maximum(x._data, data(lo), out=y._data, casting="unsafe")
+            else:
+                xp.clip(x._data, data(lo), data(hi), out=y._data, casting="unsafe")
         return y
 
+    def to_save(self, tensors):
+        return tuple(range(len(tensors)))  # x, and any tensor bound: backward builds masks
+
     def backward(self, g):
-        (x,) = self.saved_tensors
-        mask = None
-        if self.min is not None:
-            mask = x >= self.min
-        if self.max is not None:
-            m2 = x <= self.max
-            mask = m2 if mask is None else mask.logical_and(m2)
-        return (g * mask,)
+        # PyTorch's clamp_backward / clamp_backward_min_max (derivatives.yaml)
+        saved = list(self.saved_tensors)
+        x = saved.pop(0)
+        lo, hi = (saved.pop(0) if isinstance(b, Tensor) else b for b in self.bounds)
+        nf = iter(self.next_functions)
+        inside = None
+        if lo is not None:
+            inside = x >= lo
+        if hi is not None:
+            inside = (x <= hi) if inside is None else inside.logical_and_(x <= hi)
+        grads = [sum_to(g.where(inside, 0.0), self.x_shape) if next(nf) is not None else None]
+        if isinstance(lo, Tensor):
+            if next(nf) is not None:
+                hit = x < lo
+                if hi is not None:
+                    hit.logical_and_(lo < hi)
+                grads.append(sum_to(g.where(hit, 0.0), lo.shape))
+            else:
+                grads.append(None)
+        if isinstance(hi, Tensor):
+            if next(nf) is not None:
+                hit = x > hi
+                if lo is not None:
+                    hit.logical_or_(hi < lo)
+                grads.append(sum_to(g.where(hit, 0.0), hi.shape))
+            else:
+                grads.append(None)
+        return tuple(grads)
+
+    def name(self) -> str:
+        return "ClampBackward1"
 
 
 # --------------------------------------------------------------------------------------------
 # binary
 # --------------------------------------------------------------------------------------------
+def _is_bool(v) -> bool:
+    return v._dtype is dtypes.bool_ if isinstance(v, Tensor) else isinstance(v, bool)
+
+
 class Binary(Function):
     """z = f(a, b); a and/or b are tensors (at least one), the other may be a Python number."""
 
     opname = "binary"
     ufunc = None
+    plain_ufunc = True  # kernel() is just ufunc(a, b) when no attributes are given
     float_result = False
+    scalar = None  # the Python number operand, when one is
 
     def prepare(self, a, b, *rest):
         self.a_t = isinstance(a, Tensor)
         self.b_t = isinstance(b, Tensor)
 
     def forward(self, a, b, out=None, **kw):
-        self.a_t = isinstance(a, Tensor)
-        self.b_t = isinstance(b, Tensor)
-        dev = device_of(a, b)
-        shape = broadcast_shape(a, b, self.opname)
-        dtype = result_type(a, b)
+        """kw: op attributes (alpha, rounding_mode): kept on the node and passed to the kernel."""
+        if kw:
+            self.__dict__.update(kw)
+        a_t = self.a_t = isinstance(a, Tensor)
+        b_t = self.b_t = isinstance(b, Tensor)
+        # The common cases are decided inline; the general rules live in common.py.
+        if a_t and b_t:
+            dev = a._device
+            if b._device is not dev and b._device != dev:
+                dev = device_of(a, b)
+            ad, bd = a._data, b._data
+            sa, sb = ad.shape, bd.shape
+            shape = sa if sa == sb else broadcast_shape(a, b, self.opname)
+            dtype = a._dtype if a._dtype is b._dtype else result_type(a, b)
+        elif a_t:
+            dev, ad, bd = a._device, a._data, b
+            shape = sa = ad.shape
+            sb = ()
+            dtype = scalar_result_type(a._dtype, b)
+            self.scalar = b
+        else:
+            dev, ad, bd = b._device, a, b._data
+            shape = sb = bd.shape
+            sa = ()
+            dtype = scalar_result_type(b._dtype, a)
+            self.scalar = a
         if self.float_result and not dtype.is_floating_point:
             dtype = dtypes.get_default_dtype()
-        self.shapes = (a.shape if self.a_t else (), b.shape if self.b_t else ())
-        y = result_buffer(out, shape, dtype, dev, self.opname)
-        if dev.type != "meta":
-            self.kernel(kernels.xp_of_device(dev), data(a), data(b), y._data, **kw)
+        self.shapes = (sa, sb)
+        if out is None:
+            y = kernels.empty(shape, dtype, dev)
+        else:
+            check_out(out, shape, dtype, self.opname, self.shapes)
+            y = out
+        kind = dev.type
+        if kind != "meta":
+            # Mixed dtypes compute in the result dtype, as PyTorch does (uint8 + 0-d int32 stays
+            # uint8, int64 / int64 divides in float32): the ufunc casts inside its loop.
+            if (a_t and a._dtype is not dtype) or (b_t and b._dtype is not dtype):
+                kw["dtype"] = dtype.np
+            yd = y._data
+            if kind == "cpu" and not kw and yd.size < PARALLEL_MIN_ELEMS and self.plain_ufunc:
+                self.ufunc(ad, bd, out=yd)  # small, same dtype, no attributes: one numpy call
+            else:
+                self.kernel(np if kind == "cpu" else kernels.xp_of_device(dev), ad, bd, yd, **kw)
         return y
 
-    def kernel(self, xp, a, b, y, **kw):
-        _uf(xp, self.ufunc, a, b, out=y)
+    def kernel(self, xp, a, b, y, dtype=None):
+        if dtype is None and xp is np and y.size < PARALLEL_MIN_ELEMS:
+            self.ufunc(a, b, out=y)
+        else:
+            _uf(xp, self.ufunc, a, b, out=y, dtype=dtype)
 
     def name(self) -> str:
         return type(self).__name__ + "Backward0"
@@ -332,14 +464,15 @@ class Binary(Function):
 
 class Add(Binary):
     opname = "add"
+    ufunc = np.add
+    alpha = 1
 
-    def forward(self, a, b, out=None, alpha=1):
-        self.alpha = alpha
-        return super().forward(a, b, out=out, alpha=alpha)
-
-    def kernel(self, xp, a, b, y, alpha=1):
+    def kernel(self, xp, a, b, y, alpha=1, dtype=None):
         if alpha == 1:
-            _uf(xp, np.add, a, b, out=y)
+            if dtype is None and xp is np and y.size < PARALLEL_MIN_ELEMS:
+                np.add(a, b, out=y)
+            else:
+                _uf(xp, np.add, a, b, out=y, dtype=dtype)
         else:
             kernels.axpy(y, a, b, alpha, xp=xp)
 
@@ -350,16 +483,22 @@ class Add(Binary):
 
 class Sub(Binary):
     opname = "sub"
+    ufunc = np.subtract
+    alpha = 1
 
     def forward(self, a, b, out=None, alpha=1):
-        self.alpha = alpha
-        if isinstance(a, Tensor) and a._dtype is dtypes.bool_ and isinstance(b, Tensor) and b._dtype is dtypes.bool_:
-            raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported.")
-        return super().forward(a, b, out=out, alpha=alpha)
+        if _is_bool(a) or _is_bool(b):
+            raise RuntimeError(
+                "Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
+                "trying to invert a mask, use the `~` or `logical_not()` operator instead."
+            )
+        if alpha != 1:
+            return super().forward(a, b, out=out, alpha=alpha)
+        return super().forward(a, b, out=out)
 
-    def kernel(self, xp, a, b, y, alpha=1):
+    def kernel(self, xp, a, b, y, alpha=1, dtype=None):
         if alpha == 1:
-            _uf(xp, np.subtract, a, b, out=y)
+            _uf(xp, np.subtract, a, b, out=y, dtype=dtype)
         else:
             kernels.axpy(y, a, b, -alpha, xp=xp)
 
@@ -387,17 +526,13 @@ class Mul(Binary):
         na, nb = self._needs()
         saved = {}
         if self.a_t and self.b_t:
-            saved = dict(zip(self._save_idx, self.saved_tensors))
+            saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
         if not (self.a_t and self.b_t):
             s = self.scalar
             return self._grads(g * s if na else None, g * s if nb else None)
         ga = g * saved[1] if na else None
         gb = g * saved[0] if nb else None
         return self._grads(ga, gb)
-
-    def forward(self, a, b, out=None):
-        self.scalar = b if not isinstance(b, Tensor) else (a if not isinstance(a, Tensor) else None)
-        return super().forward(a, b, out=out)
 
 
 class Div(Binary):
@@ -409,16 +544,16 @@ class Div(Binary):
         self.rounding_mode = rounding_mode
         self.scalar_b = b if not isinstance(b, Tensor) else None
         self.scalar_a = a if not isinstance(a, Tensor) else None
-        if rounding_mode is not None:
-            self.float_result = False
-        y = super().forward(a, b, out=out, rounding_mode=rounding_mode)
-        return y
-
-    def kernel(self, xp, a, b, y, rounding_mode=None):
         if rounding_mode is None:
-            _uf(xp, np.true_divide, a, b, out=y)
+            return super().forward(a, b, out=out)
+        self.float_result = False
+        return super().forward(a, b, out=out, rounding_mode=rounding_mode)
+
+    def kernel(self, xp, a, b, y, rounding_mode=None, dtype=None):
+        if rounding_mode is None:
+            _uf(xp, np.true_divide, a, b, out=y, dtype=dtype)
         elif rounding_mode == "floor":
-            _uf(xp, np.floor_divide, a, b, out=y)
+            _uf(xp, np.floor_divide, a, b, out=y, dtype=dtype)
         elif rounding_mode == "trunc":
             xp.true_divide(a, b, out=y, casting="unsafe")
             xp.trunc(y, out=y)
@@ -555,7 +690,7 @@ class Where(Function):
     def forward(self, cond, x, y, out=None):
         self.x_t, self.y_t = isinstance(x, Tensor), isinstance(y, Tensor)
         dev = device_of(cond, x, y)
-        shape = np.broadcast_shapes(cond.shape, x.shape if self.x_t else (), y.shape if self.y_t else ())
+        shape = broadcast_shapes("where", cond.shape, x.shape if self.x_t else (), y.shape if self.y_t else ())
         dtype = result_type(x, y)
         self.cond = cond
         self.shapes = (x.shape if self.x_t else None, y.shape if self.y_t else None)
@@ -580,9 +715,21 @@ class Where(Function):
 
 
 class MaskedFill(Function):
+    """x.masked_fill(mask, value): value where mask else x; value a number or a 0-d tensor."""
+
     def forward(self, x, mask, value, out=None):
-        y = result_buffer(out, x.shape, x._dtype, x._device, "masked_fill")
-        self.value = value
+        if not isinstance(mask, Tensor) or mask._dtype is not dtypes.bool_:
+            got = mask._dtype.name if isinstance(mask, Tensor) else type(mask).__name__
+            raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype {got}")
+        self.v_t = isinstance(value, Tensor)
+        if self.v_t and value.ndim:
+            raise RuntimeError(
+                "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                f"{value.ndim} dimension(s)."
+            )
+        shape = broadcast_shape(x, mask, "masked_fill")
+        self.x_shape = x.shape
+        y = result_buffer(out, shape, x._dtype, x._device, "masked_fill", (x.shape, mask.shape))
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
             if y is not x:
@@ -595,7 +742,14 @@ class MaskedFill(Function):
 
     def backward(self, g):
         (mask,) = self.saved_tensors
-        return (g.masked_fill(mask, 0), None)
+        nf = self.next_functions
+        gx = sum_to(g.masked_fill(mask, 0), self.x_shape) if nf[0] is not None else None
+        if not self.v_t:
+            return (gx, None)
+        gv = None
+        if nf[2] is not None:
+            gv = g.where(mask, 0.0).sum()
+        return (gx, None, gv)
 
 
 class LogicalNot(Function):

@@ -2,10 +2,14 @@
 
 Every result buffer comes from `empty()` (so the allocator sees it). Hidden numpy temporaries
 are avoided where possible; where a kernel needs scratch space it says so:
-- `axpy`: blocked loop with a scratch of at most SCRATCH_ELEMS elements, not charged (PyTorch's
-  fused kernels keep the same values in registers; charging it would misstate the program).
+- bounded scratch (at most SCRATCH_ELEMS elements per block, see `blocked`) is not charged:
+  `axpy`, `erf_into`. PyTorch's fused kernels keep the same values in registers; charging
+  them would misstate the program.
 - anything larger is allocated with `empty()` and therefore charged (it shows as a temporary).
-Large contiguous elementwise work is split across threads (numpy releases the GIL in ufuncs).
+
+Speed: work of PARALLEL_MIN_ELEMS elements or more is split across `get_num_threads()` threads
+(numpy releases the GIL in ufuncs), in CHUNKS_PER_THREAD chunks per thread so that a thread
+slowed by a busy core takes fewer (`ufunc`, `run_parallel`, `extremum_scalar`, `axpy`).
 """
 
 from __future__ import annotations
@@ -47,8 +51,21 @@ def _get_pool() -> ThreadPoolExecutor:
 
 
 def empty(shape, dtype, device) -> Tensor:
-    s = new_storage(tuple(shape), dtype.np, device)
-    return Tensor._make(s.data, s, dtype, device)
+    """A new tensor on a new storage (the allocator is charged); values uninitialised."""
+    s = new_storage(shape if type(shape) is tuple else tuple(shape), dtype.np, device)
+    t = _new(Tensor)
+    t._data = s.data
+    t._storage = s
+    t._dtype = dtype
+    t._device = device
+    t._base = None
+    t.requires_grad = False
+    t._grad = None
+    t._grad_fn = None
+    return t
+
+
+_new = object.__new__
 
 
 def zeros(shape, dtype, device) -> Tensor:
@@ -84,40 +101,114 @@ def _flat(a):
     return None
 
 
-def ufunc(f, *args, out):
-    """out[...] = f(*args) for numpy ufuncs, splitting big contiguous same-shape work across threads.
+CHUNKS_PER_THREAD = 4  # more chunks than threads: a thread slowed by a busy core gets fewer
 
-    `args` are arrays or Python scalars; `out` is an array. Results are identical to one call.
+
+def _chunks(n: int) -> list[tuple[int, int]]:
+    """(lo, hi) bounds splitting n elements for the thread pool (each at least 64K elements)."""
+    k = max(1, min(_threads * CHUNKS_PER_THREAD, n // (1 << 16)))
+    step = -(-n // k)
+    return [(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+def ufunc(f, *args, out, **kw):
+    """out[...] = f(*args) for numpy ufuncs, splitting big work across threads.
+
+    `args` are arrays or Python scalars; `out` is an array. Same-shape contiguous operands are
+    cut into flat chunks; broadcasting ones along an axis of `out`. An input that overlaps `out`
+    other than element for element is left to one call (numpy buffers it). Results are
+    identical to one call.
     """
     n = out.size
     if _threads > 1 and n >= PARALLEL_MIN_ELEMS and type(out) is np.ndarray:
-        flats = []
-        ok = True
-        for a in args:
-            if isinstance(a, np.ndarray):
-                if a.shape != out.shape:
-                    ok = False
-                    break
-                fa = _flat(a)
-                if fa is None:
-                    ok = False
-                    break
-                flats.append(fa)
-            else:
-                flats.append(a)
-        fo = _flat(out) if ok else None
-        if fo is not None:
-            k = _threads
-            step = -(-n // k)
-            bounds = [(i, min(i + step, n)) for i in range(0, n, step)]
-
-            def part(b):
-                lo, hi = b
-                f(*[x[lo:hi] if isinstance(x, np.ndarray) else x for x in flats], out=fo[lo:hi])
-
-            list(_get_pool().map(part, bounds))
+        if _parallel_ufunc(f, args, out, kw):
             return out
-    f(*args, out=out)
+    f(*args, out=out, **kw)
+    return out
+
+
+def _same_elements(a: np.ndarray, out: np.ndarray) -> bool:
+    return (a.shape == out.shape and a.strides == out.strides
+            and a.__array_interface__["data"][0] == out.__array_interface__["data"][0])
+
+
+def _parallel_ufunc(f, args, out, kw) -> bool:
+    flat = out.flags.c_contiguous
+    for a in args:
+        if isinstance(a, np.ndarray) and a.ndim:
+            if np.may_share_memory(a, out) and not _same_elements(a, out):
+                return False
+            if flat and (a.shape != out.shape or not a.flags.c_contiguous):
+                flat = False
+    pool = _get_pool()
+    if flat:
+        fo = out.reshape(-1)
+        flats = [a.reshape(-1) if isinstance(a, np.ndarray) and a.ndim else a for a in args]
+
+        def part(b):
+            lo, hi = b
+            f(*[x[lo:hi] if isinstance(x, np.ndarray) and x.ndim else x for x in flats],
+              out=fo[lo:hi], **kw)
+
+        list(pool.map(part, _chunks(out.size)))
+        return True
+    # broadcasting or strided: split along the first axis of out that is long enough
+    axis = next((i for i, d in enumerate(out.shape) if d >= _threads), None)
+    if axis is None:
+        return False
+    views = [np.broadcast_to(a, out.shape) if isinstance(a, np.ndarray) and a.ndim else a
+             for a in args]
+    m = out.shape[axis]
+    step = -(-m // min(m, _threads * CHUNKS_PER_THREAD))
+    lead = (slice(None),) * axis
+
+    def part_axis(lo):
+        sl = lead + (slice(lo, lo + step),)
+        f(*[v[sl] if isinstance(v, np.ndarray) and v.ndim else v for v in views], out=out[sl],
+          **kw)
+
+    list(pool.map(part_axis, range(0, m, step)))
+    return True
+
+
+# numpy's maximum/minimum against a Python scalar take a slow loop (about 3x an add); against
+# a same-length array of the scalar they take the fast one. Large inputs go through blocks of
+# BLOCK_ELEMS against a cached constant block (uncharged: it is small and shared).
+BLOCK_ELEMS = 1 << 16
+_const_blocks: dict = {}
+
+
+def _const_block(dtype, value) -> np.ndarray:
+    key = (dtype, value)
+    block = _const_blocks.get(key)
+    if block is None:
+        if len(_const_blocks) > 64:
+            _const_blocks.clear()
+        block = np.full(BLOCK_ELEMS, value, dtype=dtype)
+        block.flags.writeable = False
+        _const_blocks[key] = block
+    return block
+
+
+def extremum_scalar(f, x, value, out):
+    """out = f(x, value) for f in (np.maximum, np.minimum) and a Python number `value`."""
+    n = out.size
+    if n < BLOCK_ELEMS or type(out) is not np.ndarray or x.shape != out.shape \
+            or not (x.flags.c_contiguous and out.flags.c_contiguous) or x.dtype != out.dtype:
+        return ufunc(f, x, value, out=out)
+    fx, fo = x.reshape(-1), out.reshape(-1)
+    block = _const_block(out.dtype, value)
+
+    def part(bounds):
+        lo, hi = bounds
+        for i in range(lo, hi, BLOCK_ELEMS):
+            j = min(i + BLOCK_ELEMS, hi)
+            f(fx[i:j], block[: j - i], out=fo[i:j])
+
+    if _threads > 1 and n >= PARALLEL_MIN_ELEMS:
+        list(_get_pool().map(part, _chunks(n)))
+    else:
+        part((0, n))
     return out
 
 
@@ -128,9 +219,8 @@ def run_parallel(func, out, *arrays):
         fo = _flat(out)
         flats = [_flat(a) if isinstance(a, np.ndarray) and a.shape == out.shape else None for a in arrays]
         if fo is not None and all(f is not None for f in flats):
-            step = -(-n // _threads)
-            bounds = [(i, min(i + step, n)) for i in range(0, n, step)]
-            list(_get_pool().map(lambda b: func(*[f[b[0]:b[1]] for f in flats], fo[b[0]:b[1]]), bounds))
+            list(_get_pool().map(lambda b: func(*[f[b[0]:b[1]] for f in flats], fo[b[0]:b[1]]),
+                                 _chunks(n)))
             return out
     func(*arrays, out)
     return out
@@ -199,20 +289,22 @@ def axpy(out, a, b, alpha, xp=np):
                 for i in range(lo, hi, step):
                     j = min(i + step, hi)
                     s = scratch[: j - i]
-                    np.multiply(fb[i:j], alpha, out=s)
-                    np.add(fa[i:j], s, out=fo[i:j])
+                    np.multiply(fb[i:j], alpha, out=s, casting="unsafe")
+                    np.add(fa[i:j], s, out=fo[i:j], casting="unsafe")
 
             if _threads > 1 and n >= PARALLEL_MIN_ELEMS:
-                per = -(-n // _threads)
-                list(_get_pool().map(part, [(i, min(i + per, n)) for i in range(0, n, per)]))
+                list(_get_pool().map(part, _chunks(n)))
             else:
                 part((0, n))
             return out
-    # General broadcast case: a charged temporary of b's size (visible as "temporary").
-    tmp = empty(b.shape, _dtype_of(b), _CPU())
-    np.multiply(b, alpha, out=tmp._data)
-    np.add(a, tmp._data, out=out)
+    # Broadcasting or strided: the same in blocks of at most SCRATCH_ELEMS elements.
+    blocked(_axpy_block, out, a, b, alpha)
     return out
+
+
+def _axpy_block(out, a, b, alpha):
+    scaled = np.multiply(b, alpha, dtype=out.dtype, casting="unsafe")
+    np.add(a, scaled, out=out, casting="unsafe")
 
 
 def _CPU():  # noqa: N802
@@ -225,6 +317,90 @@ def _dtype_of(arr):
     from engine.dtypes import from_numpy_dtype
 
     return from_numpy_dtype(arr.dtype)
+
+
+def blocked(fn, out, *arrays) -> None:
+    """Call fn(out_block, *array_blocks) over blocks of at most SCRATCH_ELEMS elements.
+
+    `arrays` (numpy arrays or numbers) must broadcast to out's shape. Contiguous operands are
+    cut into flat chunks, others along their leading axes, so any layout works. Kernels use this
+    to bound their scratch memory (which is then not charged).
+    """
+    arrays = [np.broadcast_to(a, out.shape) if isinstance(a, np.ndarray) else a for a in arrays]
+    n = out.size
+    if out.ndim == 0 or n <= SCRATCH_ELEMS:
+        fn(out, *arrays)
+        return
+    flat = out.flags.c_contiguous and all(
+        not isinstance(a, np.ndarray) or a.flags.c_contiguous for a in arrays)
+    if flat:
+        fo = out.reshape(-1)
+        fa = [a.reshape(-1) if isinstance(a, np.ndarray) else a for a in arrays]
+        for i in range(0, n, SCRATCH_ELEMS):
+            j = min(i + SCRATCH_ELEMS, n)
+            fn(fo[i:j], *[a[i:j] if isinstance(a, np.ndarray) else a for a in fa])
+        return
+    if out.shape[0] == 1:
+        blocked(fn, out[0], *[a[0] if isinstance(a, np.ndarray) else a for a in arrays])
+        return
+    rows = max(1, SCRATCH_ELEMS // max(1, n // out.shape[0]))
+    for i in range(0, out.shape[0], rows):
+        blocked(fn, out[i : i + rows], *[a[i : i + rows] if isinstance(a, np.ndarray) else a
+                                         for a in arrays])
+
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
+# erf(z) = 2/sqrt(pi) z exp(-z^2) sum_n (2 z^2)^n / (2n+1)!!  (all terms positive: no cancellation)
+_ERF_SERIES = [1.0]
+for _n in range(1, 40):
+    _ERF_SERIES.append(_ERF_SERIES[-1] / (2 * _n + 1))
+# (series terms, continued-fraction depth): float64 to ~5e-16, float32/16 to ~5e-9
+_ERF_TERMS = {8: (32, 40), 4: (20, 20), 2: (20, 20)}
+
+
+def _erf_block(out, x):
+    z = np.abs(x, dtype=np.float64)
+    terms, depth = _ERF_TERMS[out.dtype.itemsize]
+    result = np.empty_like(z)
+    near = z <= 2.0
+    zn = z[near] if not near.all() else z
+    # |x| <= 2: the series above, in Horner form
+    w = zn * zn
+    ez = np.exp(-w)
+    w *= 2.0
+    acc = np.full_like(zn, _ERF_SERIES[terms - 1])
+    for n in range(terms - 2, -1, -1):
+        acc *= w
+        acc += _ERF_SERIES[n]
+    acc *= zn
+    acc *= ez
+    acc *= _TWO_OVER_SQRT_PI
+    if zn is z:
+        result = acc
+    else:
+        result[near] = acc
+        # |x| > 2: erfc = exp(-z^2)/sqrt(pi) / (z + (1/2)/(z + 1/(z + (3/2)/(z + ...))))
+        far = ~near
+        zf = z[far]
+        f = zf.copy()
+        for k in range(depth, 0, -1):
+            np.divide(k * 0.5, f, out=f)
+            f += zf
+        result[far] = 1.0 - np.exp(-zf * zf) * _INV_SQRT_PI / f
+    np.copysign(result, x, out=result)
+    np.copyto(out, result, casting="unsafe")
+
+
+def erf_into(xp, x, out):
+    """out = erf(x) to float64 precision; numpy has no erf, CuPy has cupyx.scipy.special.erf."""
+    if xp is not np:
+        import cupyx.scipy.special
+
+        cupyx.scipy.special.erf(x, out=out)
+        return out
+    blocked(_erf_block, out, x)
+    return out
 
 
 def numel(shape) -> int:

@@ -57,30 +57,19 @@ class Matmul(Function):
         return y
 
     def backward(self, g):
-        saved = dict(zip(self._save_idx, self.saved_tensors))
+        # Work on the 2-D (or batched) forms: a vector a is (1, n), a vector b is (n, 1).
+        saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
         sa, sb = self.shapes
-        na = self.next_functions[0] is not None
-        nb = self.next_functions[1] is not None
-        g2 = g
-        if len(sa) == 1:
-            g2 = g2.unsqueeze(-2)
-        if len(sb) == 1:
-            g2 = g2.unsqueeze(-1)
+        a2s = (1,) + sa if len(sa) == 1 else sa
+        b2s = sb + (1,) if len(sb) == 1 else sb
+        g2 = g.reshape(matmul_shape(a2s, b2s))
         ga = gb = None
-        if na:
-            b = saved[1]
-            b2 = b.unsqueeze(-1) if len(sb) == 1 else b
-            ga = g2.matmul(b2.transpose(-1, -2))
-            if len(sa) == 1:
-                ga = ga.squeeze(-2)
-            ga = sum_to(ga, sa)
-        if nb:
-            a = saved[0]
-            a2 = a.unsqueeze(0) if len(sa) == 1 else a
-            gb = a2.transpose(-1, -2).matmul(g2)
-            if len(sb) == 1:
-                gb = gb.squeeze(-1)
-            gb = sum_to(gb, sb)
+        if self.next_functions[0] is not None:
+            b2 = saved[1].reshape(b2s)
+            ga = sum_to(g2.matmul(b2.transpose(-1, -2)), a2s).reshape(sa)
+        if self.next_functions[1] is not None:
+            a2 = saved[0].reshape(a2s)
+            gb = sum_to(a2.transpose(-1, -2).matmul(g2), b2s).reshape(sb)
         return (ga, gb)
 
     def name(self):

@@ -13,15 +13,21 @@ from engine.ops.common import result_buffer
 from engine.tensor import Tensor, _wrap_dim
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
+_add_reduce = np.add.reduce
 
 
 def norm_dims(dim, ndim):
+    """Sorted, wrapped reduction dims; None or () means every dim (a 0-d tensor has none)."""
     if dim is None:
         return tuple(range(ndim))
     if isinstance(dim, int):
         dim = (dim,)
-    dims = tuple(sorted({_wrap_dim(d, ndim) for d in dim}))
-    return dims
+    elif not dim:
+        return tuple(range(ndim))
+    dims = sorted({_wrap_dim(d, ndim) for d in dim})
+    if len(dims) != len(dim):
+        raise RuntimeError(f"dim {list(dim)} appears multiple times in the list of dims")
+    return tuple(dims) if ndim else ()
 
 
 def reduced_shape(shape, dims, keepdim):
@@ -38,16 +44,29 @@ def _expand_back(g: Tensor, shape, dims, keepdim):
     return g.expand(shape)
 
 
+_ALL_DIMS = [tuple(range(n)) for n in range(33)]
+
+
 class Sum(Function):
     def forward(self, x, out=None, dim=None, keepdim=False, dtype=None):
-        dims = norm_dims(dim, x.ndim)
-        self.in_shape, self.dims, self.keepdim = x.shape, dims, keepdim
-        rdt = dtypes.from_any(dtype) if dtype is not None else (
-            dtypes.int64 if not x._dtype.is_floating_point else x._dtype)
-        y = result_buffer(out, reduced_shape(x.shape, dims, keepdim), rdt, x._device, "sum")
-        if x._device.type != "meta":
-            xp = kernels.xp_of(x)
-            xp.sum(x._data, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
+        xd = x._data
+        if dim is None and not keepdim:  # the common full reduction, decided inline
+            dims, shape = _ALL_DIMS[xd.ndim], ()
+        else:
+            dims = norm_dims(dim, xd.ndim)
+            shape = reduced_shape(xd.shape, dims, keepdim)
+        self.in_shape, self.dims, self.keepdim = xd.shape, dims, keepdim
+        if dtype is None:
+            rdt = x._dtype if x._dtype.is_floating_point else dtypes.int64
+        else:
+            rdt = dtypes.from_any(dtype)
+        y = kernels.empty(shape, rdt, x._device) if out is None else \
+            result_buffer(out, shape, rdt, x._device, "sum")
+        kind = x._device.type
+        if kind == "cpu":  # np.add.reduce is np.sum without its Python wrapper
+            _add_reduce(xd, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
+        elif kind != "meta":
+            kernels.xp_of(x).sum(x._data, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
         return y
 
     def backward(self, g):
@@ -89,7 +108,7 @@ class Amax(Function):
     reducer = "max"
 
     def forward(self, x, out=None, dim=None, keepdim=False):
-        dims = norm_dims(dim, x.ndim) if dim is not None and dim != () else tuple(range(x.ndim))
+        dims = norm_dims(dim, x.ndim)
         if x.numel() == 0:
             raise RuntimeError(f"{self.reducer}(): Expected reduction dim to be specified for input.numel() == 0.")
         self.in_shape, self.dims, self.keepdim = x.shape, dims, keepdim
@@ -113,7 +132,7 @@ class Amin(Amax):
 
 
 class MaxDim(Function):
-    """max/min along one dim: (values, indices); gradient goes to the index."""
+    """max/min along one dim: (values, indices); the gradient goes to the index (as PyTorch)."""
 
     retain_inputs = ()
     reducer = "max"
@@ -123,14 +142,19 @@ class MaxDim(Function):
         d = _wrap_dim(dim, x.ndim)
         self.in_shape, self.dim, self.keepdim = x.shape, d, keepdim
         shape = reduced_shape(x.shape, (d,), keepdim)
+        if x.numel() == 0:
+            raise IndexError(
+                f"{self.reducer}(): Expected reduction dim {d} to have non-zero size."
+            )
         vals = kernels.empty(shape, x._dtype, x._device)
         idx = kernels.empty(shape, dtypes.int64, x._device)
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
-            getattr(xp, "arg" + self.reducer)(x._data, axis=d, keepdims=keepdim, out=idx._data)
-            ik = idx._data if keepdim else xp.expand_dims(idx._data, d)
-            vk = vals._data if keepdim else xp.expand_dims(vals._data, d)
-            vk[...] = xp.take_along_axis(x._data, ik, axis=d)
+            xd, vd, idd = x._data, vals._data, idx._data
+            if not x.ndim:  # a 0-d tensor reduces over its single element
+                xd, vd, idd = xd.reshape(1), vd.reshape(1), idd.reshape(1)
+            getattr(xp, self.reducer)(xd, axis=d, keepdims=keepdim or not x.ndim, out=vd)
+            getattr(xp, "arg" + self.reducer)(xd, axis=d, keepdims=keepdim or not x.ndim, out=idd)
         self.indices = idx
         return MaxResult(vals, idx)
 
@@ -139,9 +163,12 @@ class MaxDim(Function):
         out = kernels.zeros(self.in_shape, g._dtype, g._device)
         if g._device.type != "meta":
             xp = kernels.xp_of(g)
-            ik = idx._data if self.keepdim else xp.expand_dims(idx._data, self.dim)
-            gk = g._data if self.keepdim else xp.expand_dims(g._data, self.dim)
-            xp.put_along_axis(out._data, ik, gk, axis=self.dim)
+            od, ik, gk = out._data, idx._data, g._data
+            if not len(self.in_shape):
+                od, ik, gk = od.reshape(1), ik.reshape(1), gk.reshape(1)
+            elif not self.keepdim:
+                ik, gk = xp.expand_dims(ik, self.dim), xp.expand_dims(gk, self.dim)
+            xp.put_along_axis(od, ik, gk, axis=self.dim)
         return (out,)
 
     def release_saved(self):
@@ -153,6 +180,11 @@ class MinDim(MaxDim):
 
 
 class Softmax(Function):
+    """softmax / log_softmax along `dim`; keeps only its result for backward.
+
+    Scratch: the reduced max and sum (charged, small); no full-size temporary in either direction.
+    """
+
     retain_output = True
     log = False
 
@@ -160,38 +192,57 @@ class Softmax(Function):
         d = _wrap_dim(dim, x.ndim)
         self.dim = d
         dtype = x._dtype if x._dtype.is_floating_point else dtypes.get_default_dtype()
-        y = result_buffer(out, x.shape, dtype, x._device, "softmax")
+        y = result_buffer(out, x.shape, dtype, x._device, "log_softmax" if self.log else "softmax")
+        m = kernels.empty(_keep_shape(x.shape, d), dtype, x._device)  # charged scratch, also on meta
+        s = kernels.empty(m.shape, dtype, x._device)
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
-            # small temporaries (the reduced max and sum) are charged as temporaries
-            m = kernels.empty(reduced_shape(x.shape, (d,), True), dtype, x._device)
-            xp.max(x._data, axis=d, keepdims=True, out=m._data)
-            xp.subtract(x._data, m._data, out=y._data)
-            if self.log:
-                s = kernels.empty(m.shape, dtype, x._device)
-                e = kernels.empty(x.shape, dtype, x._device)
-                xp.exp(y._data, out=e._data)
-                xp.sum(e._data, axis=d, keepdims=True, out=s._data)
-                del e
-                xp.log(s._data, out=s._data)
-                xp.subtract(y._data, s._data, out=y._data)
+            xd, yd = x._data, y._data
+            if not x.ndim:
+                xd, yd = xd.reshape(1), yd.reshape(1)
+            md, sd = m._data, s._data
+            xp.max(xd, axis=d, keepdims=True, out=md)
+            xp.subtract(xd, md, out=yd)
+            xp.exp(yd, out=yd)
+            xp.sum(yd, axis=d, keepdims=True, out=sd)
+            if self.log:  # y = x - (max + log(sum(exp(x - max))))
+                xp.log(sd, out=sd)
+                xp.add(sd, md, out=sd)
+                xp.subtract(xd, sd, out=yd)
             else:
-                xp.exp(y._data, out=y._data)
-                xp.sum(y._data, axis=d, keepdims=True, out=m._data)
-                xp.true_divide(y._data, m._data, out=y._data)
+                xp.true_divide(yd, sd, out=yd)
         return y
 
     def backward(self, g):
         (y,) = self.saved_tensors
         d = self.dim
-        if self.log:
-            # g - exp(y) * sum(g)
-            return (g - y.exp() * g.sum(dim=d, keepdim=True),)
-        gy = g * y
-        return (gy.sub_(y * gy.sum(dim=d, keepdim=True)),)
+        out = kernels.empty(g.shape, g._dtype, g._device)
+        if g._device.type == "meta":
+            kernels.empty(_keep_shape(g.shape, d), g._dtype, g._device)
+            return (out,)
+        xp = kernels.xp_of(g)
+        od, gd, yd = out._data, g._data, y._data
+        if not g.ndim:
+            od, gd, yd = od.reshape(1), gd.reshape(1), yd.reshape(1)
+        s = kernels.empty(_keep_shape(gd.shape, d), g._dtype, g._device)
+        if self.log:  # g - exp(y) * sum(g)
+            xp.sum(gd, axis=d, keepdims=True, out=s._data)
+            xp.exp(yd, out=od)
+            xp.multiply(od, s._data, out=od)
+            xp.subtract(gd, od, out=od)
+        else:  # y * (g - sum(g * y))
+            xp.multiply(gd, yd, out=od)
+            xp.sum(od, axis=d, keepdims=True, out=s._data)
+            xp.subtract(gd, s._data, out=od)
+            xp.multiply(od, yd, out=od)
+        return (out,)
 
     def name(self):
         return ("LogSoftmax" if self.log else "Softmax") + "Backward0"
+
+
+def _keep_shape(shape, d):
+    return tuple(1 if i == d else n for i, n in enumerate(shape)) if shape else (1,)
 
 
 class LogSoftmax(Softmax):

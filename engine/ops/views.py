@@ -13,7 +13,7 @@ from engine.autograd.function import Function
 from engine.autograd.grad_mode import STATE
 from engine.backends.strided import infer_shape, view_strides
 from engine.ops import kernels
-from engine.ops.common import check_out, data, sum_to
+from engine.ops.common import broadcast_shape, check_out, data, sum_to
 from engine.storage import wrap_storage
 from engine.tensor import Tensor, _wrap_dim
 
@@ -40,6 +40,8 @@ def view_array(x: Tensor, shape):
     arr = x._data
     kind = x._device.type
     if kind == "cpu":
+        if arr.flags.c_contiguous:  # always viewable: reshape cannot copy
+            return arr.reshape(shape)
         try:
             return np.reshape(arr, shape, copy=False)
         except ValueError:
@@ -155,8 +157,11 @@ class Select(Function):
         self.index = index
         if x._device.type != "meta" and x._data.ndim == 0 and index not in ((), Ellipsis, None):
             raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` to convert a 0-dim tensor to a number")
+        items = index if isinstance(index, tuple) else (index,)
+        if not any(i is Ellipsis for i in items):
+            items = items + (Ellipsis,)  # numpy gives a copied scalar for a full int index
         try:
-            arr = x._data[index]
+            arr = x._data[items]
         except IndexError as exc:
             raise IndexError(str(exc).replace("axis", "dimension")) from None
         return make_view(x, arr, lambda b: b[index])
@@ -235,8 +240,8 @@ class Copy(Function):
         self.src_t = isinstance(src, Tensor)
         self.src_shape = src.shape if self.src_t else ()
         self.src_dtype = src._dtype if self.src_t else None
-        shape = src.shape if self.src_t else ()
-        check_out(dst, np.broadcast_shapes(dst.shape, shape), dst._dtype, "copy_")
+        check_out(dst, broadcast_shape(dst, src, "copy_"), dst._dtype, "copy_",
+                  (dst.shape, self.src_shape))
         if dst._device.type != "meta":
             src_data = data(src)
             if self.src_t and src._device != dst._device:

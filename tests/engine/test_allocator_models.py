@@ -621,6 +621,16 @@ def assert_consistent(model):
         assert stats["inactive_split.all.current"] == len(inactive_split)
         assert stats["inactive_split_bytes.all.current"] == sum(b["size"] for b in inactive_split)
         assert stats["segment.all.current"] == len(segments)
+        # the cached free lists (best fit searches them) hold exactly the inactive blocks
+        for pool, free_list in (("small", model._free_small), ("large", model._free_large)):
+            cached = [
+                (b["size"], b["address"])
+                for s in segments
+                if s["segment_type"] == pool
+                for b in s["blocks"]
+                if b["state"] == "inactive"
+            ]
+            assert [(size, address) for size, address, _ in free_list] == sorted(cached)
 
 
 @pytest.mark.parametrize("name", ["exact", "caching"])

@@ -1,0 +1,26 @@
+"""Layers, following torch.nn.modules."""
+
+from engine.nn.modules.activation import GELU, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
+from engine.nn.modules.container import ModuleList, Sequential
+from engine.nn.modules.conv import Conv2d
+from engine.nn.modules.dropout import Dropout
+from engine.nn.modules.flatten import Flatten
+from engine.nn.modules.linear import Identity, Linear
+from engine.nn.modules.loss import CrossEntropyLoss, MSELoss, NLLLoss
+from engine.nn.modules.module import (
+    Module,
+    RemovableHandle,
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+from engine.nn.modules.normalization import BatchNorm1d, BatchNorm2d, LayerNorm
+from engine.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from engine.nn.modules.sparse import Embedding
+
+__all__ = [
+    "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "CrossEntropyLoss",
+    "Dropout", "Embedding", "Flatten", "GELU", "Identity", "LayerNorm", "Linear", "LogSoftmax",
+    "MSELoss", "MaxPool2d", "Module", "ModuleList", "NLLLoss", "ReLU", "RemovableHandle",
+    "Sequential", "Sigmoid", "Softmax", "Tanh", "register_module_forward_hook",
+    "register_module_forward_pre_hook",
+]

@@ -1,0 +1,74 @@
+"""Conv2d."""
+
+from __future__ import annotations
+
+import math
+
+from engine.allocator.tracked import context
+from engine.creation import empty
+from engine.nn import functional as F
+from engine.nn import init
+from engine.nn.modules.module import Module
+from engine.nn.parameter import Parameter
+from engine.ops.nn_ops import _pair
+
+
+class Conv2d(Module):
+    """2-D convolution; weight [out_channels, in_channels/groups, kh, kw], PyTorch's init."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 device=None, dtype=None):
+        super().__init__()
+        if groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups:
+            raise ValueError("out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"padding_mode={padding_mode!r} is not supported (only 'zeros')")
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+            if padding == "same" and _pair(stride) != (1, 1):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.stride = _pair(stride, "stride")
+        self.padding = padding if isinstance(padding, str) else _pair(padding, "padding")
+        self.dilation = _pair(dilation, "dilation")
+        self.groups = groups
+        self.padding_mode = padding_mode
+        with context(category="parameter"):
+            self.weight = Parameter(empty(out_channels, in_channels // groups, *self.kernel_size,
+                                          device=device, dtype=dtype))
+            if bias:
+                self.bias = Parameter(empty(out_channels, device=device, dtype=dtype))
+            else:
+                self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            if fan_in != 0:
+                bound = 1 / math.sqrt(fan_in)
+                init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
+
+    def extra_repr(self) -> str:
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0, 0):
+            s += f", padding={self.padding!r}" if isinstance(self.padding, str) else f", padding={self.padding}"
+        if self.dilation != (1, 1):
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s

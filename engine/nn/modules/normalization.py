@@ -1,0 +1,110 @@
+"""BatchNorm1d / BatchNorm2d (running statistics as buffers) and LayerNorm."""
+
+from __future__ import annotations
+
+from engine import dtypes
+from engine.allocator.tracked import context
+from engine.creation import empty, ones, tensor, zeros
+from engine.nn import functional as F
+from engine.nn import init
+from engine.nn.modules.module import Module
+from engine.nn.parameter import Parameter
+
+
+class _BatchNorm(Module):
+    _expected_dims: tuple[int, ...] = ()
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True, device=None, dtype=None,
+                 *, bias: bool = True):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        with context(category="parameter"):
+            if affine:
+                self.weight = Parameter(empty(num_features, device=device, dtype=dtype))
+                if bias:
+                    self.bias = Parameter(empty(num_features, device=device, dtype=dtype))
+                else:
+                    self.register_parameter("bias", None)
+            else:
+                self.register_parameter("weight", None)
+                self.register_parameter("bias", None)
+        with context(category="buffer"):
+            if track_running_stats:
+                self.register_buffer("running_mean", zeros(num_features, device=device, dtype=dtype))
+                self.register_buffer("running_var", ones(num_features, device=device, dtype=dtype))
+                self.register_buffer("num_batches_tracked", tensor(0, dtype=dtypes.int64, device=device))
+            else:
+                self.register_buffer("running_mean", None)
+                self.register_buffer("running_var", None)
+                self.register_buffer("num_batches_tracked", None)
+        self.reset_parameters()
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            self.running_mean.zero_()
+            self.running_var.fill_(1)
+            self.num_batches_tracked.zero_()
+
+    def reset_parameters(self) -> None:
+        self.reset_running_stats()
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
+    def forward(self, input):
+        if input.ndim not in self._expected_dims:
+            dims = " or ".join(f"{d}D" for d in self._expected_dims)
+            raise ValueError(f"expected {dims} input (got {input.ndim}D input)")
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        bn_training = self.training or (self.running_mean is None and self.running_var is None)
+        use_stats = not self.training or self.track_running_stats
+        return F.batch_norm(input, self.running_mean if use_stats else None,
+                            self.running_var if use_stats else None, self.weight, self.bias,
+                            bn_training, factor, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    _expected_dims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    _expected_dims = (4,)
+
+
+class LayerNorm(Module):
+    """Normalises over the trailing `normalized_shape` dims; weight ones, bias zeros."""
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        with context(category="parameter"):
+            if elementwise_affine:
+                self.weight = Parameter(ones(*self.normalized_shape, device=device, dtype=dtype))
+                if bias:
+                    self.bias = Parameter(zeros(*self.normalized_shape, device=device, dtype=dtype))
+                else:
+                    self.register_parameter("bias", None)
+            else:
+                self.register_parameter("weight", None)
+                self.register_parameter("bias", None)
+
+    def forward(self, input):
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")

@@ -1,0 +1,11 @@
+"""engine.optim: SGD, Adam, AdamW with PyTorch's update rules, in place under no_grad.
+
+>>> opt = engine.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+>>> opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+from engine.optim.adam import Adam, AdamW
+from engine.optim.optimizer import Optimizer
+from engine.optim.sgd import SGD
+
+__all__ = ["Adam", "AdamW", "Optimizer", "SGD"]

@@ -1,0 +1,135 @@
+"""Optimizer: parameter groups, per-parameter state, zero_grad, state_dict (torch.optim's API).
+
+State is created lazily by `step()` (the first time a parameter has a gradient), inside
+`engine.allocator.context(category="optimizer_state")`, so its memory shows up at the first step,
+where PyTorch allocates it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+
+from engine.allocator.tracked import context
+from engine.autograd.grad_mode import enable_grad
+from engine.tensor import Tensor
+
+
+class _RequiredParameter:
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+
+class Optimizer:
+    """Base class: subclasses implement `step()` with their update rule."""
+
+    def __init__(self, params, defaults: dict):
+        self.defaults = defaults
+        self.state: defaultdict = defaultdict(dict)
+        self.param_groups: list[dict] = []
+        if isinstance(params, Tensor):
+            raise TypeError(
+                "params argument given to the optimizer should be an iterable of Tensors or dicts, "
+                f"but got {type(params).__name__}"
+            )
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    def add_param_group(self, param_group: dict) -> None:
+        params = param_group["params"]
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, set):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, but "
+                            "the ordering of tensors in sets will change between runs. Please use a list instead.")
+        else:
+            params = list(params)
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError("can't optimize a non-leaf Tensor")
+        group = dict(param_group, params=params)
+        for key, default in self.defaults.items():
+            if default is required and key not in group:
+                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {key}")
+            group.setdefault(key, default)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in params):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every .grad (the default: its memory is freed), or zero it in place."""
+        from engine.nn.modules.module import _zero_grad
+
+        for group in self.param_groups:
+            for p in group["params"]:
+                _zero_grad(p, set_to_none)
+
+    def step(self, closure=None):
+        raise NotImplementedError
+
+    @staticmethod
+    def _closure_loss(closure):
+        if closure is None:
+            return None
+        with enable_grad():
+            return closure()
+
+    @staticmethod
+    def _state_context():
+        """Allocations of optimizer state are attributed to category 'optimizer_state'."""
+        return context(category="optimizer_state")
+
+    # --- state_dict ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """{"state": {param index: state}, "param_groups": [hyper-parameters, params as indices]}."""
+        index = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            ids = []
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+                ids.append(index[id(p)])
+            packed["params"] = ids
+            groups.append(packed)
+        state = {index[id(p)]: s for p, s in self.state.items() if id(p) in index}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        by_index = {}
+        for own, saved in zip(self.param_groups, groups, strict=True):
+            if len(own["params"]) != len(saved["params"]):
+                raise ValueError("loaded state dict contains a parameter group that doesn't match "
+                                 "the size of optimizer's group")
+            by_index.update(zip(saved["params"], own["params"], strict=True))
+            own.update({k: v for k, v in saved.items() if k != "params"})
+        self.state = defaultdict(dict)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self._state_context())
+            for idx, s in state_dict["state"].items():
+                p = by_index[idx]
+                self.state[p] = {k: (v.to(device=p.device).clone() if isinstance(v, Tensor) else v)
+                                 for k, v in s.items()}
+
+    def __repr__(self) -> str:
+        lines = [type(self).__name__ + " ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for key in sorted(k for k in group if k != "params"):
+                lines.append(f"    {key}: {group[key]}")
+        lines.append(")")
+        return "\n".join(lines)

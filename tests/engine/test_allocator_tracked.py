@@ -1,0 +1,158 @@
+"""The tracked allocator: events, context, observers, tags, reset and tracking(False)."""
+
+from __future__ import annotations
+
+import pytest
+
+import engine
+from engine import memory
+from engine.allocator import (
+    MemoryObserver,
+    context,
+    current_context,
+    get_allocator,
+    op_scope,
+    reset,
+)
+from engine.allocator.tracked import tracking
+from engine.errors import OutOfMemoryError
+
+
+class Recorder(MemoryObserver):
+    def __init__(self):
+        self.events, self.tags, self.external = [], [], []
+
+    def on_alloc(self, event):
+        self.events.append(event)
+
+    def on_free(self, event):
+        self.events.append(event)
+
+    def on_oom(self, event):
+        self.events.append(event)
+
+    def on_tag(self, storage_id, key, value):
+        self.tags.append((storage_id, key, value))
+
+    def on_external(self, event):
+        self.external.append(event)
+
+
+@pytest.fixture
+def recorder():
+    rec = Recorder()
+    alloc = get_allocator("cpu")
+    alloc.add_observer(rec)
+    yield rec
+    alloc.remove_observer(rec)
+
+
+def test_alloc_and_free_events_carry_op_context_and_totals(recorder):
+    x = engine.empty(10)
+    with context(node="act", phase="forward"):
+        y = x.relu()
+    del y
+    alloc, relu, free = recorder.events
+    assert alloc.action == "alloc" and alloc.requested == 40 and alloc.bytes == 40
+    assert alloc.allocated == 40 and alloc.context == {}
+    assert relu.action == "alloc" and relu.context == {"node": "act", "phase": "forward", "op": "relu"}
+    assert relu.allocated == 80 and relu.reserved == 80
+    assert free.action == "free" and free.storage_id == relu.storage_id and free.allocated == 40
+    assert [e.seq for e in recorder.events] == sorted(e.seq for e in recorder.events)
+    assert relu.as_dict()["storage_id"] == relu.storage_id
+
+
+def test_context_nests_and_restores():
+    with context(a=1):
+        with context(b=2, a=3):
+            assert current_context() == {"a": 3, "b": 2}
+        assert current_context() == {"a": 1}
+    assert current_context() == {}
+
+
+def test_op_scope_names_the_op(recorder):
+    with op_scope("my_op"):
+        engine.ops.kernels.empty((2,), engine.float32, engine.device("cpu"))
+    assert recorder.events[0].context["op"] == "my_op"
+
+
+def test_inplace_clone_is_attributed_and_tagged(recorder):
+    a = engine.rand(4, requires_grad=True)
+    b = a * 2
+    recorder.events.clear()
+    b.sin_()
+    (alloc,) = [e for e in recorder.events if e.action == "alloc"]
+    assert alloc.context["inplace_clone"] == "sin_" and alloc.context["op"] == "clone"
+    assert (alloc.storage_id, "inplace_clone", "sin_") in recorder.tags
+
+
+def test_oom_event_then_error_and_nothing_changes(recorder):
+    memory.set_memory_limit(100)
+    with pytest.raises(OutOfMemoryError):
+        engine.empty(1000)
+    assert [e.action for e in recorder.events] == ["oom"]
+    assert memory.memory_allocated() == 0
+
+
+def test_record_locations_points_at_user_code(recorder):
+    alloc = get_allocator("cpu")
+    alloc.record_locations = True
+    try:
+        x = engine.empty(3)  # this line
+    finally:
+        alloc.record_locations = False
+    assert recorder.events[0].location.endswith("test_allocator_tracked.py:" + str(
+        test_record_locations_points_at_user_code.__code__.co_firstlineno + 4))
+    del x
+
+
+def test_reset_forgets_old_storages():
+    x = engine.empty(10)
+    reset("cpu")
+    assert memory.memory_allocated() == 0
+    del x  # its free belongs to the old epoch and is ignored
+    assert memory.memory_allocated() == 0
+    y = engine.empty(5)
+    assert memory.memory_allocated() == 20
+    del y
+
+
+def test_tracking_off_charges_nothing():
+    with tracking(False):
+        x = engine.empty(1000)
+        y = x + 1
+    assert memory.memory_allocated() == 0
+    del x, y
+    assert memory.memory_allocated() == 0
+    z = engine.empty(10)
+    assert memory.memory_allocated() == 40
+    del z
+
+
+def test_observers_are_added_once_and_removed():
+    alloc = get_allocator("cpu")
+    rec = Recorder()
+    alloc.add_observer(rec)
+    alloc.add_observer(rec)
+    assert alloc.observers.count(rec) == 1
+    with alloc.observing(Recorder()) as other:
+        engine.empty(1)
+    assert len(other.events) == 2  # alloc and free of the temporary
+    alloc.remove_observer(rec)
+    assert rec not in alloc.observers
+
+
+def test_get_allocator_spellings():
+    assert get_allocator("cpu") is get_allocator(engine.device("cpu"))
+    assert get_allocator("cuda") is get_allocator("cuda:0") is get_allocator("gpu")
+    assert get_allocator("meta").device == "meta"
+
+
+def test_saved_for_backward_and_gradient_tags(recorder):
+    a = engine.rand(3, requires_grad=True)
+    y = a.exp()
+    (y * 2).sum().backward()
+    keys = {(k, v) for _, k, v in recorder.tags}
+    assert ("saved_for_backward", True) in keys and ("category", "gradient") in keys
+    grad_tag = [sid for sid, k, v in recorder.tags if (k, v) == ("category", "gradient")]
+    assert grad_tag == [a.grad._storage.id]

@@ -1,0 +1,122 @@
+"""The meta device: shapes and dtypes only, nothing allocated, every allocation accounted.
+
+The strongest check: the same program on cpu and on meta makes the allocator see the same
+allocations (count, bytes, peak), forward and backward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+from engine import memory
+from engine.backends.meta import MetaArray
+from engine.errors import MetaDataError
+
+
+def _mlp_step(device):
+    engine.manual_seed(0)
+    x = engine.randn(8, 16, device=device)
+    w1 = engine.randn(16, 32, device=device, requires_grad=True)
+    w2 = engine.randn(32, 4, device=device, requires_grad=True)
+    h = (x @ w1).relu()
+    h2 = h.sigmoid() * h
+    out = (h2 @ w2).log_softmax(-1)
+    loss = -out[:, 1].mean() + out.amax() + (out - 1).abs().sum(0).mean()
+    loss.backward()
+    return loss, w1, w2
+
+
+def _elementwise_program(device):
+    a = engine.rand(3, 4, 5, device=device)
+    b = engine.rand(4, 1, device=device)
+    c = (a + b) * a - b / 2
+    c.relu_().clamp_(0.1, 0.9)
+    d = engine.where(c > 0.5, c, b).exp().sum((0, 2), keepdim=True)
+    e = d.transpose(0, 1).reshape(-1).softmax(0)
+    f = c[1:, ::2].clone().t_() if c.ndim == 2 else c[1:, ::2].clone()
+    f[0] = 3.0
+    f += 1
+    g = engine.max(c, 1)
+    return e, f, g
+
+
+@pytest.mark.parametrize("program", [_mlp_step, _elementwise_program])
+def test_meta_accounts_exactly_like_cpu(program):
+    results = {}
+    for device in ("cpu", "meta"):
+        memory.reset_peak_memory_stats(device)
+        keep = program(device)
+        stats = memory.memory_stats(device)
+        results[device] = (
+            memory.memory_allocated(device), memory.max_memory_allocated(device),
+            stats["allocation.all.allocated"], stats["allocated_bytes.all.allocated"],
+        )
+        del keep
+        assert memory.memory_allocated(device) == 0, device
+    assert results["meta"] == results["cpu"]
+
+
+def test_meta_with_the_caching_model_matches_cpu():
+    for device in ("cpu", "meta"):
+        memory.set_allocator_model("caching", device)
+    peaks = {}
+    for device in ("cpu", "meta"):
+        keep = _mlp_step(device)
+        peaks[device] = (memory.max_memory_allocated(device), memory.max_memory_reserved(device))
+        del keep
+    assert peaks["meta"] == peaks["cpu"]
+
+
+def test_meta_allocates_no_real_memory():
+    t = engine.empty(10000, 10000, device="meta")
+    assert isinstance(t._data, MetaArray)
+    assert memory.memory_allocated("meta") == 400_000_000
+    assert memory.memory_allocated("cpu") == 0
+    v = t[::2, 1:].t()
+    assert v.shape == (9999, 5000) and v.stride() == (1, 20000)
+    assert v.storage_offset() == 1
+    assert v.data_ptr() == t.data_ptr() + 4
+
+
+@pytest.mark.parametrize(
+    "read",
+    [lambda t: t.item(), lambda t: t.tolist(), lambda t: t.numpy(), lambda t: float(t),
+     lambda t: bool(t), lambda t: int(t), lambda t: np.asarray(t._data), lambda t: t.to("cpu")],
+)
+def test_reading_meta_values_raises_a_clear_error(read):
+    t = engine.ones(1, device="meta")
+    with pytest.raises((MetaDataError, RuntimeError), match="meta"):
+        read(t)
+
+
+def test_meta_error_is_a_runtime_error():
+    assert issubclass(MetaDataError, RuntimeError)
+
+
+def test_meta_repr_and_metadata():
+    t = engine.zeros(2, 3, dtype=engine.float64, device="meta")
+    assert repr(t) == "tensor(..., device='meta', size=(2, 3), dtype=engine.float64)"
+    assert t.is_meta and t.dtype is engine.float64 and t.is_contiguous()
+    assert (t + 1).dtype is engine.float64 and (t > 0).dtype is engine.bool_
+    assert t.sum(1).shape == (2,) and (t @ t.t()).shape == (2, 2)
+
+
+def test_meta_seed_002_and_004_are_fast():
+    import time
+
+    start = time.perf_counter()
+    memory.set_allocator_model("caching", "meta")
+    x = engine.randn(10000, 10000, device="meta")
+    y = engine.relu(x)
+    engine.relu_(x)
+    assert memory.memory_allocated("meta") == 2 * 400556032
+    assert time.perf_counter() - start < 0.5
+    del x, y
+
+
+def test_tensor_indexing_on_meta_is_refused_clearly():
+    t = engine.zeros(4, device="meta")
+    with pytest.raises(RuntimeError, match="meta device"):
+        t[engine.tensor([0, 1], device="meta")]

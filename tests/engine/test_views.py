@@ -1,0 +1,185 @@
+"""Views share memory and the version counter with their base; copies do not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+
+VIEWS = {
+    "view": lambda t: t.view(4, 6),
+    "view_-1": lambda t: t.view(-1),
+    "reshape": lambda t: t.reshape(6, 4),
+    "transpose": lambda t: t.transpose(0, 2),
+    "permute": lambda t: t.permute(2, 0, 1),
+    "t_of_2d": lambda t: t[0].t(),
+    "T": lambda t: t.T,
+    "slice": lambda t: t[:, 1:3],
+    "step_slice": lambda t: t[..., ::2],
+    "int_index": lambda t: t[1],
+    "mixed_index": lambda t: t[1, :, 2],
+    "none_index": lambda t: t[None, 0],
+    "squeeze": lambda t: t[:, :1].squeeze(1),
+    "unsqueeze": lambda t: t.unsqueeze(1),
+    "unsqueeze_neg": lambda t: t.unsqueeze(-1),
+    "expand": lambda t: t[:, :1, :1].expand(2, 3, 4),
+    "flatten": lambda t: t.flatten(),
+    "flatten_1": lambda t: t.flatten(1),
+    "detach": lambda t: t.detach(),
+    "split": lambda t: t.split(1, 0)[1],
+    "chunk": lambda t: t.chunk(2, 2)[0],
+    "unbind": lambda t: t.unbind(1)[2],
+    "view_as": lambda t: t.view_as(engine.empty(24)),
+    "data": lambda t: t.data,
+}
+
+
+def base():
+    return engine.arange(24, dtype=engine.float32).reshape(2, 3, 4)
+
+
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_view_shares_memory_version_and_base(name):
+    b = base()
+    expected = np.asarray(VIEWS[name](engine.tensor(b.numpy().copy())).numpy())
+    before = engine.memory.memory_allocated()
+    v = VIEWS[name](b)
+    assert engine.memory.memory_allocated() == before, "a view allocates nothing"
+    np.testing.assert_array_equal(v.numpy(), expected)
+    assert v._version == b._version
+    assert np.shares_memory(v.numpy(), b.numpy())
+    if name not in ("detach", "data"):
+        assert v._base is b or v._base is b._base
+    # a write through the base shows in the view, and bumps the shared version
+    b.add_(100)
+    assert v._version == b._version == 1
+    np.testing.assert_array_equal(v.numpy(), expected + 100)
+
+
+@pytest.mark.parametrize("name", ["view", "reshape", "transpose", "slice", "int_index", "detach",
+                                  "unsqueeze", "flatten"])
+def test_write_through_a_view_shows_in_the_base(name):
+    b = base()
+    v = VIEWS[name](b)
+    v.mul_(0)
+    assert b._version == 1
+    written = np.zeros_like(b.numpy(), dtype=bool)
+    ref = base().numpy().copy()
+    ref_view = VIEWS[name](engine.from_numpy(ref))
+    ref_view.mul_(0)
+    np.testing.assert_array_equal(b.numpy(), ref)
+    assert not written.any()
+
+
+def test_clone_and_contiguous_copy():
+    b = base()
+    c = b.clone()
+    assert c._base is None and c.data_ptr() != b.data_ptr()
+    assert engine.memory.memory_allocated() == 2 * 96
+    c.add_(1)
+    assert b._version == 0 and b.numpy()[0, 0, 0] == 0
+    assert b.contiguous() is b
+    tc = b.transpose(0, 1).contiguous()
+    assert tc.is_contiguous() and not np.shares_memory(tc.numpy(), b.numpy())
+    np.testing.assert_array_equal(tc.numpy(), b.numpy().transpose(1, 0, 2))
+
+
+def test_reshape_is_a_view_when_strides_allow_and_a_copy_otherwise():
+    b = base()
+    assert np.shares_memory(b.reshape(6, 4).numpy(), b.numpy())
+    t = b.transpose(1, 2)  # (2, 4, 3), not contiguous
+    assert np.shares_memory(t.reshape(2, 2, 2, 3).numpy(), b.numpy())  # splits one dim: a view
+    before = engine.memory.memory_allocated()
+    r = t.reshape(-1)
+    assert engine.memory.memory_allocated() == before + 96
+    assert not np.shares_memory(r.numpy(), b.numpy())
+    np.testing.assert_array_equal(r.numpy(), b.numpy().transpose(0, 2, 1).reshape(-1))
+    with pytest.raises(RuntimeError, match=r"view size is not compatible.*Use .reshape"):
+        t.view(-1)
+
+
+def test_view_shape_errors_name_the_sizes():
+    with pytest.raises(RuntimeError, match=r"shape '\[5, 5\]' is invalid for input of size 24"):
+        base().view(5, 5)
+    with pytest.raises(RuntimeError, match="only one dimension can be inferred"):
+        base().view(-1, -1)
+    with pytest.raises(RuntimeError, match=r"expanded size of the tensor \(5\) must match the existing size \(3\)"):
+        base().expand(2, 5, 4)
+
+
+def test_from_numpy_and_numpy_share_memory_and_version():
+    a = np.ones(4)
+    b = engine.from_numpy(a)
+    assert b.dtype is engine.float64
+    b.add_(1)
+    assert a.tolist() == [2, 2, 2, 2] and b._version == 1
+    n = b.numpy()
+    n[0] = 9
+    assert b[0].item() == 9
+    assert b.data_ptr() == a.__array_interface__["data"][0]
+    c = engine.from_numpy(a[::2])
+    assert c.tolist() == [9, 2] and c.stride() == (2,)
+    with pytest.raises(TypeError, match="expected np.ndarray"):
+        engine.from_numpy([1, 2])
+
+
+def test_data_ptr_and_storage_offset():
+    b = base()
+    assert b[1].data_ptr() == b.data_ptr() + 12 * 4
+    assert b[:, 1].storage_offset() == 4
+    assert b.untyped_storage() is b[0].untyped_storage()
+
+
+def test_squeeze_unsqueeze_flatten_shapes():
+    t = engine.zeros(1, 3, 1, 2)
+    assert t.squeeze().shape == (3, 2)
+    assert t.squeeze(0).shape == (3, 1, 2)
+    assert t.squeeze(1).shape == (1, 3, 1, 2)
+    assert t.squeeze((0, 2)).shape == (3, 2)
+    assert t.unsqueeze(0).shape == (1, 1, 3, 1, 2)
+    assert t.unsqueeze(4).shape == (1, 3, 1, 2, 1)
+    assert t.flatten().shape == (6,) and t.flatten(1, 2).shape == (1, 3, 2)
+    assert engine.tensor(3.0).flatten().shape == (1,)
+    assert engine.tensor(3.0).unsqueeze(0).shape == (1,)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        t.unsqueeze(6)
+
+
+def test_t_of_1d_and_0d_is_itself_shaped():
+    assert engine.zeros(3).t().shape == (3,)
+    assert engine.tensor(1.0).t().shape == ()
+    with pytest.raises(RuntimeError, match="<= 2 dimensions"):
+        engine.zeros(2, 2, 2).t()
+
+
+def test_permute_errors():
+    with pytest.raises(RuntimeError, match="duplicate dims"):
+        base().permute(0, 0, 1)
+    with pytest.raises(RuntimeError, match="does not match"):
+        base().permute(0, 1)
+
+
+def test_indexing_errors():
+    with pytest.raises(IndexError, match="index 5 is out of bounds for dimension 0 with size 2"):
+        base()[5]
+    with pytest.raises(IndexError, match="invalid index of a 0-dim tensor"):
+        engine.tensor(1.0)[0]
+
+
+def test_advanced_indexing_copies():
+    b = base()
+    idx = engine.tensor([1, 0])
+    g = b[idx]
+    assert g.shape == (2, 3, 4) and not np.shares_memory(g.numpy(), b.numpy())
+    np.testing.assert_array_equal(g.numpy(), b.numpy()[[1, 0]])
+    m = b > 10
+    np.testing.assert_array_equal(b[m].numpy(), b.numpy()[b.numpy() > 10])
+    np.testing.assert_array_equal(b[[0, 1], 2].numpy(), b.numpy()[[0, 1], 2])
+
+
+def test_views_of_views_keep_the_root_base():
+    b = engine.rand(2, 3, 4)
+    v = b[1][2]
+    assert v._base is b
+    assert v._view_fn(b).tolist() == b.numpy()[1, 2].tolist()
