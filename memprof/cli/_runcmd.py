@@ -8,9 +8,9 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from memprof import history
 from memprof.errors import CheckFailed, InvalidInput
 from memprof.reports import terminal
-from memprof import history
 from memprof.reports.store import atomic_write_text, save_report
 from memprof.runner import run_loaded
 from memprof.scenario import load_scenario
