@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import queue
+import sqlite3
 import threading
 import uuid
 from collections import OrderedDict
@@ -19,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from memprof import history
 from memprof.errors import MemprofError
 from memprof.reports.store import save_report
 
@@ -148,6 +150,7 @@ class JobManager:
                 progress=lambda event: self._on_progress(job, event),
             )
             save_report(report, self.runs_dir)
+            recorded = self._record(report)
         except MemprofError as exc:
             self._fail(job, str(exc))
         except Exception as exc:  # the job reports it; the server keeps serving
@@ -159,9 +162,20 @@ class JobManager:
                 status="done",
                 fraction=1.0,
                 run_id=report["run_id"],
-                message=f"finished: run {report['run_id']} ({report.get('status', 'ok')})",
+                message=f"finished: run {report['run_id']} ({report.get('status', 'ok')})"
+                + ("" if recorded else "; not recorded in the history (see the server log)"),
                 finished_at=_now(),
             )
+
+    def _record(self, report: dict[str, Any]) -> bool:
+        """Append the run to the runs directory's history (the run page charts it). The report
+        is already saved: a history database that cannot be written must not lose the run."""
+        try:
+            history.append(self.runs_dir, report, source="web")
+        except (sqlite3.Error, OSError):
+            log.exception("could not record run %s in the history", report.get("run_id"))
+            return False
+        return True
 
     def _on_progress(self, job: Job, event: dict[str, Any]) -> None:
         total = max(int(event.get("total") or 1), 1)

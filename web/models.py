@@ -108,3 +108,34 @@ class JobInfo(BaseModel):
     created_at: str
     started_at: str | None
     finished_at: str | None
+
+
+class HistoryRow(BaseModel):
+    """One variant of one recorded run (memprof.history.query)."""
+
+    run_id: str
+    created_at: str
+    scenario: str
+    variant: str
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    status: str = Field(description="ok | error | oom")
+    passed: bool | None = Field(description="its expectations (and, from check, budgets) held")
+    duration_s: float | None
+    git_commit: str | None
+    device: str | None
+    allocator: str | None
+    source: str = Field(description="what recorded it: run, check, web")
+    scenario_path: str | None
+    current: bool = Field(description="whether the row belongs to the run asked about")
+
+
+class RunHistory(BaseModel):
+    """Past runs of a run's scenario, oldest first."""
+
+    run_id: str
+    scenario: str | None
+    recorded: bool = Field(description="whether the run itself is in the history")
+    runs: int = Field(description="how many runs the rows come from")
+    variants: list[str]
+    rows: list[HistoryRow]

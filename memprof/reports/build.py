@@ -117,8 +117,12 @@ def peak(records: Sequence[Record], *, top: int | None = None) -> dict[str, Any]
 
 def op_row(*, node: str, op: str | None, phase: str, iteration: int, records: Iterable[Record],
            allocated_before: int, duration_s: float, inplace: bool, clone_bytes: int = 0,
-           module: str | None = None) -> dict[str, Any]:
-    """One row of `ops`: what one node (or phase step) allocated, freed and peaked at."""
+           module: str | None = None, start_s: float | None = None) -> dict[str, Any]:
+    """One row of `ops`: what one node (or phase step) allocated, freed and peaked at.
+
+    start_s: when the node started, in seconds since the variant started (the clock of
+    `timeline.time_s`); the trace export places the node's span with it.
+    """
     alloc = freed = 0
     peak_bytes = allocated_before
     for r in records:
@@ -135,6 +139,8 @@ def op_row(*, node: str, op: str | None, phase: str, iteration: int, records: It
            "clone_bytes": clone_bytes}
     if module is not None:
         row["module"] = module
+    if start_s is not None:
+        row["start_s"] = round(start_s, 9)
     return row
 
 

@@ -40,6 +40,16 @@ ALLOCATED_COLOR = "#1f2937"
 RESERVED_COLOR = "#6b7280"
 PEAK_COLOR = "#d62728"
 SERIES_COLORS = ("#2563eb", "#dc2626", "#059669", "#7c3aed")  # overlays in the compare view
+HISTORY_COLORS = (  # one per variant on the history chart
+    "#2563eb",
+    "#059669",
+    "#d97706",
+    "#7c3aed",
+    "#0891b2",
+    "#db2777",
+    "#65a30d",
+    "#4b5563",
+)
 FEW_POINTS = 200  # draw the samples as dots too, or a one-event timeline shows nothing
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 
@@ -381,6 +391,124 @@ def peak_figure(report: dict[str, Any]) -> dict[str, Any]:
         }
     )
     return {"data": data, "layout": layout}
+
+
+def history_figure(
+    rows: Sequence[dict[str, Any]], *, current_run_id: str | None = None
+) -> dict[str, Any]:
+    """Peak allocated bytes over past runs of one scenario: one line per variant, runs oldest
+    to newest along x, the run `current_run_id` ringed. A variant that errored or ran out of
+    memory is drawn as a cross (its peak is up to the failure).
+
+    `rows` are memprof.history.query's dicts (oldest first): run_id, created_at, variant,
+    peak_allocated_bytes, status, git_commit, source.
+    """
+    runs = list(dict.fromkeys(r["run_id"] for r in rows))
+    position = {run_id: i for i, run_id in enumerate(runs)}
+    created = {r["run_id"]: str(r.get("created_at") or "") for r in rows}
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    data: list[dict[str, Any]] = []
+    for i, name in enumerate(variants):
+        mine = [r for r in rows if r["variant"] == name]
+        color = HISTORY_COLORS[i % len(HISTORY_COLORS)]
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": name,
+                "x": [position[r["run_id"]] for r in mine],
+                "y": [r.get("peak_allocated_bytes") or 0 for r in mine],
+                "line": {"width": 1.8, "color": color},
+                "marker": {
+                    "size": 7,
+                    "color": color,
+                    "symbol": ["circle" if r.get("status", "ok") == "ok" else "x" for r in mine],
+                },
+                "customdata": [_history_hover(r) for r in mine],
+                "hovertemplate": (
+                    f"<b>{name}</b> %{{customdata[0]}}<br>%{{customdata[1]}} · commit "
+                    "%{customdata[2]}<br>%{customdata[3]} · from %{customdata[4]}<br>"
+                    "%{customdata[5]}<extra></extra>"
+                ),
+            }
+        )
+    shapes = []
+    current = [r for r in rows if r["run_id"] == current_run_id]
+    if current:
+        x = position[current_run_id]
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "this run",
+                "x": [x] * len(current),
+                "y": [r.get("peak_allocated_bytes") or 0 for r in current],
+                "marker": {
+                    "size": 15,
+                    "symbol": "circle-open",
+                    "color": PEAK_COLOR,
+                    "line": {"width": 2.5, "color": PEAK_COLOR},
+                },
+                "customdata": [
+                    [r["variant"], format_bytes(r.get("peak_allocated_bytes") or 0)]
+                    for r in current
+                ],
+                "hovertemplate": "this run: %{customdata[0]} %{customdata[1]}<extra></extra>",
+            }
+        )
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": x,
+                "x1": x,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": PEAK_COLOR, "width": 1, "dash": "dot"},
+                "layer": "below",
+            }
+        )
+    step = max(1, math.ceil(len(runs) / 10))  # about ten labelled runs at most
+    ticks = list(range(0, len(runs), step))
+    top = max([r.get("peak_allocated_bytes") or 0 for r in rows] or [1])
+    layout = _base_layout(None, height=340)
+    layout.update(
+        {
+            "hovermode": "closest",
+            "margin": {"l": 70, "r": 20, "t": 30, "b": 60},
+            "xaxis": {
+                "title": {"text": "runs, oldest to newest"},
+                "tickvals": ticks,
+                "ticktext": [_short_date(created[runs[i]]) for i in ticks],
+                "range": [-0.5, max(len(runs) - 0.5, 0.5)],
+                "showgrid": False,
+                "zeroline": False,
+            },
+            "yaxis": {**byte_axis(top * 1.08), "title": {"text": "peak allocated"}},
+            "shapes": shapes,
+            "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+            "meta": {"runs": len(runs), "variants": variants, "current": current_run_id},
+        }
+    )
+    return {"data": data, "layout": layout}
+
+
+def _history_hover(row: dict[str, Any]) -> list[str]:
+    return [
+        format_bytes(row.get("peak_allocated_bytes") or 0),
+        str(row.get("created_at") or "").replace("T", " ").replace("Z", " UTC"),
+        (row.get("git_commit") or "-")[:8],
+        row.get("status") or "ok",
+        row.get("source") or "-",
+        row["run_id"],
+    ]
+
+
+def _short_date(created_at: str) -> str:
+    """``11-21 05:15`` from ``2026-11-21T05:15:00Z`` (the axis has little room)."""
+    date, _, time = created_at.partition("T")
+    return f"{date[5:]} {time[:5]}".strip() if time else created_at
 
 
 def live_by_category_figure(variant: dict[str, Any]) -> dict[str, Any]:

@@ -108,6 +108,8 @@ class OpRow(_Model):
     inplace_cost: Literal["free", "clone"] | None
     clone_bytes: int
     module: str | None = None
+    start_s: float | None = Field(None, description="when the node started, in seconds since the "
+                                                    "variant started (as timeline.time_s)")
 
 
 class Warning_(_Model):

@@ -57,6 +57,7 @@ class _Run:
         self._warned: set = set()
         self.current_node: str | None = None
         self.baseline_bytes = 0
+        self.t0_ns = 0  # when the variant started: op rows' start_s count from it
 
     # --- lifecycle ------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -171,7 +172,8 @@ class _Run:
             self.ops.append(op_row(
                 node=node.id, op=(spec.modules[node.module].type if is_module else node.op),
                 phase="forward", iteration=k, records=records, allocated_before=allocated_before,
-                duration_s=(n1 - n0) / 1e9, inplace=wrote or bool(getattr(node, "inplace", False)),
+                duration_s=(n1 - n0) / 1e9, start_s=(n0 - self.t0_ns) / 1e9,
+                inplace=wrote or bool(getattr(node, "inplace", False)),
                 clone_bytes=clone, module=node.module if is_module else None))
             if clone and (node.id, "clone") not in self._warned:
                 self._warned.add((node.id, "clone"))
@@ -205,7 +207,8 @@ class _Run:
         self._name_grads()
         self.ops.append(op_row(node="<backward>", op="backward", phase="backward", iteration=k,
                                records=rec.records[t0:], allocated_before=before,
-                               duration_s=(end - start) / 1e9, inplace=False))
+                               duration_s=(end - start) / 1e9, start_s=(start - self.t0_ns) / 1e9,
+                               inplace=False))
         self.current_node = None
 
     def optimizer_step(self, k: int, index: int, ospec) -> None:
@@ -227,7 +230,8 @@ class _Run:
             self._name_optimizer_state(opt)
             self.ops.append(op_row(node="<optimizer>", op="step", phase="optimizer", iteration=k,
                                    records=rec.records[t0:], allocated_before=before,
-                                   duration_s=(s1 - s0) / 1e9, inplace=False))
+                                   duration_s=(s1 - s0) / 1e9, start_s=(s0 - self.t0_ns) / 1e9,
+                                   inplace=False))
             if ospec.zero_grad:
                 rec.span += 1
                 z0 = len(rec.records)
@@ -238,7 +242,8 @@ class _Run:
                 s1 = _perf_ns()
                 self.ops.append(op_row(node="<optimizer>", op="zero_grad", phase="optimizer",
                                        iteration=k, records=rec.records[z0:], allocated_before=before,
-                                       duration_s=(s1 - s0) / 1e9, inplace=False))
+                                       duration_s=(s1 - s0) / 1e9, start_s=(s0 - self.t0_ns) / 1e9,
+                                       inplace=False))
         self.current_node = None
 
     # --- helpers --------------------------------------------------------------------------------
@@ -328,7 +333,7 @@ def _measure(run: _Run, on_iteration) -> dict[str, Any]:
 
     spec, variant = run.spec, run.variant
     status, error = "ok", None
-    t0 = _perf_ns()
+    t0 = run.t0_ns = _perf_ns()
     try:
         run.setup()
         for k in range(spec.iterations):

@@ -1,6 +1,5 @@
 """Every shipped scenario, run with its exact expected numbers."""
 
-import time
 from pathlib import Path
 
 import pytest
@@ -145,8 +144,6 @@ def test_resnet_block_in_place_saves_three_activations(reports):
     assert costs == {"r1": "free", "s": "free", "out": "free"}
 
 
-def test_giant_meta_runs_in_seconds():
-    t0 = time.perf_counter()
+def test_giant_meta_accounts_80_gib_without_allocating_it():
     report = run_scenario(ROOT / "scenarios" / "giant_meta.yaml")
-    assert time.perf_counter() - t0 < 5
     assert max(v["peak_allocated_bytes"] for v in report["variants"]) == 80 * GiB

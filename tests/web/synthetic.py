@@ -149,7 +149,10 @@ class _Sim:
     def end_op(self) -> None:
         row = self.ops[-1]
         row["_open"] = False
-        row["duration_s"] = round(self.clock - row.pop("_t0") + 2e-6, 9)
+        self.clock += 2e-6  # the node's own work after its last event
+        start = row.pop("_t0")
+        row["duration_s"] = round(self.clock - start, 9)
+        row["start_s"] = round(start, 9)
 
 
 def simulate_variant(

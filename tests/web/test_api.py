@@ -7,7 +7,9 @@ import time
 
 import pytest
 
+from memprof import history
 from memprof.reports.store import save_report
+from tests.web.synthetic import make_report
 
 
 def run_id_of(report: dict) -> str:
@@ -392,6 +394,149 @@ def test_a_scenario_the_runner_rejects_ends_as_a_failed_job(client, scenarios_di
 
 
 # ---------------------------------------------------------------------------------------------
+# /api/runs/{run_id}/history and /api/runs/{run_id}/trace
+
+
+def later_run(report: dict, created_at: str, layers: int) -> dict:
+    """Another run of the same scenario, with different peaks."""
+    return make_report(
+        scenario=report["scenario"]["name"], layers=layers, iterations=2, created_at=created_at
+    )
+
+
+def test_history_of_a_run_lists_past_runs_of_its_scenario_per_variant(
+    client, runs_dir, base_report, other_report
+):
+    # Given three recorded runs of mlp-train and one of another scenario
+    older = later_run(base_report, "2026-11-20T05:15:00Z", layers=3)
+    newer = later_run(base_report, "2026-11-22T05:15:00Z", layers=5)
+    for r in (older, base_report, newer, other_report):
+        assert history.append(runs_dir, r, source="check") == 2
+
+    # when the history of the middle run is asked for
+    response = client.get(f"/api/runs/{base_report['run_id']}/history")
+
+    # then it has the three runs of its scenario, oldest first, with this run's rows marked
+    assert response.status_code == 200
+    body = response.json()
+    assert body["scenario"] == "mlp-train" and body["recorded"] is True
+    assert body["runs"] == 3 and body["variants"] == ["out_of_place", "inplace"]
+    assert [r["run_id"] for r in body["rows"]] == [
+        r["run_id"] for r in (older, base_report, newer) for _ in range(2)
+    ]
+    assert [r["peak_allocated_bytes"] for r in body["rows"]] == [
+        v["peak_allocated_bytes"] for r in (older, base_report, newer) for v in r["variants"]
+    ]
+    assert [r["current"] for r in body["rows"]] == [False, False, True, True, False, False]
+    assert {r["source"] for r in body["rows"]} == {"check"}
+
+
+def test_history_keeps_the_newest_runs_or_those_up_to_an_older_run(client, runs_dir, base_report):
+    runs = [
+        later_run(base_report, f"2026-11-{day:02d}T00:00:00Z", layers=2 + day % 3)
+        for day in (10, 11, 12)
+    ]
+    for r in [base_report, *runs]:  # base_report (11-21) is the newest
+        history.append(runs_dir, r)
+    rid = base_report["run_id"]
+    newest = client.get(f"/api/runs/{rid}/history", params={"limit": 2}).json()
+    assert {r["run_id"] for r in newest["rows"]} == {runs[-1]["run_id"], rid}
+
+    save_report(runs[0], runs_dir)  # an older run's page shows the runs up to it
+    oldest = client.get(f"/api/runs/{runs[0]['run_id']}/history", params={"limit": 2}).json()
+    assert {r["run_id"] for r in oldest["rows"]} == {runs[0]["run_id"]}
+    assert oldest["recorded"] is True
+
+
+def test_history_of_a_run_never_recorded_is_empty(client, base_report):
+    body = client.get(f"/api/runs/{base_report['run_id']}/history").json()
+    assert body == {
+        "run_id": base_report["run_id"],
+        "scenario": "mlp-train",
+        "recorded": False,
+        "runs": 0,
+        "variants": [],
+        "rows": [],
+    }
+
+
+@pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 1001}, {"limit": "x"}])
+def test_bad_history_parameters_are_422(client, base_report, params):
+    response = client.get(f"/api/runs/{base_report['run_id']}/history", params=params)
+    assert response.status_code == 422
+
+
+def test_an_unreadable_history_is_500_in_the_api_and_a_note_on_the_run_page(
+    client, runs_dir, base_report
+):
+    (runs_dir / "history.sqlite").write_bytes(b"not a database" * 100)
+    response = client.get(f"/api/runs/{base_report['run_id']}/history")
+    assert response.status_code == 500
+    assert response.json()["detail"].startswith("history.sqlite cannot be read")
+    page = client.get(f"/runs/{base_report['run_id']}")
+    assert page.status_code == 200
+    assert "The history cannot be shown: history.sqlite cannot be read" in page.text
+
+
+def test_history_of_an_unknown_run_is_404(client):
+    response = client.get("/api/runs/no-such-run/history")
+    assert response.status_code == 404
+    assert response.json()["detail"] == "no run 'no-such-run' in the runs directory"
+
+
+def test_a_run_started_from_the_dashboard_is_recorded_in_the_history(
+    runs_dir, scenarios_dir, base_report
+):
+    # Given a dashboard whose runner returns a report like base_report
+    from fastapi.testclient import TestClient
+
+    from web.app import create_app
+
+    made = []
+
+    def fake_runner(path, **kwargs):
+        created = f"2026-11-2{len(made) + 2}T00:00:00Z"
+        made.append(later_run(base_report, created, layers=2 + len(made)))
+        return made[-1]
+
+    app = create_app(runs_dir, scenarios_dir, runner=fake_runner, warm_cache=False)
+    with TestClient(app) as client:
+        # when two runs are started and finish
+        for _ in range(2):
+            job = client.post("/api/runs", json={"scenario": "relu.yaml"}).json()
+            deadline = time.monotonic() + 30
+            while job["status"] in ("queued", "running") and time.monotonic() < deadline:
+                time.sleep(0.02)
+                job = client.get(f"/api/jobs/{job['id']}").json()
+            assert job["status"] == "done", job
+
+        # then both are in the history, recorded by the web, and the last one is current
+        body = client.get(f"/api/runs/{made[-1]['run_id']}/history").json()
+    assert [r["run_id"] for r in body["rows"]] == [m["run_id"] for m in made for _ in range(2)]
+    assert {r["source"] for r in body["rows"]} == {"web"}
+    assert body["recorded"] is True and body["runs"] == 2
+    assert history.query(runs_dir, "mlp-train")[-1]["run_id"] == made[-1]["run_id"]
+
+
+def test_the_trace_of_a_run_is_a_chrome_trace_download(client, base_report):
+    from tests.memprof.test_trace import check_trace
+
+    response = client.get(f"/api/runs/{base_report['run_id']}/trace")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.headers["content-disposition"] == (
+        f'attachment; filename="{base_report["run_id"]}.trace.json"'
+    )
+    check_trace(response.json(), base_report)
+
+
+def test_the_trace_of_an_unknown_run_is_404(client):
+    response = client.get("/api/runs/no-such-run/trace")
+    assert response.status_code == 404
+    assert response.json()["detail"] == "no run 'no-such-run' in the runs directory"
+
+
+# ---------------------------------------------------------------------------------------------
 # The app around the API
 
 
@@ -401,6 +546,8 @@ def test_openapi_describes_every_resource(client):
         "/api/runs",
         "/api/runs/{run_id}",
         "/api/runs/{run_id}/variants/{variant}/timeline",
+        "/api/runs/{run_id}/history",
+        "/api/runs/{run_id}/trace",
         "/api/scenarios",
         "/api/jobs/{job_id}",
     } <= set(paths)

@@ -7,6 +7,7 @@ Skips only when no Chromium executable can be found (./scripts/test installs it)
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from memprof import history
 from memprof.reports.html import render_html
 from memprof.reports.store import save_report
 from memprof.units import format_bytes
+from tests.memprof.test_trace import check_trace
 from tests.web.conftest import REPO
 from tests.web.synthetic import make_report
 from tests.web.test_cli import start_server
@@ -224,6 +227,45 @@ def test_run_page_draws_the_reports_timeline_peak_and_live_memory(browser, serve
         baseline["timeline"]["time_s"][baseline["peak"]["event_index"]]
     ]
     w.screenshot("run-time-axis.png")
+    w.assert_clean()
+
+
+def test_run_page_charts_the_peak_over_past_runs_and_offers_the_trace(
+    browser, server, runs_dir, base_report
+):
+    # Given three recorded runs of the run's scenario (it is the middle one)
+    older = make_report(
+        scenario="mlp-train", layers=3, iterations=2, created_at="2026-11-20T01:00:00Z"
+    )
+    newer = make_report(
+        scenario="mlp-train", layers=5, iterations=2, created_at="2026-11-22T01:00:00Z"
+    )
+    runs = (older, base_report, newer)
+    for r in runs:
+        history.append(runs_dir, r, source="check")
+
+    # when its page is opened
+    w = Watched(browser, server)
+    page = w.open(f"/runs/{base_report['run_id']}")
+
+    # then the history chart draws one line per variant with a point per run, this run ringed
+    drawn = page.evaluate(DRAWN, "history-chart")
+    traces = drawn["traces"]
+    assert drawn["meta"]["runs"] == 3
+    for i, name in enumerate(("out_of_place", "inplace")):
+        assert traces[name]["x"] == [0, 1, 2]
+        assert traces[name]["y"] == [r["variants"][i]["peak_allocated_bytes"] for r in runs]
+    assert traces["this run"]["x"] == [1, 1]
+    assert traces["this run"]["y"] == [v["peak_allocated_bytes"] for v in base_report["variants"]]
+    points = page.locator("#history-chart .scatterlayer .trace .points path.point")
+    assert points.count() == 3 + 3 + 2
+    w.screenshot("run-history.png")
+
+    # and the trace link downloads the run as a Chrome trace
+    with page.expect_download() as download:
+        page.locator("#trace-link").click()
+    assert download.value.suggested_filename == f"{base_report['run_id']}.trace.json"
+    check_trace(json.loads(Path(download.value.path()).read_text()), base_report)
     w.assert_clean()
 
 

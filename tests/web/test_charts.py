@@ -23,6 +23,32 @@ def figures(report: dict) -> list[dict]:
         charts.peak_figure(report),
         charts.live_by_category_figure(variant),
         charts.live_by_tensor_figure(variant),
+        charts.history_figure(history_rows(report), current_run_id="run-1"),
+    ]
+
+
+def history_rows(report: dict, runs: int = 3) -> list[dict]:
+    """Rows as memprof.history.query gives them: `runs` runs of the report's variants, the
+    peaks growing by 1 KiB a run, oldest first."""
+    return [
+        {
+            "run_id": f"run-{i}",
+            "created_at": f"2026-11-2{i}T05:15:00Z",
+            "scenario": report["scenario"]["name"],
+            "variant": v["name"],
+            "peak_allocated_bytes": v["peak_allocated_bytes"] + 1024 * i,
+            "peak_reserved_bytes": v["peak_reserved_bytes"],
+            "status": v["status"],
+            "passed": True,
+            "duration_s": 0.1,
+            "git_commit": f"{i:040x}",
+            "device": "cpu",
+            "allocator": "caching",
+            "source": "check",
+            "scenario_path": None,
+        }
+        for i in range(runs)
+        for v in report["variants"]
     ]
 
 
@@ -127,3 +153,36 @@ def test_the_per_node_table_has_a_row_per_op_with_sortable_numbers(report):
         format_bytes(variant["ops"][1]["peak_bytes"]),
         variant["ops"][1]["peak_bytes"],
     )
+
+
+def test_history_draws_a_line_per_variant_over_runs_and_rings_the_current_run(failed_report):
+    rows = history_rows(failed_report, runs=4)
+    fig = charts.history_figure(rows, current_run_id="run-2")
+    traces = {t["name"]: t for t in fig["data"]}
+    assert list(traces) == ["out_of_place", "inplace", "this run"]
+    for v in failed_report["variants"]:
+        line = traces[v["name"]]
+        assert line["x"] == [0, 1, 2, 3]
+        assert line["y"] == [v["peak_allocated_bytes"] + 1024 * i for i in range(4)]
+    assert traces["inplace"]["marker"]["symbol"] == ["x"] * 4  # it ran out of memory
+    assert traces["out_of_place"]["marker"]["symbol"] == ["circle"] * 4
+    assert traces["this run"]["x"] == [2, 2]
+    assert fig["layout"]["shapes"][0]["x0"] == 2
+    assert fig["layout"]["xaxis"]["ticktext"][0] == "11-20 05:15"
+    assert fig["layout"]["meta"] == {
+        "runs": 4,
+        "variants": ["out_of_place", "inplace"],
+        "current": "run-2",
+    }
+
+
+def test_history_without_the_current_run_marks_nothing(report):
+    fig = charts.history_figure(history_rows(report), current_run_id="elsewhere")
+    assert [t["name"] for t in fig["data"]] == ["out_of_place", "inplace"]
+    assert fig["layout"]["shapes"] == []
+
+
+def test_history_labels_about_ten_runs_however_many_there_are(report):
+    fig = charts.history_figure(history_rows(report, runs=45))
+    assert len(fig["layout"]["xaxis"]["tickvals"]) <= 10
+    assert len(fig["data"][0]["x"]) == 45

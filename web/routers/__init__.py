@@ -1,1 +1,1 @@
-"""One APIRouter per resource: runs, timeline, jobs, scenarios; and the HTML pages."""
+"""One APIRouter per resource: runs, timeline, history, jobs, scenarios; and the HTML pages."""

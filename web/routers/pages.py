@@ -13,6 +13,7 @@ from memprof.reports.html import run_view, timeline_note, variant_view
 from memprof.units import format_bytes
 from web.compare import node_deltas
 from web.deps import CacheDep, JobsDep, ScenariosDep, load_run, load_variant, reduced
+from web.run_history import HistoryUnreadable, past_runs
 
 router = APIRouter(include_in_schema=False)
 
@@ -60,6 +61,11 @@ def run_page(
         series = reduced(load_variant(run, selected), None, None, PAGE_POINTS)
         view = variant_view(report, report["variants"][index], series, index=index, x=x)
     baseline = charts.baseline_variant(report)
+    scenario = (report.get("scenario") or {}).get("name")
+    try:
+        past, history_error = past_runs(cache.runs_dir, scenario, run_id), None
+    except HistoryUnreadable as exc:  # the rest of the page does not need it
+        past, history_error = [], str(exc)
     other = next((n for n in names if n != selected), None)
     compare_url = None
     if selected and other:
@@ -79,6 +85,10 @@ def run_page(
         v=view,
         warning_counts={str(v.get("name")): len(charts.warnings_of(v)) for v in report["variants"]},
         compare_url=compare_url,
+        history_fig=charts.history_figure(past, current_run_id=run_id) if past else None,
+        history_runs=len({r["run_id"] for r in past}),
+        in_history=any(r["current"] for r in past),
+        history_error=history_error,
     )
 
 

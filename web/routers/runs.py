@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
 from memprof.reports.schema import Report
 from memprof.reports.store import report_path
+from memprof.reports.trace import trace_chunks
+from web.cache import UnreadableReport
 from web.deps import CacheDep, JobsDep, ScenariosDep, load_run
 from web.jobs import QueueFull
 from web.models import JobInfo, Message, RunRequest, RunSummary
@@ -43,6 +46,35 @@ def get_run(
             raise HTTPException(404, f"no run {run_id!r} in the runs directory")
         return FileResponse(path, media_type="application/json")
     return JSONResponse(load_run(cache, run_id).report)
+
+
+@router.get(
+    "/{run_id}/trace",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"application/json": {}},
+            "description": "Chrome Trace Event JSON (`traceEvents`), as a file download",
+        },
+        404: {"model": Message},
+    },
+)
+def get_trace(run_id: str, cache: CacheDep) -> StreamingResponse:
+    """The run as a Chrome Trace Event file to open in ui.perfetto.dev: per variant a process
+    with the memory counter, the phases, one span per node and every allocation as an
+    instant (memprof/reports/trace.py)."""
+    run = load_run(cache, run_id)  # 404, or 500 for a file that is not a report
+    try:
+        report = json.loads(run.path.read_bytes())  # the cache keeps no timeline lists
+    except FileNotFoundError:
+        raise HTTPException(404, f"no run {run_id!r} in the runs directory") from None
+    except (OSError, ValueError) as exc:
+        raise UnreadableReport(f"{run.path.name} cannot be read: {exc}") from None
+    return StreamingResponse(
+        trace_chunks(report),
+        media_type="application/json",
+        headers={"Content-Disposition": f'attachment; filename="{run_id}.trace.json"'},
+    )
 
 
 @router.post(
