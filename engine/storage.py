@@ -107,9 +107,11 @@ def _other_backend(shape, np_dtype, dev, alloc, block, sid, epoch, nbytes):
     try:
         if dev.type == "meta":
             return MetaArray(shape, np_dtype)
-        from engine.allocator.cuda_hook import storage_allocation
+        from engine.allocator.cuda_hook import ensure_hook, storage_allocation
 
         cp = cupy_module()
+        if alloc is not None:
+            ensure_hook(alloc)  # CuPy's own temporaries reach observers as on_external
         with storage_allocation(), cp.cuda.Device(dev.index or 0):
             return cp.empty(shape, np_dtype)
     except BaseException as exc:

@@ -26,6 +26,22 @@ def in_storage_allocation() -> bool:
     return getattr(_local, "depth", 0) > 0
 
 
+def ensure_hook(allocator) -> None:
+    """Install this thread's hook reporting to `allocator` (once per thread and allocator).
+
+    CuPy's hooks are thread-local, so the first cuda storage made on a thread installs one;
+    it stays installed for the life of the thread.
+    """
+    installed = getattr(_local, "hooks", None)
+    if installed is None:
+        installed = _local.hooks = {}
+    if id(allocator) in installed:
+        return
+    hook = make_hook(allocator)
+    hook.__enter__()
+    installed[id(allocator)] = hook
+
+
 def make_hook(allocator):
     """Build a cupy.cuda.MemoryHook subclass instance reporting to `allocator` (a TrackedAllocator)."""
     import cupy
@@ -35,6 +51,7 @@ def make_hook(allocator):
 
         def __init__(self):
             super().__init__()
+            self.name = f"memprof-engine-{allocator.device}"  # CuPy keys hooks by unique name
             self.external_bytes = 0
             self._external_ptrs: dict[int, int] = {}
 

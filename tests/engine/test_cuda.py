@@ -40,7 +40,7 @@ def test_memory_hook_subclasses_cupys_and_reports_temporaries():
     alloc.add_observer(obs)
     try:
         hook = make_hook(alloc)
-        assert isinstance(hook, cupy.cuda.MemoryHook) and hook.name == "memprof-engine"
+        assert isinstance(hook, cupy.cuda.MemoryHook) and hook.name == "memprof-engine-cuda:0"
         # CuPy calls these on every pool request; a storage allocation is not a temporary
         with storage_allocation():
             hook.malloc_postprocess(device_id=0, size=100, mem_size=512, mem_ptr=1, pmem_id=1)
@@ -121,3 +121,24 @@ def test_cuda_seed_002_relu_peak():
     memory.reset_peak_memory_stats("cuda")
     engine.relu_(x)
     assert memory.max_memory_allocated("cuda") == 67108864
+
+
+def test_ensure_hook_installs_one_cupy_hook_per_thread_and_allocator():
+    cupy = pytest.importorskip("cupy")
+    from cupy.cuda import memory_hook
+
+    from engine.allocator import cuda_hook
+    from engine.allocator.tracked import TrackedAllocator
+
+    alloc = TrackedAllocator("cuda:0")
+    before = len(memory_hook.get_memory_hooks())
+    try:
+        cuda_hook.ensure_hook(alloc)
+        cuda_hook.ensure_hook(alloc)
+        hooks = memory_hook.get_memory_hooks()
+        assert len(hooks) == before + 1
+        assert "memprof-engine-cuda:0" in hooks
+    finally:
+        hook = cuda_hook._local.hooks.pop(id(alloc))
+        hook.__exit__(None, None, None)
+    assert len(memory_hook.get_memory_hooks()) == before
