@@ -375,6 +375,16 @@ def _measure(run: _Run, on_iteration) -> dict[str, Any]:
         "warnings": run.warnings,
         "expectations": [],
     }
+    from engine.device import as_device
+
+    if as_device(run.device).type == "cuda":
+        # CuPy's own temporaries (seen by the engine's CuPy memory hook) beside the model's
+        # figures, and the real pool's used/total bytes.
+        entry["backend_external"] = dict(run.rec.external)
+        from engine import memory as engine_memory
+
+        stats = engine_memory.memory_stats(run.device)
+        entry["cupy_pool"] = {k.split(".", 1)[1]: v for k, v in stats.items() if k.startswith("cupy_pool.")}
     exp = variant.expect
     observed = run.observe_values(list(exp.values)) if exp is not None and exp.values else None
     entry["expectations"] = evaluate(exp, entry, observed)

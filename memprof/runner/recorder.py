@@ -31,6 +31,9 @@ class Recorder(MemoryObserver):
         self._live: dict[int, tuple[Record, tuple]] = {}
         self._op_span = 0
         self._last_op: object = None
+        # cuda only: bytes CuPy's pool handed out that are not engine storages
+        self.external = {"num_allocs": 0, "num_frees": 0, "current_bytes": 0, "peak_bytes": 0,
+                         "by_op": {}}
 
     def _span_key(self, op) -> tuple | None:
         if not self.per_op:
@@ -64,6 +67,19 @@ class Recorder(MemoryObserver):
         self.records.append(Record(ev.seq, ev.time_ns, "free", ev.bytes, ev.requested, ev.allocated,
                                    ev.reserved, ev.storage_id, ctx.get("node"), op, ctx.get("phase"),
                                    ctx.get("iteration"), owner))
+
+    def on_external(self, ev: AllocEvent) -> None:
+        """CuPy's own pool requests (temporaries inside its kernels), outside tensor storages."""
+        ext = self.external
+        if ev.action == "alloc":
+            ext["num_allocs"] += 1
+            ext["current_bytes"] += ev.bytes
+            ext["peak_bytes"] = max(ext["peak_bytes"], ext["current_bytes"])
+            op = ev.context.get("op") or "?"
+            ext["by_op"][op] = ext["by_op"].get(op, 0) + ev.bytes
+        else:
+            ext["num_frees"] += 1
+            ext["current_bytes"] -= ev.bytes
 
     def on_oom(self, ev: AllocEvent) -> None:
         ctx = ev.context
