@@ -1,4 +1,4 @@
-"""Byte sizes: parse "64 MiB" / "1.5 GiB" / "5%" and print them as PyTorch does."""
+"""Byte sizes: parse "64 MiB" / "1.5 GiB" / "5%" and print them as PyTorch does; and durations."""
 
 from __future__ import annotations
 
@@ -62,3 +62,15 @@ def format_bytes(n: int | float) -> str:
         if n >= scale:
             return f"{sign}{n / scale:.2f} {unit}"
     return f"{sign}{int(n)} bytes"
+
+
+def format_seconds(s: float | None) -> str:
+    """``0.0123`` -> ``"12.3 ms"``; ``"85 µs"`` below a millisecond, ``"1.25 s"`` from a second;
+    ``"-"`` for None."""
+    if s is None:
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if s < 1:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s:.2f} s"

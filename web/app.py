@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from memprof import __version__
 from memprof.reports.html import TEMPLATES_DIR, plotly_js_path, template_environment
 from web.cache import RunCache, UnreadableReport
-from web.jobs import JobManager, Runner
+from web.jobs import JobManager
 from web.routers import history, jobs, pages, runs, scenarios, timeline
 from web.scenario_files import ScenarioFolder
 
@@ -43,15 +43,13 @@ def create_app(
     scenarios_dir: str | Path = "scenarios",
     *,
     allowed_hosts: Iterable[str] | None = None,
-    runner: Runner | None = None,
     warm_cache: bool = True,
 ) -> FastAPI:
     """The dashboard over `runs_dir`, able to run the scenario files under `scenarios_dir`.
 
     `allowed_hosts` limits the Host header (`memprof serve` passes the loopback names when it
-    listens on loopback, so other sites cannot reach it through DNS rebinding); `runner`
-    replaces memprof.runner.run_scenario; `warm_cache` parses the reports in the background at
-    startup so the first page is fast.
+    listens on loopback, so other sites cannot reach it through DNS rebinding); `warm_cache`
+    parses the reports in the background at startup so the first page is fast.
     """
     cache = RunCache(runs_dir)
 
@@ -71,7 +69,7 @@ def create_app(
     )
     app.state.cache = cache
     app.state.scenarios = ScenarioFolder(Path(scenarios_dir))
-    app.state.jobs = JobManager(runs_dir, runner=runner)
+    app.state.jobs = JobManager(runs_dir)
     app.state.templates = Jinja2Templates(env=template_environment([HERE / "templates"]))
 
     for module in (runs, timeline, history, jobs, scenarios, pages):

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memprof.errors import InvalidInput
 from memprof.reports import charts
 from memprof.reports.reduce import TimelineArrays
-from memprof.reports.store import list_report_paths, report_path
+from memprof.reports.store import list_report_paths, report_path, require_report
 
 
 class UnreadableReport(Exception):
@@ -124,12 +125,10 @@ def _parse(path: Path, stamp: tuple[int, int]) -> LoadedRun:
         if isinstance(exc, FileNotFoundError):
             raise
         raise UnreadableReport(f"{path.name} is not valid JSON: {exc}") from None
-    if not isinstance(report, dict) or not isinstance(report.get("variants"), list):
-        raise UnreadableReport(f"{path.name} is not a memprof report (no 'variants' list)")
-    if report.get("schema_version") != 1:
-        raise UnreadableReport(
-            f"{path.name} has schema_version {report.get('schema_version')!r}; expected 1"
-        )
+    try:
+        require_report(report, path.name)
+    except InvalidInput as exc:
+        raise UnreadableReport(str(exc)) from None
     timelines = {}
     for variant in report["variants"]:
         if not isinstance(variant, dict):

@@ -7,14 +7,12 @@ failed (`error` set). While it runs, the runner's progress callback updates `pro
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import queue
 import sqlite3
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,9 +23,6 @@ from memprof.errors import MemprofError
 from memprof.reports.store import save_report
 
 log = logging.getLogger("memprof.web.jobs")
-
-Runner = Callable[..., dict[str, Any]]
-
 
 class QueueFull(Exception):
     """Too many jobs are already waiting."""
@@ -61,26 +56,14 @@ class Job:
 class JobManager:
     """Queue scenario runs and run them in order on one daemon thread (Ctrl-C never waits)."""
 
-    def __init__(
-        self,
-        runs_dir: str | Path,
-        *,
-        runner: Runner | None = None,
-        keep: int = 100,
-        max_queued: int = 16,
-    ):
+    def __init__(self, runs_dir: str | Path, *, keep: int = 100, max_queued: int = 16):
         self.runs_dir = Path(runs_dir)
-        self._runner = runner
         self._keep = keep
         self._max_queued = max_queued
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
         self._queue: queue.Queue[Job] = queue.Queue()
         self._worker: threading.Thread | None = None
-
-    @property
-    def runner_available(self) -> bool:
-        return self._runner is not None or importlib.util.find_spec("memprof.runner") is not None
 
     def submit(
         self,
@@ -141,7 +124,8 @@ class JobManager:
     def _run(self, job: Job) -> None:
         self._update(job, status="running", started_at=_now(), message="starting")
         try:
-            run_scenario = self._runner or _import_runner()
+            from memprof.runner import run_scenario
+
             report = run_scenario(
                 job.path,
                 variants=job.variants,
@@ -196,14 +180,6 @@ class JobManager:
         with self._lock:
             for key, value in fields.items():
                 setattr(job, key, value)
-
-
-def _import_runner() -> Runner:
-    try:
-        from memprof.runner import run_scenario
-    except ImportError as exc:
-        raise MemprofError(f"this installation cannot run scenarios: {exc}") from None
-    return run_scenario
 
 
 def _now() -> str:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from memprof.errors import InvalidInput
+from memprof.reports.build import SCHEMA_VERSION as REPORT_SCHEMA_VERSION
 
 CHECK_KIND = "memprof-check"
-REPORT_SCHEMA_VERSION = 1
 CHECK_SCHEMA_VERSION = 1
 
 

@@ -20,9 +20,6 @@ from memprof.check.evaluate import DEFAULT_MAX_INCREASE_PCT, VariantResult, eval
 from memprof.check.result import combined_result
 from memprof.errors import InvalidInput
 
-ALLOCATORS = ("exact", "caching")
-DEVICES = ("cpu", "cuda", "meta", "auto")
-
 
 @dataclass
 class CheckOutcome:
@@ -31,6 +28,7 @@ class CheckOutcome:
     baseline: Baseline | None = None
     max_increase_pct: float = DEFAULT_MAX_INCREASE_PCT
     saved: list[Path] = field(default_factory=list)
+    save_errors: list[str] = field(default_factory=list)  # reports the runs directory refused
 
     @property
     def passed(self) -> bool:
@@ -45,37 +43,6 @@ class CheckOutcome:
         return combined_result(self.results, self.reports,
                                baseline=self.baseline.path if self.baseline else None,
                                max_increase_pct=self.max_increase_pct)
-
-
-def scenario_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
-    """Scenario files named directly or found in directories (*.yaml, *.yml), in order, once each.
-
-    Raises InvalidInput naming each path that is missing or holds no scenario.
-    """
-    from memprof.scenario import discover
-
-    files: list[Path] = []
-    problems = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            found = [p for p, _name, _desc in discover(path)]
-            if not found:
-                problems.append(f"{path}: no scenario files (*.yaml, *.yml) in this directory")
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            problems.append(f"{path}: no such scenario file or directory")
-    if problems:
-        raise InvalidInput("invalid input", problems)
-    unique, seen = [], set()
-    for f in files:
-        key = f.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append(f)
-    return unique
 
 
 def run_check(
@@ -93,42 +60,31 @@ def run_check(
 
     Invalid input (a missing path, a bad scenario file, an unreadable baseline, an unknown
     allocator) raises InvalidInput before anything runs, with every problem found.
-    runs_dir: save each report there and append its variants to the history (None: neither).
+    runs_dir: save each report there and append its variants to the history (None: neither);
+    a report that cannot be saved is noted in `save_errors` and the check goes on.
     on_start: called once everything is valid, with the `scenario/variant` names to be run.
     on_result: called with each VariantResult as soon as it is decided (for printing).
     """
-    from memprof.scenario import load_scenario
+    from memprof.reports.store import output_problem
+    from memprof.scenario import load_scenarios
 
-    if allocator is not None and allocator not in ALLOCATORS:
-        raise InvalidInput(f"--allocator: expected one of {', '.join(ALLOCATORS)}, found {allocator!r}")
-    if device is not None and device not in DEVICES:
-        raise InvalidInput(f"--device: expected one of {', '.join(DEVICES)}, found {device!r}")
-    problems: list[str] = []
-    files: list[Path] = []
+    scenarios, problems = load_scenarios(paths, device=device, allocator=allocator)
     base = None
-    try:
-        files = scenario_files(paths)
-    except InvalidInput as exc:
-        problems += exc.problems or [str(exc)]
     if baseline is not None:
         try:
             base = load_baseline(baseline)
         except InvalidInput as exc:
             problems += exc.problems or [str(exc)]
-
     loaded, names = [], {}
-    for path in files:
-        try:
-            sc = load_scenario(path, device=device, allocator=allocator)
-        except InvalidInput as exc:
-            problems += exc.problems or [str(exc)]
-            continue
+    for sc in scenarios:
         if sc.name in names:
-            problems.append(f"{path}: scenario name {sc.name!r} is also used by {names[sc.name]}; "
+            problems.append(f"{sc.path}: scenario name {sc.name!r} is also used by {names[sc.name]}; "
                             f"baselines and history match scenarios by name, so names must differ")
             continue
-        names[sc.name] = path
+        names[sc.name] = sc.path
         loaded.append(sc)
+    if runs_dir is not None and (problem := output_problem(runs_dir, directory=True)):
+        problems.append(problem)
     if problems:
         raise InvalidInput("invalid input", problems)
 
@@ -149,9 +105,9 @@ def run_check(
                 outcome.saved.append(save_report(report, runs_dir))
                 history.append(runs_dir, report, source="check",
                                passed={r.variant: r.passed for r in results})
-            except (OSError, sqlite3.Error) as exc:
-                raise InvalidInput(f"{runs_dir}: cannot save the report and its history there: "
-                                   f"{getattr(exc, 'strerror', None) or exc}") from None
+            except (OSError, sqlite3.Error) as exc:  # judge and report the rest regardless
+                outcome.save_errors.append(f"{runs_dir}: cannot save {report['run_id']} and its "
+                                           f"history there: {getattr(exc, 'strerror', None) or exc}")
         for r in results:
             if on_result is not None:
                 on_result(r)

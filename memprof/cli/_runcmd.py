@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -11,23 +11,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from memprof import history
 from memprof.errors import CheckFailed, InvalidInput
 from memprof.reports import terminal
-from memprof.reports.store import atomic_write_text, save_report
+from memprof.reports.store import dumps_report, output_problem, save_report, write_output
 from memprof.runner import run_loaded
-from memprof.scenario import load_scenario
+from memprof.scenario import load_scenarios
 
 
-def run_command(scenarios: list[Path], *, variants, device, allocator, json_out, out_dir: Path,
-                quiet: bool) -> None:
+def run_command(scenarios: list[Path], *, variants, device, allocator, json_out,
+                runs_dir: Path, quiet: bool) -> None:
     to_stdout = json_out == "-"
     out = terminal.make_console(stderr=to_stdout)
     err = terminal.make_console(stderr=True)
 
-    loaded, problems = [], []
-    for path in scenarios:
-        try:
-            loaded.append(load_scenario(path, variants=variants, device=device, allocator=allocator))
-        except InvalidInput as exc:
-            problems += exc.problems or [str(exc)]
+    loaded, problems = load_scenarios(scenarios, variants=variants, device=device,
+                                      allocator=allocator)
+    problems += [problem for problem in (output_problem(runs_dir, directory=True),
+                                         None if not json_out or to_stdout else output_problem(json_out))
+                 if problem]
     if problems:
         raise InvalidInput("invalid input", problems)
 
@@ -51,24 +50,31 @@ def run_command(scenarios: list[Path], *, variants, device, allocator, json_out,
             reports.append(run_loaded(sc, progress=on_progress, on_iteration=on_iteration))
             progress.remove_task(task)
 
+    unsaved = []
     for report in reports:
-        path = save_report(report, out_dir)
-        history.append(out_dir, report, source="run")
-        report_failed = report["status"] != "ok"
+        path = None
+        try:
+            path = save_report(report, runs_dir)
+            history.append(runs_dir, report, source="run")
+        except (OSError, sqlite3.Error) as exc:  # still show and --json what was measured
+            unsaved.append(f"{runs_dir}: cannot save {report['run_id']} and its history there: "
+                           f"{getattr(exc, 'strerror', None) or exc}")
         if not quiet:
             terminal.render(report, out)
-            out.print(f"[dim]report: {path}[/dim]")
-        elif report_failed:
+            if path is not None:
+                out.print(f"[dim]report: {path}[/dim]")
+        elif report["status"] != "ok":
             terminal.render_failures(report, err)
 
     if json_out:
         payload = reports[0] if len(reports) == 1 else reports
-        text = json.dumps(payload, separators=(",", ":"), allow_nan=False)
         if to_stdout:
-            sys.stdout.write(text + "\n")
+            sys.stdout.write(dumps_report(payload) + "\n")
             sys.stdout.flush()
         else:
-            atomic_write_text(json_out, text)
+            write_output(json_out, dumps_report(payload))
+    if unsaved:
+        raise InvalidInput("cannot save", unsaved)
 
     failures = [_failure_line(r) for r in reports if r["status"] != "ok"]
     if failures:

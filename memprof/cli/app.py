@@ -37,12 +37,7 @@ COMMANDS = [
 
 def _register() -> None:
     for name, module, func in COMMANDS:
-        try:
-            mod = importlib.import_module(f"memprof.cli.{module}")
-        except ModuleNotFoundError as exc:  # a command still being built: leave it out
-            if exc.name != f"memprof.cli.{module}":
-                raise
-            continue
+        mod = importlib.import_module(f"memprof.cli.{module}")
         app.command(name)(_reporting_errors(getattr(mod, func)))
 
 

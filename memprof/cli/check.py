@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from memprof.cli.options import DEFAULT_RUNS, RunsDir
+
 
 def check(
     scenarios: Annotated[list[Path] | None, typer.Argument(
@@ -30,14 +32,13 @@ def check(
         help="Override the allocator model: exact or caching.", show_default=False)] = None,
     device: Annotated[str | None, typer.Option(
         help="Override the scenarios' device: cpu, cuda, meta or auto.", show_default=False)] = None,
-    out_dir: Annotated[Path, typer.Option(
-        "--out-dir", help="Runs directory where each report is saved and the history kept.")
-    ] = Path("memprof-runs"),
+    runs_dir: RunsDir = DEFAULT_RUNS,
 ) -> None:
-    """Run the scenarios and check every variant's expectations and budgets, and its peak against
-    the baseline of the same scenario and variant.
+    """Run the scenarios and check their budgets, expectations and regressions.
 
-    Prints one line per variant (PASS/FAIL, metric, expected, actual) and, for a failure, why and which tensors were live at the peak.
+    Every variant's expectations and budgets are checked, and its peak against the baseline of
+    the same scenario and variant. Prints one line per variant (PASS/FAIL, metric, expected,
+    actual) and, for a failure, why and which tensors were live at the peak.
 
     Exit code 0 when all pass, 1 when a budget, expectation or regression fails, 2 on invalid input.
     """
@@ -45,13 +46,20 @@ def check(
     from memprof.check.junit import junit_xml
     from memprof.check.result import dumps
     from memprof.errors import CheckFailed, InvalidInput
-    from memprof.reports.store import atomic_write_text
+    from memprof.reports.store import output_problem, write_output
     from memprof.units import parse_percent
 
     try:
         pct = parse_percent(max_increase)
     except ValueError as exc:
         raise InvalidInput(f"--max-increase: {exc}") from None
+    if scenarios is None and not Path("scenarios").exists():
+        raise InvalidInput("scenarios: no such directory; name scenario files or directories "
+                           "(memprof check PATH ...)")
+    unwritable = [problem for path, directory in ((json_out, False), (junit, False), (html, True))
+                  if path is not None and (problem := output_problem(path, directory=directory))]
+    if unwritable:
+        raise InvalidInput("invalid input", unwritable)
 
     width = 32
 
@@ -64,24 +72,20 @@ def check(
             typer.echo(line)
 
     outcome = run_check(scenarios or [Path("scenarios")], baseline=baseline, max_increase_pct=pct,
-                        allocator=allocator, device=device, runs_dir=out_dir, on_start=start,
+                        allocator=allocator, device=device, runs_dir=runs_dir, on_start=start,
                         on_result=show)
 
-    def write(path: Path, text: str) -> None:
-        try:
-            atomic_write_text(path, text)
-        except OSError as exc:
-            raise InvalidInput(f"{path}: cannot write: {exc.strerror or exc}") from None
-
     if json_out is not None:
-        write(json_out, dumps(outcome.combined()))
+        write_output(json_out, dumps(outcome.combined()))
     if junit is not None:
-        write(junit, junit_xml(outcome.results))
+        write_output(junit, junit_xml(outcome.results))
     if html is not None:
         from memprof.reports.html import render_html
 
         for report in outcome.reports:
-            write(html / f"{report['run_id']}.html", render_html(report))
+            write_output(html / f"{report['run_id']}.html", render_html(report))
+    if outcome.save_errors:
+        raise InvalidInput("cannot save", outcome.save_errors)
 
     failed = len(outcome.failures)
     total = len(outcome.results)

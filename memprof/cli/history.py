@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from memprof.cli.options import DEFAULT_RUNS, RunsDir
 
 _SPARK = "▁▂▃▄▅▆▇█"
 
@@ -19,11 +20,13 @@ def history(
         "--limit", min=1, help="Show at most this many of the newest runs per variant.")] = 20,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print the rows as JSON instead of a table.")] = False,
-    runs: Annotated[Path, typer.Option(
-        "--runs", help="Runs directory whose history.sqlite to read.")] = Path("memprof-runs"),
+    runs: RunsDir = DEFAULT_RUNS,
 ) -> None:
-    """Print the trend of each variant's peak over the runs recorded by `memprof run` and
-    `memprof check` (oldest first), with the change since the first run shown."""
+    """Print the trend of each variant's peak over past runs, oldest first.
+
+    The runs are those `memprof run` and `memprof check` recorded in the runs directory's
+    history.sqlite; each row shows the change since the run before it.
+    """
     import json
     import sqlite3
 
@@ -33,6 +36,8 @@ def history(
     try:
         rows = store.query(runs, scenario, variant=variant)
         known = store.scenarios(runs) if not rows else []
+        variants = (sorted({r["variant"] for r in store.query(runs, scenario)})
+                    if not rows and variant is not None else [])
     except sqlite3.DatabaseError as exc:
         raise InvalidInput(f"{store.db_path(runs)}: cannot read the history: {exc}") from None
     if not rows:
@@ -40,11 +45,14 @@ def history(
             raise InvalidInput(
                 f"{store.db_path(runs)}: no runs of scenario {scenario!r} recorded"
                 + (f"; recorded scenarios: {', '.join(known)}" if known else ""))
+        if variants:
+            of = f" of scenario {scenario!r}" if scenario is not None else ""
+            raise InvalidInput(f"{store.db_path(runs)}: no runs of variant {variant!r}{of} "
+                               f"recorded; recorded variants: {', '.join(variants)}")
         if json_out:
             typer.echo("[]")
             return
-        what = f"scenario {scenario!r}, variant {variant!r}" if variant else "any scenario"
-        typer.echo(f"no history for {what} in {store.db_path(runs)} "
+        typer.echo(f"no history in {store.db_path(runs)} "
                    f"(memprof run and memprof check record it)")
         return
 

@@ -20,7 +20,8 @@ def list_scenarios(
     from memprof.scenario import discover
 
     if not directory.is_dir():
-        raise InvalidInput(f"{directory}: no such directory")
+        raise InvalidInput(f"{directory}: no such directory; name the folder of scenario files "
+                           f"(memprof list DIR)")
     found = discover(directory)
     console = make_console()
     if not found:
@@ -30,6 +31,7 @@ def list_scenarios(
     table.add_column("scenario", style="bold")
     table.add_column("name")
     table.add_column("description", overflow="fold")
-    for path, name, description in found:
-        table.add_row(escape(str(path)), escape(name), escape(description))
+    for path, summary in found:
+        description = f"({summary.error})" if summary.error else summary.description
+        table.add_row(escape(str(path)), escape(summary.name), escape(description))
     console.print(table)

@@ -7,10 +7,12 @@ from typing import Annotated
 
 import typer
 
+from memprof.cli.options import DEFAULT_RUNS, RunsDir
+
 
 def report(
     run: Annotated[
-        Path,
+        str,
         typer.Argument(help="A report JSON file (memprof-runs/<run_id>.json), or a run id."),
     ],
     html: Annotated[
@@ -25,9 +27,7 @@ def report(
             "Without --html, only the trace is written.",
         ),
     ] = None,
-    runs: Annotated[
-        Path, typer.Option("--runs", help="Runs directory to look a run id up in.")
-    ] = Path("memprof-runs"),
+    runs_dir: RunsDir = DEFAULT_RUNS,
 ) -> None:
     """Write a run's charts into one HTML file that opens with no network, or its trace.
 
@@ -35,37 +35,22 @@ def report(
     plotly.js and the data are inlined. The trace (--trace) has per variant the memory counter,
     the phases, the nodes as spans and every allocation as an instant.
     """
-    import json
+    from memprof.reports.store import find_report, read_report, write_output
+    from memprof.units import format_bytes
 
-    from memprof.errors import InvalidInput
-    from memprof.reports.html import require_report
-    from memprof.reports.store import atomic_write_text, report_path
-
-    source = run
-    if not source.is_file():
-        found = report_path(runs, str(run))
-        if found is None:
-            raise InvalidInput(f"{run}: no such report file, and no run {str(run)!r} in {runs}/")
-        source = found
-    try:
-        data = json.loads(source.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InvalidInput(f"{source}: cannot read the report: {exc}") from None
-    data = require_report(data, str(source))
+    source = find_report(run, runs_dir)
+    data = read_report(source)
     if trace is not None:
         from memprof.reports.trace import render_trace
 
         text = render_trace(data)
-        atomic_write_text(trace, text)
-        typer.echo(f"wrote {trace} ({_mib(text)}); open it in https://ui.perfetto.dev")
+        write_output(trace, text)
+        typer.echo(f"wrote {trace} ({format_bytes(len(text.encode()))}); "
+                   "open it in https://ui.perfetto.dev")
     if html is not None or trace is None:
         from memprof.reports.html import render_html
 
         page = render_html(data)
         out = html or source.with_suffix(".html")
-        atomic_write_text(out, page)
-        typer.echo(f"wrote {out} ({_mib(page)})")
-
-
-def _mib(text: str) -> str:
-    return f"{len(text.encode()) / 1024**2:.1f} MiB"
+        write_output(out, page)
+        typer.echo(f"wrote {out} ({format_bytes(len(page.encode()))})")

@@ -7,9 +7,12 @@ from typing import Annotated
 
 import typer
 
+from memprof.cli.options import DEFAULT_RUNS, RunsDir
+
 
 def run(
-    scenarios: Annotated[list[Path], typer.Argument(help="Scenario YAML files.", show_default=False)],
+    scenarios: Annotated[list[Path], typer.Argument(
+        help="Scenario YAML files, or directories of them.", show_default=False)],
     variant: Annotated[list[str] | None, typer.Option(
         "--variant", help="Run only this variant (repeat for several).", show_default=False)] = None,
     device: Annotated[str | None, typer.Option(
@@ -19,8 +22,7 @@ def run(
     json_out: Annotated[str | None, typer.Option(
         "--json", help="Also write the report JSON to PATH ('-' for stdout; a list for several "
                        "scenarios).", show_default=False)] = None,
-    out_dir: Annotated[Path, typer.Option(
-        "--out-dir", help="Runs directory where each report is saved.")] = Path("memprof-runs"),
+    runs_dir: RunsDir = DEFAULT_RUNS,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only failures.")] = False,
 ) -> None:
     """Run each scenario once per variant and show where the memory went and what in-place saved.
@@ -30,4 +32,4 @@ def run(
     from memprof.cli._runcmd import run_command
 
     run_command(scenarios, variants=variant, device=device, allocator=allocator, json_out=json_out,
-                out_dir=out_dir, quiet=quiet)
+                runs_dir=runs_dir, quiet=quiet)

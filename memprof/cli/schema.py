@@ -14,11 +14,11 @@ def schema(
         "--output", "-o", help="Write to this file instead of stdout.", show_default=False)] = None,
 ) -> None:
     """Print the JSON Schema of the scenario format (editors use it to complete and check files)."""
-    from memprof.reports.store import atomic_write_text
+    from memprof.reports.store import write_output
     from memprof.schemas import REPORT, SCENARIO, dump, generate
 
     text = dump(generate()[REPORT if report else SCENARIO])
     if output is None:
         typer.echo(text, nl=False)
     else:
-        atomic_write_text(output, text)
+        write_output(output, text)

@@ -7,13 +7,13 @@ from typing import Annotated
 
 import typer
 
+from memprof.cli.options import DEFAULT_RUNS, RunsDir
+
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 def serve(
-    runs: Annotated[
-        Path, typer.Option("--runs", help="Runs directory: one <run_id>.json report per run.")
-    ] = Path("memprof-runs"),
+    runs: RunsDir = DEFAULT_RUNS,
     scenarios: Annotated[
         Path, typer.Option("--scenarios", help="Folder of scenario files the dashboard may run.")
     ] = Path("scenarios"),
@@ -39,6 +39,12 @@ def serve(
     from memprof.errors import InvalidInput
     from web.app import create_app
 
+    problems = [f"{path}: is a file; expected {what} directory ({option} DIR)"
+                for path, what, option in ((runs, "the runs", "--runs"),
+                                           (scenarios, "a scenarios", "--scenarios"))
+                if path.exists() and not path.is_dir()]
+    if problems:
+        raise InvalidInput("invalid input", problems)
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)

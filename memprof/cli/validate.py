@@ -9,7 +9,8 @@ import typer
 
 
 def validate(
-    scenarios: Annotated[list[Path], typer.Argument(help="Scenario YAML files.", show_default=False)],
+    scenarios: Annotated[list[Path], typer.Argument(
+        help="Scenario YAML files, or directories of them.", show_default=False)],
 ) -> None:
     """Check scenarios (format, names, shapes via a dry run on the meta device) without running them.
 
@@ -17,9 +18,10 @@ def validate(
     """
     from memprof.errors import InvalidInput
     from memprof.scenario import load_scenario
+    from memprof.scenario.discover import scenario_files
 
-    problems: list[str] = []
-    for path in scenarios:
+    files, problems = scenario_files(scenarios)
+    for path in files:
         try:
             sc = load_scenario(path)
         except InvalidInput as exc:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memprof.reports.reduce import UNTRACKED
-from memprof.units import format_bytes
+from memprof.units import format_bytes, format_seconds
 
 CATEGORY_COLORS = {
     "input": "#4e79a7",
@@ -200,12 +200,7 @@ def timeline_figure(
     layout.update(
         {
             "hovermode": "x unified",
-            "xaxis": {
-                "title": {"text": "event index" if x == "index" else "time (s)"},
-                "showgrid": False,
-                "zeroline": False,
-                **({"dtick": 1} if x == "index" and series["end"] - series["start"] < 10 else {}),
-            },
+            "xaxis": event_axis(x, series["end"] - series["start"] + 1),
             "yaxis": {**byte_axis(top), "title": {"text": "bytes"}},
             "shapes": shapes,
             "annotations": annotations,
@@ -303,12 +298,8 @@ def overlay_figure(
     layout.update(
         {
             "hovermode": "x unified",
-            "xaxis": {
-                "title": {"text": "event index" if x == "index" else "time (s)"},
-                "showgrid": False,
-                "zeroline": False,
-                **({"dtick": 1} if x == "index" and series["end"] - series["start"] < 10 else {}),
-            },
+            # every series, not only the last one drawn, decides the ticks
+            "xaxis": event_axis(x, max(s["end"] - s["start"] + 1 for _, s in named_series)),
             "yaxis": {**byte_axis(top), "title": {"text": "allocated bytes"}},
             "annotations": annotations,
             "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
@@ -583,6 +574,16 @@ def live_by_tensor_figure(variant: dict[str, Any], top: int = 15) -> dict[str, A
         }
     )
     return {"data": data, "layout": layout}
+
+
+def event_axis(x: str, events: int) -> dict[str, Any]:
+    """The x axis of a timeline: event index or time; a tick per event when there are few."""
+    return {
+        "title": {"text": "event index" if x == "index" else "time (s)"},
+        "showgrid": False,
+        "zeroline": False,
+        **({"dtick": 1} if x == "index" and events <= 10 else {}),
+    }
 
 
 def byte_axis(top: float) -> dict[str, Any]:
@@ -921,13 +922,7 @@ def _bytes(value: Any) -> tuple[str, Any]:
 
 
 def _seconds(value: Any) -> tuple[str, Any]:
-    if value is None:
-        return ("", -1)
-    if value < 1e-3:
-        return (f"{value * 1e6:.0f} µs", value)
-    if value < 1:
-        return (f"{value * 1e3:.2f} ms", value)
-    return (f"{value:.2f} s", value)
+    return ("", -1) if value is None else (format_seconds(value), value)
 
 
 def _maybe_bytes(metric: Any, value: Any) -> tuple[str, Any]:

@@ -2,30 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
-
-from memprof.errors import InvalidInput
-
-
-def load_report_file(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a report JSON file; InvalidInput when it is missing or not a memprof report."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise InvalidInput(f"{path}: no such report file") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{path}:{exc.lineno}:{exc.colno}: expected JSON, found {exc.msg}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"{path}: cannot read: {exc}") from None
-    if not isinstance(data, dict) or "variants" not in data or "schema_version" not in data:
-        raise InvalidInput(f"{path}: expected a memprof report (with schema_version and variants), "
-                           f"found {type(data).__name__}")
-    if data["schema_version"] != 1:
-        raise InvalidInput(f"{path}: expected report schema_version 1, found {data['schema_version']!r}")
-    return data
 
 
 def compare_reports(before: dict[str, Any], after: dict[str, Any],

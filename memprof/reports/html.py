@@ -23,6 +23,7 @@ from memprof import __version__
 from memprof.errors import InvalidInput
 from memprof.reports import charts
 from memprof.reports.reduce import TimelineArrays, reduce_timeline
+from memprof.reports.store import require_report
 
 TEMPLATES_DIR = Path(__file__).with_name("templates")
 OFFLINE_MAX_POINTS = 4000  # per variant: a few hundred KB of JSON, smooth in any browser
@@ -112,20 +113,6 @@ def timeline_note(series: dict[str, Any] | None) -> str:
     if series["reduced"]:
         return f"{shown:,} of {window:,} events shown: {how}"
     return "1 event." if window == 1 else f"All {window:,} events."
-
-
-def require_report(report: Any, source: str = "report") -> dict[str, Any]:
-    """The report if it looks like docs/report-format.md (schema_version 1), else InvalidInput."""
-    if not isinstance(report, dict):
-        raise InvalidInput(f"{source} is not a memprof report (expected a JSON object)")
-    version = report.get("schema_version")
-    if version != 1:
-        raise InvalidInput(
-            f"{source} has schema_version {version!r}; this memprof reads schema_version 1"
-        )
-    if not isinstance(report.get("variants"), list):
-        raise InvalidInput(f"{source} has no 'variants' list")
-    return report
 
 
 def template_environment(extra_dirs: Iterable[str | Path] = ()):

@@ -1,4 +1,5 @@
-"""The runs directory: one `<run_id>.json` report per run, written atomically.
+"""The runs directory: one `<run_id>.json` report per run, written atomically; and reading a
+report file back (`read_report`), shared by `memprof report`, `memprof compare` and the dashboard.
 
 Layout::
 
@@ -15,6 +16,9 @@ import re
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from memprof.errors import InvalidInput
+from memprof.reports.build import SCHEMA_VERSION
 
 DEFAULT_RUNS_DIR = Path("memprof-runs")
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
@@ -41,13 +45,41 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+def write_output(path: str | os.PathLike, text: str) -> Path:
+    """atomic_write_text for a file the user named: a failure is InvalidInput naming the path."""
+    try:
+        return atomic_write_text(path, text)
+    except OSError as exc:
+        problem = output_problem(path) or f"{path}: cannot write: {exc.strerror or exc}"
+        raise InvalidInput(problem) from None
+
+
+def output_problem(path: str | os.PathLike, *, directory: bool = False) -> str | None:
+    """Why `path` (a file to write, or with directory=True a folder to write into) cannot be
+    written, or None. Creates nothing, so commands can check their outputs before running."""
+    p = Path(path)
+    if directory and p.exists() and not p.is_dir():
+        return f"{p}: cannot write reports there: it is a file, not a directory"
+    if not directory and p.is_dir():
+        return f"{p}: cannot write: it is a directory; expected a file path"
+    folder = p if directory else p.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{p}: cannot write: {folder} is a file, not a directory"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{p}: cannot write: {folder} is not writable"
+    return None
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
-def dumps_report(report: dict[str, Any]) -> str:
+def dumps_report(report: dict[str, Any] | list[dict[str, Any]]) -> str:
+    """Compact JSON, as reports are saved (NaN is refused: JSON has none)."""
     return json.dumps(report, separators=(",", ":"), allow_nan=False)
 
 
@@ -76,13 +108,55 @@ def report_path(runs_dir: str | os.PathLike, run_id: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def load_report(runs_dir: str | os.PathLike, run_id: str) -> dict[str, Any] | None:
-    """The report with this id, or None when there is none."""
-    path = report_path(runs_dir, run_id)
-    if path is None:
-        return None
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+def find_report(ref: str | os.PathLike, runs_dir: str | os.PathLike = DEFAULT_RUNS_DIR) -> Path:
+    """A report file named directly, or the run with that id in `runs_dir`; else InvalidInput."""
+    path = Path(ref)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        raise InvalidInput(f"{path}: is a directory; expected a report .json file or a run id")
+    found = report_path(runs_dir, str(ref))
+    if found is None and (path.suffix == ".json" or len(path.parts) > 1):
+        raise InvalidInput(f"{ref}: no such report file")
+    if found is None:
+        raise InvalidInput(f"{ref}: no such report file, and no run {str(ref)!r} in {runs_dir}/ "
+                           f"(pass a report's path, or its run id with --runs DIR)")
+    return found
+
+
+def read_report(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a report JSON file (docs/report-format.md); InvalidInput naming the file and what is
+    wrong when it is missing, not JSON or not a report."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise InvalidInput(f"{path}: no such report file") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"{path}: is a directory; expected a report .json file") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{path}:{exc.lineno}:{exc.colno}: cannot read the report: invalid JSON "
+                           f"({exc.msg})") from None
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{path}: cannot read the report: not UTF-8 text") from None
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read the report: {exc.strerror or exc}") from None
+    return require_report(data, str(path))
+
+
+def require_report(report: Any, source: str = "report") -> dict[str, Any]:
+    """The report if it looks like docs/report-format.md (this schema_version), else InvalidInput."""
+    if not isinstance(report, dict):
+        raise InvalidInput(f"{source} is not a memprof report (expected a JSON object)")
+    version = report.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise InvalidInput(
+            f"{source} has schema_version {version!r}; this memprof reads schema_version "
+            f"{SCHEMA_VERSION}"
+        )
+    if not isinstance(report.get("variants"), list):
+        raise InvalidInput(f"{source} has no 'variants' list")
+    return report
 
 
 def list_report_paths(runs_dir: str | os.PathLike) -> list[Path]:

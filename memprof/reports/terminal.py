@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from memprof.units import format_bytes
+from memprof.units import format_bytes, format_seconds
 
 _STATUS_STYLE = {"ok": "green", "error": "red", "oom": "red", "failed": "red",
                  "expectation_failed": "yellow"}
@@ -20,16 +20,6 @@ def make_console(stderr: bool = False) -> Console:
     """A console for stdout or stderr; 120 columns when not a terminal, so piped tables do not wrap."""
     probe = Console(stderr=stderr)
     return Console(stderr=stderr, highlight=False, width=None if probe.is_terminal else 120)
-
-
-def _seconds(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s < 1e-3:
-        return f"{s * 1e6:.0f} µs"
-    if s < 1:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s:.2f} s"
 
 
 def _saving(row: dict[str, Any] | None) -> str:
@@ -78,7 +68,7 @@ def render(report: dict[str, Any], console: Console, *, top: int = 5) -> None:
         st = v["status"]
         table.add_row(escape(v["name"]), f"[{_STATUS_STYLE.get(st, 'white')}]{st}[/]",
                       format_bytes(v["peak_allocated_bytes"]), format_bytes(v["peak_reserved_bytes"]),
-                      _saving(comp.get(v["name"])), _seconds(v.get("program_duration_s", v["duration_s"])),
+                      _saving(comp.get(v["name"])), format_seconds(v.get("program_duration_s", v["duration_s"])),
                       checks)
     console.print(table)
 

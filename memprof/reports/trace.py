@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memprof.reports.html import require_report
+from memprof.reports.store import require_report
 from memprof.units import format_bytes
 
 PHASES_TID = 1

@@ -126,9 +126,6 @@ class Recorder(MemoryObserver):
                 return True
         return False
 
-    def is_live(self, storage_id: int) -> bool:
-        return storage_id in self._live
-
     def live_tensor_name(self, storage_id: int) -> str | None:
         entry = self._live.get(storage_id)
         return entry[0].tensor if entry else None

@@ -4,6 +4,6 @@ meta dry run in shapes.py), engine objects (build.py) and discovery (discover.py
 """
 
 from memprof.scenario.discover import discover
-from memprof.scenario.validate import LoadedScenario, Variant, load_scenario
+from memprof.scenario.validate import LoadedScenario, Variant, load_scenario, load_scenarios
 
-__all__ = ["discover", "load_scenario", "LoadedScenario", "Variant"]
+__all__ = ["discover", "load_scenario", "load_scenarios", "LoadedScenario", "Variant"]

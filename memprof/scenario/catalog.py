@@ -70,12 +70,6 @@ class ModuleDef:
 
 # --- call helpers -----------------------------------------------------------------------------
 
-def _engine():
-    import engine
-
-    return engine
-
-
 def _F():
     import engine.nn.functional as F
 

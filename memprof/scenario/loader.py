@@ -70,6 +70,16 @@ class Document:
         return Problem(self.file, self.position(path, key=key), message, severity, kind)
 
 
+def dedupe(problems: list[Problem]) -> list[Problem]:
+    """The problems in order, each printed line once."""
+    seen, out = set(), []
+    for p in problems:
+        if str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out
+
+
 class ScenarioYAMLError(Exception):
     """The text is not YAML (or uses a YAML feature scenarios forbid); carries one Problem."""
 

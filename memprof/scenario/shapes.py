@@ -12,7 +12,7 @@ from memprof.scenario.build import (
     make_input,
     module_parameters,
 )
-from memprof.scenario.loader import Document, Problem
+from memprof.scenario.loader import Document, Problem, dedupe
 from memprof.scenario.model import ModuleCall
 
 
@@ -66,25 +66,25 @@ def dry_run(variant, doc: Document) -> list[Problem]:
                     out = call_node(node, tensors, modules)
                 except Exception as exc:
                     if allowed_to_fail:
-                        return _dedupe(problems)
+                        return dedupe(problems)
                     if _meta_limitation(engine, exc):
                         problems.append(doc.problem(("program", i), (
                             f"shapes from node {node.id!r} on are not checked: the meta device "
                             f"cannot run it ({_error(exc)}); they are checked when it runs"),
                             severity="warning"))
-                        return _dedupe(problems)
+                        return dedupe(problems)
                     shown = ", ".join(describe_tensor(n, t) for n, t in zip(node.inputs, tensors, strict=True))
                     what = (f"module {node.module} ({spec.modules[node.module].type})"
                             if isinstance(node, ModuleCall) else f"op {node.op}")
                     problems.append(doc.problem(
                         ("program", i), f"node {node.id!r} ({what}) cannot run on "
                                         f"{shown or 'no inputs'}: {_error(exc)}"))
-                    return _dedupe(problems)
+                    return dedupe(problems)
                 state.note_writes(node.id, tensors, before)
                 if not _is_tensor(engine, out):
                     problems.append(doc.problem(("program", i), f"expected node {node.id!r} to return a "
                                                                 f"tensor, found {type(out).__name__}"))
-                    return _dedupe(problems)
+                    return dedupe(problems)
                 state.bind(node.out_name, out)
         for i, phase in enumerate(spec.phases):
             if hasattr(phase, "backward"):
@@ -101,7 +101,7 @@ def dry_run(variant, doc: Document) -> list[Problem]:
                 if not module_parameters(modules, phase.optimizer.params):
                     problems.append(doc.problem(("phases", i, "optimizer"), (
                         "expected modules with parameters for the optimizer, found none")))
-        return _dedupe(problems)
+        return dedupe(problems)
     finally:
         alloc.set_limit(saved_limit)
 
@@ -118,12 +118,3 @@ def _is_tensor(engine, value) -> bool:
 def _error(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _dedupe(problems: list[Problem]) -> list[Problem]:
-    seen, out = set(), []
-    for p in problems:
-        if str(p) not in seen:
-            seen.add(str(p))
-            out.append(p)
-    return out

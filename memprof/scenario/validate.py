@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 
 from memprof.errors import InvalidInput
 from memprof.scenario.catalog import MODULES, OPS, suggest
+from memprof.scenario.discover import scenario_files
 from memprof.scenario.loader import Document, Problem, ScenarioYAMLError, load_yaml
 from memprof.scenario.model import Expectation, ModuleCall, Scenario
 from memprof.scenario.problems import pydantic_problems
@@ -103,8 +105,7 @@ def load_scenario(
     defs, problems = expand_variants(doc)
     if problems:
         _fail(path, problems)
-    _check_option(path, "device", device, DEVICES)
-    _check_option(path, "allocator", allocator, ALLOCATORS)
+    check_overrides(device, allocator)
 
     refs = references(doc)
     all_params = {k for d in defs for k in d.params}
@@ -198,16 +199,44 @@ def load_scenario(
                           variants=loaded, variant_names=names, baseline=baseline, warnings=warnings)
 
 
+def load_scenarios(
+    paths: Sequence[str | os.PathLike],
+    *,
+    variants: list[str] | None = None,
+    device: str | None = None,
+    allocator: str | None = None,
+) -> tuple[list[LoadedScenario], list[str]]:
+    """load_scenario for every scenario file named in `paths` or found in directories there:
+    the scenarios that load, and one line per problem (bad options, missing paths, bad files)."""
+    files, problems = scenario_files(paths)
+    try:
+        check_overrides(device, allocator)
+    except InvalidInput as exc:
+        return [], exc.problems + problems  # every file would repeat them
+    loaded = []
+    for path in files:
+        try:
+            loaded.append(load_scenario(path, variants=variants, device=device, allocator=allocator))
+        except InvalidInput as exc:
+            problems += exc.problems or [str(exc)]
+    return loaded, problems
+
+
 def _kind(value: Any) -> str:
     if value is None:
         return "an empty file"
     return {dict: "a mapping", list: "a list"}.get(type(value), f"the scalar {value!r}")
 
 
-def _check_option(path: str, what: str, value: str | None, allowed: tuple[str, ...]) -> None:
-    if value is not None and value not in allowed:
-        raise InvalidInput(f"--{what}: expected one of {', '.join(allowed)}{suggest(value, allowed)}, "
-                           f"found {value!r}")
+def check_overrides(device: str | None = None, allocator: str | None = None) -> None:
+    """Raise InvalidInput with one line per bad `--device` / `--allocator` value."""
+    problems = [f"--{what}: expected one of {', '.join(allowed)}{suggest(value, allowed)}, "
+                f"found {value!r}"
+                for what, value, allowed in (("device", device, DEVICES),
+                                             ("allocator", allocator, ALLOCATORS))
+                if value is not None and value not in allowed]
+    if problems:
+        raise InvalidInput("invalid option", problems)
 
 
 def _fail(path: str, problems: list[Problem], where: dict[str, list[str]] | None = None,

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from memprof.scenario.loader import Document, Problem
+from memprof.scenario.loader import Document, Problem, dedupe
 from memprof.scenario.model import NAME_PATTERN, PARAM_REF_RE, VARIANT_NAME_PATTERN
 
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -102,7 +102,7 @@ def expand_variants(doc: Document) -> tuple[list[VariantDef], list[Problem]]:
         if v.name in seen:
             problems.append(doc.problem(("matrix",), f"expected distinct variant names, found {v.name!r} twice"))
         seen.add(v.name)
-    return result, _dedupe(problems)
+    return result, dedupe(problems)
 
 
 def substitute(doc: Document, params: dict[str, Any]) -> tuple[Any, list[tuple[tuple, str]]]:
@@ -152,12 +152,3 @@ def references(doc: Document) -> dict[str, list[tuple]]:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _dedupe(problems: list[Problem]) -> list[Problem]:
-    seen, out = set(), []
-    for p in problems:
-        if str(p) not in seen:
-            seen.add(str(p))
-            out.append(p)
-    return out

@@ -124,7 +124,7 @@ def test_cuda_seed_002_relu_peak():
 
 
 def test_ensure_hook_installs_one_cupy_hook_per_thread_and_allocator():
-    cupy = pytest.importorskip("cupy")
+    pytest.importorskip("cupy")
     from cupy.cuda import memory_hook
 
     from engine.allocator import cuda_hook

@@ -117,7 +117,7 @@ def test_list(tmp_path):
     res = runner.invoke(app, ["list", str(tmp_path)])
     assert res.exit_code == 0
     assert "relu-cli" in res.output and "relu in and out of place" in res.output
-    assert "broken" in res.output and "invalid YAML" in res.output
+    assert "broken" in res.output and "cannot read: YAML syntax error" in res.output
     assert runner.invoke(app, ["list", str(tmp_path / "nope")]).exit_code == 2
 
 
@@ -142,7 +142,9 @@ def test_compare_shows_delta_and_fails_past_the_limit(tmp_path):
 def test_compare_rejects_what_is_not_a_report(tmp_path):
     (tmp_path / "x.json").write_text("{not json")
     res = runner.invoke(app, ["compare", str(tmp_path / "x.json"), str(tmp_path / "x.json")])
-    assert res.exit_code == 2 and "expected JSON" in res.output
+    assert res.exit_code == 2
+    assert res.output.strip() == (f"error: {tmp_path / 'x.json'}:1:2: cannot read the report: "
+                                  "invalid JSON (Expecting property name enclosed in double quotes)")
     a = report_with(tmp_path, "a.json", {"v": 1})
     res = runner.invoke(app, ["compare", str(a), str(a), "--max-increase", "lots"])
     assert res.exit_code == 2 and "expected a percentage" in res.output
@@ -165,3 +167,106 @@ def test_module_entry_point_runs_a_scenario(tmp_path):
 @pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["compare", "--help"]])
 def test_help_works(args):
     assert runner.invoke(app, args).exit_code == 0
+
+
+# --- directories, shared options and outputs that cannot be written --------------------------
+
+def test_run_and_validate_take_a_directory_of_scenarios(tmp_path):
+    (tmp_path / "s").mkdir()
+    good(tmp_path / "s")
+    (tmp_path / "s" / ".hidden").mkdir()
+    write(tmp_path / "s" / ".hidden", "name: [unclosed\n", "skipped.yaml")
+
+    res = runner.invoke(app, ["validate", str(tmp_path / "s")])
+    assert res.exit_code == 0, res.output
+    assert res.output.strip() == f"{tmp_path / 's' / 'relu.yaml'}: ok (relu-cli, 2 variants)"
+
+    res = runner.invoke(app, ["run", str(tmp_path / "s"), "--quiet", "--runs", str(tmp_path / "runs")])
+    assert res.exit_code == 0, res.output
+    assert len(list((tmp_path / "runs").glob("*.json"))) == 1
+
+
+def test_bad_overrides_are_named_once_each_however_many_scenarios(tmp_path):
+    a, b = good(tmp_path), write(tmp_path, RELU.replace("relu-cli", "other"), "b.yaml")
+
+    res = runner.invoke(app, ["run", str(a), str(b), "--device", "gpu", "--allocator", "buddy"])
+
+    assert res.exit_code == 2
+    assert res.output.splitlines() == [
+        "--device: expected one of cpu, cuda, meta, auto (did you mean 'cpu'?), found 'gpu'",
+        "--allocator: expected one of exact, caching, found 'buddy'",
+    ]
+
+
+def test_run_refuses_an_unwritable_json_path_before_running(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+
+    res = runner.invoke(app, ["run", str(good(tmp_path)), "--json", str(blocker / "out.json"),
+                              "--runs", str(tmp_path / "runs")])
+
+    assert res.exit_code == 2
+    assert res.output.strip() == f"{blocker / 'out.json'}: cannot write: {blocker} is a file, not a directory"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_whose_history_cannot_be_written_still_shows_and_writes_what_it_measured(tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "history.sqlite").mkdir(parents=True)  # sqlite cannot open a directory
+    out = tmp_path / "out.json"
+
+    res = runner.invoke(app, ["run", str(good(tmp_path)), "--json", str(out), "--runs", str(runs)])
+
+    assert res.exit_code == 2
+    assert "relu-cli" in res.stdout and "64.00 KiB 50.0%" in res.stdout
+    assert json.loads(out.read_text())["scenario"]["name"] == "relu-cli"
+    [saved] = runs.glob("*.json")
+    assert f"{runs}: cannot save {saved.stem} and its history there: " in res.stderr
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("command", [
+    ["report", "{report}", "--html", "{blocker}/page.html"],
+    ["report", "{report}", "--trace", "{blocker}/t.json"],
+    ["schema", "-o", "{blocker}/schema.json"],
+])
+def test_an_output_that_cannot_be_written_is_exit_2_naming_it(tmp_path, command):
+    report = report_with(tmp_path, "a.json", {"inplace": 1})
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    args = [a.format(report=report, blocker=blocker) for a in command]
+
+    res = runner.invoke(app, args)
+
+    assert res.exit_code == 2
+    assert res.output.startswith(f"error: {args[-1]}: cannot write: ")
+    assert "Traceback" not in res.output
+
+
+def test_compare_finds_run_ids_in_the_runs_directory(tmp_path):
+    runs = tmp_path / "runs"
+    res = runner.invoke(app, ["run", str(good(tmp_path)), "-q", "--out-dir", str(runs)])
+    assert res.exit_code == 0, res.output
+    [saved] = runs.glob("*.json")
+
+    res = runner.invoke(app, ["compare", saved.stem, str(saved), "--runs", str(runs)])
+
+    assert res.exit_code == 0, res.output
+    assert "128.00 KiB   128.00 KiB" in res.output
+    res = runner.invoke(app, ["compare", "no-such-run", str(saved), "--runs", str(runs)])
+    assert res.exit_code == 2
+    assert res.output.strip() == (f"error: no-such-run: no such report file, and no run 'no-such-run' "
+                                  f"in {runs}/ (pass a report's path, or its run id with --runs DIR)")
+
+
+def test_every_command_with_a_runs_directory_spells_it_the_same_way():
+    import typer.main
+
+    commands = typer.main.get_command(app).commands
+    with_runs = {name for name, command in commands.items()
+                 if any("--runs" in p.opts or "--out-dir" in p.opts for p in command.params)}
+    assert with_runs == {"run", "check", "report", "compare", "history", "serve"}
+    for name in with_runs:
+        [option] = [p for p in commands[name].params if "--runs" in p.opts]
+        assert option.opts == ["--runs", "--out-dir"], name
+        assert str(option.default) == "memprof-runs", name

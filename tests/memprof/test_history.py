@@ -190,11 +190,22 @@ def test_history_of_an_unknown_scenario_exits_2_naming_the_known_ones(tmp_path):
     assert "no runs of scenario 'relu-typo' recorded; recorded scenarios: relu" in result.stderr
 
 
+def test_history_of_an_unknown_variant_exits_2_naming_the_recorded_ones(tmp_path):
+    history.append(tmp_path, _report(1, 1, "2026-11-21T00:00:00Z"))
+
+    result = _cli("relu", "--variant", "in_place", "--out-dir", tmp_path)  # the other spelling
+
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"error: {tmp_path / 'history.sqlite'}: no runs of variant 'in_place' of scenario 'relu' "
+        "recorded; recorded variants: inplace, out_of_place")
+
+
 def test_history_without_any_runs_says_so(tmp_path):
     result = _cli("--runs", tmp_path)
 
     assert result.exit_code == 0
-    assert result.stdout.startswith("no history for any scenario in ")
+    assert result.stdout.startswith("no history in ")
 
 
 def test_history_as_json_is_the_query_rows(tmp_path):

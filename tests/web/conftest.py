@@ -54,7 +54,7 @@ def scenarios_dir(tmp_path) -> Path:
     (folder / "nets").mkdir(parents=True)
     (folder / "relu.yaml").write_text(
         "name: relu-block\ndescription: one ReLU, in place or not\n"
-        "variants:\n  - name: out_of_place\n  - name: inplace\n"
+        "variants:\n  out_of_place: {inplace: false}\n  inplace: {inplace: true}\n"
     )
     (folder / "nets" / "mlp.yml").write_text("name: mlp\ndescription: a small MLP\n")
     (folder / "broken.yaml").write_text("name: [unclosed\n")

@@ -229,6 +229,26 @@ def test_scenarios_are_the_yaml_files_of_the_folder(client):
     assert scenarios["broken.yaml"]["error"].startswith("cannot read")
 
 
+def test_the_folder_lists_what_memprof_list_finds_with_every_variant_a_run_would_have(
+    client, scenarios_dir
+):
+    # Given a shipped matrix scenario, and a file in a hidden folder
+    from tests.web.conftest import REPO
+
+    (scenarios_dir / "giant.yaml").write_text((REPO / "scenarios" / "giant_meta.yaml").read_text())
+    (scenarios_dir / ".drafts").mkdir()
+    (scenarios_dir / ".drafts" / "wip.yaml").write_text("name: wip\n")
+
+    scenarios = {s["id"]: s for s in client.get("/api/scenarios").json()}
+
+    # then the matrix is expanded as the runner expands it, and hidden files are not listed
+    assert scenarios["giant.yaml"]["variants"] == [
+        "batch=1,inplace=false", "batch=1,inplace=true", "batch=4,inplace=false", "batch=4,inplace=true"
+    ]
+    assert scenarios["nets/mlp.yml"]["variants"] == ["default"]
+    assert not any(i.startswith(".drafts") for i in scenarios)
+
+
 def test_a_scenario_is_found_by_id_or_name(client):
     assert client.get("/api/scenarios/nets/mlp.yml").json()["name"] == "mlp"
     assert client.get("/api/scenarios/relu-block").json()["id"] == "relu.yaml"
@@ -339,15 +359,15 @@ def test_unknown_job_is_404(client):
     assert response.json()["detail"] == "no job '0123456789ab'"
 
 
-def _runner_available() -> bool:
-    try:
-        from memprof.runner import run_scenario  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def wait_for(client, job: dict, timeout: float = 120) -> dict:
+    """The job once it is no longer queued or running."""
+    deadline = time.monotonic() + timeout
+    while job["status"] in ("queued", "running") and time.monotonic() < deadline:
+        time.sleep(0.02)
+        job = client.get(f"/api/jobs/{job['id']}").json()
+    return job
 
 
-@pytest.mark.skipif(not _runner_available(), reason="memprof.runner is not importable")
 def test_post_runs_runs_the_scenario_in_the_background_and_saves_its_report(
     client, scenarios_dir, runs_dir
 ):
@@ -364,12 +384,7 @@ def test_post_runs_runs_the_scenario_in_the_background_and_saves_its_report(
     assert job["status"] in ("queued", "running")
 
     # then its progress can be read until it is done, and the run is saved
-    seen = set()
-    deadline = time.monotonic() + 120
-    while job["status"] in ("queued", "running") and time.monotonic() < deadline:
-        time.sleep(0.05)
-        job = client.get(f"/api/jobs/{job['id']}").json()
-        seen.add(job["status"])
+    job = wait_for(client, job)
     assert job["status"] == "done", job
     assert job["fraction"] == 1.0
     assert job["progress"]["stage"] == "done" and job["progress"]["total"] == 2
@@ -381,16 +396,11 @@ def test_post_runs_runs_the_scenario_in_the_background_and_saves_its_report(
     assert any(r["run_id"] == job["run_id"] for r in client.get("/api/runs").json())
 
 
-@pytest.mark.skipif(not _runner_available(), reason="memprof.runner is not importable")
 def test_a_scenario_the_runner_rejects_ends_as_a_failed_job(client, scenarios_dir):
     (scenarios_dir / "bad.yaml").write_text("name: bad\ndescription: no program\n")
-    job = client.post("/api/runs", json={"scenario": "bad.yaml"}).json()
-    deadline = time.monotonic() + 60
-    while job["status"] in ("queued", "running") and time.monotonic() < deadline:
-        time.sleep(0.05)
-        job = client.get(f"/api/jobs/{job['id']}").json()
-    assert job["status"] == "failed"
-    assert job["error"] and job["run_id"] is None
+    job = wait_for(client, client.post("/api/runs", json={"scenario": "bad.yaml"}).json())
+    assert job["status"] == "failed" and job["run_id"] is None
+    assert "bad.yaml:1:1: expected field 'program' in the scenario" in job["error"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -485,37 +495,27 @@ def test_history_of_an_unknown_run_is_404(client):
 
 
 def test_a_run_started_from_the_dashboard_is_recorded_in_the_history(
-    runs_dir, scenarios_dir, base_report
+    client, scenarios_dir, runs_dir
 ):
-    # Given a dashboard whose runner returns a report like base_report
-    from fastapi.testclient import TestClient
+    # Given the project's relu scenario in the scenarios folder
+    from tests.web.conftest import REPO
 
-    from web.app import create_app
+    (scenarios_dir / "relu_real.yaml").write_text((REPO / "scenarios" / "relu.yaml").read_text())
 
-    made = []
+    # when two runs of it are started and finish
+    jobs = []
+    for _ in range(2):
+        job = wait_for(client, client.post("/api/runs", json={"scenario": "relu_real.yaml"}).json())
+        assert job["status"] == "done", job
+        jobs.append(job)
 
-    def fake_runner(path, **kwargs):
-        created = f"2026-11-2{len(made) + 2}T00:00:00Z"
-        made.append(later_run(base_report, created, layers=2 + len(made)))
-        return made[-1]
-
-    app = create_app(runs_dir, scenarios_dir, runner=fake_runner, warm_cache=False)
-    with TestClient(app) as client:
-        # when two runs are started and finish
-        for _ in range(2):
-            job = client.post("/api/runs", json={"scenario": "relu.yaml"}).json()
-            deadline = time.monotonic() + 30
-            while job["status"] in ("queued", "running") and time.monotonic() < deadline:
-                time.sleep(0.02)
-                job = client.get(f"/api/jobs/{job['id']}").json()
-            assert job["status"] == "done", job
-
-        # then both are in the history, recorded by the web, and the last one is current
-        body = client.get(f"/api/runs/{made[-1]['run_id']}/history").json()
-    assert [r["run_id"] for r in body["rows"]] == [m["run_id"] for m in made for _ in range(2)]
+    # then both are in the history, recorded by the web, and the last one is current
+    body = client.get(f"/api/runs/{jobs[-1]['run_id']}/history").json()
+    assert [r["run_id"] for r in body["rows"]] == [j["run_id"] for j in jobs for _ in range(2)]
     assert {r["source"] for r in body["rows"]} == {"web"}
     assert body["recorded"] is True and body["runs"] == 2
-    assert history.query(runs_dir, "mlp-train")[-1]["run_id"] == made[-1]["run_id"]
+    assert [r["current"] for r in body["rows"]] == [False, False, True, True]
+    assert history.query(runs_dir, "relu-block")[-1]["run_id"] == jobs[-1]["run_id"]
 
 
 def test_the_trace_of_a_run_is_a_chrome_trace_download(client, base_report):

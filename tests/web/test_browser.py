@@ -316,15 +316,6 @@ def test_compare_page_overlays_two_variants_with_node_deltas(browser, server, ba
     w.assert_clean()
 
 
-def _runner_available() -> bool:
-    try:
-        from memprof.runner import run_scenario  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _runner_available(), reason="memprof.runner is not importable")
 def test_a_scenario_run_from_the_browser_lands_on_its_run_page(browser, server, scenarios_dir):
     (scenarios_dir / "relu_real.yaml").write_text((REPO / "scenarios" / "relu.yaml").read_text())
     w = Watched(browser, server)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import plotly.graph_objects as go
 import pytest
 
 from memprof.reports import charts
@@ -53,7 +54,6 @@ def history_rows(report: dict, runs: int = 3) -> list[dict]:
 
 
 def test_every_figure_is_valid_plotly(report, failed_report):
-    go = pytest.importorskip("plotly.graph_objects")
     for fig in figures(report) + figures(failed_report):
         go.Figure(fig)  # raises on any property plotly does not know
 
@@ -94,6 +94,16 @@ def test_hovering_the_allocated_line_names_node_op_tensor_and_bytes(report):
     ]
     for placeholder in ("customdata[3]", "customdata[4]", "customdata[5]", "customdata[2]"):
         assert placeholder in allocated["hovertemplate"]
+
+
+def test_an_overlay_ticks_every_event_only_when_every_series_is_short(report):
+    long = series_of(report["variants"][0])
+    short = series_of(report["variants"][1], start=0, end=4)
+    assert long["end"] - long["start"] >= 10
+
+    assert "dtick" not in charts.overlay_figure([("a", long), ("b", short)])["layout"]["xaxis"]
+    assert "dtick" not in charts.overlay_figure([("b", short), ("a", long)])["layout"]["xaxis"]
+    assert charts.overlay_figure([("b", short)])["layout"]["xaxis"]["dtick"] == 1
 
 
 def test_peak_bars_put_variants_side_by_side_with_their_saving(report):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from memprof.reports.schema import Report
+
 
 @pytest.fixture(params=["base_report", "other_report", "failed_report"])
 def any_report(request):
@@ -11,8 +13,7 @@ def any_report(request):
 
 
 def test_synthetic_reports_validate_against_the_report_schema(any_report):
-    schema = pytest.importorskip("memprof.reports.schema")
-    schema.Report.model_validate(any_report)
+    Report.model_validate(any_report)
 
 
 def test_synthetic_numbers_are_consistent(any_report):

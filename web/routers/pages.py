@@ -160,6 +160,5 @@ def scenarios_page(request: Request, scenarios: ScenariosDep, jobs: JobsDep) -> 
         charts=False,
         scenarios=scenarios.list(),
         folder=scenarios.root,
-        runner_available=jobs.runner_available,
         jobs=jobs.list()[:10],
     )

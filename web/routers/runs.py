@@ -85,7 +85,6 @@ def get_trace(run_id: str, cache: CacheDep) -> StreamingResponse:
         404: {"model": Message},
         413: {"model": Message},
         429: {"model": Message},
-        503: {"model": Message},
     },
 )
 def start_run(body: RunRequest, response: Response, scenarios: ScenariosDep, jobs: JobsDep):
@@ -97,8 +96,6 @@ def start_run(body: RunRequest, response: Response, scenarios: ScenariosDep, job
         raise HTTPException(404, f"no scenario {body.scenario!r} in the scenarios folder")
     if scenario.error:
         raise HTTPException(422, f"scenario {scenario.id!r} cannot be read: {scenario.error}")
-    if not jobs.runner_available:
-        raise HTTPException(503, "this installation has no scenario runner (memprof.runner)")
     try:
         job = jobs.submit(
             scenario.path,

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 
 from memprof.reports import charts
 from memprof.reports.html import timeline_note
+from web.cache import LoadedRun, RunCache
 from web.deps import CacheDep, load_run, load_variant, reduced
 from web.models import Message, TimelineSeries
 
@@ -38,11 +39,7 @@ def get_timeline(
     max_points: MaxPoints = 2000,
 ) -> dict:
     """Allocated and reserved bytes over events [start, end], reduced to `max_points`."""
-    run = load_run(cache, run_id)
-    arrays = load_variant(run, variant)
-    series = reduced(arrays, start, end, max_points)
-    if series is None:
-        raise _empty(run_id, variant)
+    _, series = _window(cache, run_id, variant, start, end, max_points)
     return {"run_id": run_id, "variant": variant, **series}
 
 
@@ -57,16 +54,19 @@ def get_timeline_figure(
     x: Annotated[Literal["index", "time"], Query(description="x axis")] = "index",
 ) -> JSONResponse:
     """The run page's timeline chart for [start, end], as a Plotly figure (data and layout)."""
-    run = load_run(cache, run_id)
-    arrays = load_variant(run, variant)
-    series = reduced(arrays, start, end, max_points)
-    if series is None:
-        raise _empty(run_id, variant)
+    run, series = _window(cache, run_id, variant, start, end, max_points)
     phases = run.variant(variant).get("phases") or []
     fig = charts.timeline_figure(series, phases=phases, x=x)
     fig["layout"]["meta"]["note"] = timeline_note(series)
     return JSONResponse(fig)
 
 
-def _empty(run_id: str, variant: str) -> HTTPException:
-    return HTTPException(404, f"variant {variant!r} of run {run_id!r} recorded no events")
+def _window(
+    cache: RunCache, run_id: str, variant: str, start: int | None, end: int | None, max_points: int
+) -> tuple[LoadedRun, dict]:
+    """The run and the variant's reduced series of [start, end]; 404 when it has no events."""
+    run = load_run(cache, run_id)
+    series = reduced(load_variant(run, variant), start, end, max_points)
+    if series is None:
+        raise HTTPException(404, f"variant {variant!r} of run {run_id!r} recorded no events")
+    return run, series
