@@ -31,8 +31,13 @@ def allocator_for(dev):
 
 
 class Storage:
-    __slots__ = ("data", "nbytes", "device", "block", "id", "epoch", "version", "allocator",
-                 "fake_address", "__weakref__")
+    # handle: what the allocator's accounting model returned for this storage (see
+    # AccountingModel.charge), given back when the storage dies; allocator is None when the
+    # storage is not charged (made with tracking off) or already released.
+    __slots__ = ("data", "nbytes", "device", "handle", "id", "epoch", "version", "allocator",
+                 "__weakref__")
+
+    fake_address = 0  # a meta storage's stand-in for data_ptr() (_MetaStorage sets its own)
 
     def __del__(self):
         alloc = self.allocator
@@ -40,9 +45,9 @@ class Storage:
             self.allocator = None
             try:
                 if alloc.observers or self.epoch != alloc.epoch:
-                    alloc.release(self.block, self.id, self.epoch)
+                    alloc.release(self.handle, self.id, self.epoch)
                 else:  # TrackedAllocator.release with nobody to tell, inline
-                    alloc.model.free(self.block)
+                    alloc.model.uncharge(self.handle)
             except Exception:  # interpreter shutdown: modules may be gone
                 pass
 
@@ -52,6 +57,12 @@ class Storage:
         if self.device.type == "cuda":
             return self.data.data.ptr
         return self.fake_address
+
+
+class _MetaStorage(Storage):
+    """A meta storage: no memory, but a distinct fake address for data_ptr()."""
+
+    __slots__ = ("fake_address",)
 
 
 _new = object.__new__
@@ -64,46 +75,49 @@ def new_storage(shape: tuple, np_dtype, dev) -> Storage:
     off (engine.allocator.tracked.tracking(False)) nothing is charged at all.
     """
     nbytes = _prod(shape) * np_dtype.itemsize
-    kind = dev.type
     if tracked.TRACKING:
         alloc = dev._allocator or allocator_for(dev)
         if alloc.observers:
-            block, sid, epoch = alloc.allocate(nbytes)
+            handle, sid, epoch = alloc.allocate(nbytes)
         else:  # TrackedAllocator.allocate without observers to tell: the hot path, inline
             sid = next(_storage_ids)
-            block = alloc.model.malloc(nbytes)
+            handle = alloc.model.charge(nbytes)
             epoch = alloc.epoch
     else:
-        alloc = block = None
+        alloc = handle = None
         sid = epoch = 0
-    if kind == "cpu":
+    if dev.type == "cpu":
         try:
             data = np.empty(shape, np_dtype)
         except MemoryError:
             if alloc is not None:
-                alloc.release(block, sid, epoch)
+                alloc.release(handle, sid, epoch)
             raise OutOfMemoryError(f"{dev} out of memory: the system refused {nbytes} bytes",
                                    device=str(dev), requested=nbytes) from None
         except BaseException:
             if alloc is not None:
-                alloc.release(block, sid, epoch)
+                alloc.release(handle, sid, epoch)
             raise
+        s = _new(Storage)
     else:
-        data = _other_backend(shape, np_dtype, dev, alloc, block, sid, epoch, nbytes)
-    s = _new(Storage)
+        data = _other_backend(shape, np_dtype, dev, alloc, handle, sid, epoch, nbytes)
+        if dev.type == "meta":
+            s = _new(_MetaStorage)
+            s.fake_address = next(_fake_addresses) << 32
+        else:
+            s = _new(Storage)
     s.data = data
     s.nbytes = nbytes
     s.device = dev
-    s.block = block
+    s.handle = handle
     s.id = sid
     s.epoch = epoch
     s.version = 0
     s.allocator = alloc
-    s.fake_address = (next(_fake_addresses) << 32) if kind == "meta" else 0
     return s
 
 
-def _other_backend(shape, np_dtype, dev, alloc, block, sid, epoch, nbytes):
+def _other_backend(shape, np_dtype, dev, alloc, handle, sid, epoch, nbytes):
     try:
         if dev.type == "meta":
             return MetaArray(shape, np_dtype)
@@ -116,7 +130,7 @@ def _other_backend(shape, np_dtype, dev, alloc, block, sid, epoch, nbytes):
             return cp.empty(shape, np_dtype)
     except BaseException as exc:
         if alloc is not None:
-            alloc.release(block, sid, epoch)
+            alloc.release(handle, sid, epoch)
         if type(exc).__name__ == "OutOfMemoryError" and dev.type == "cuda":
             raise OutOfMemoryError(f"{dev} out of memory: CuPy refused {nbytes} bytes ({exc})",
                                    device=str(dev), requested=nbytes) from None
@@ -127,18 +141,17 @@ def wrap_storage(array, dev) -> Storage:
     """Adopt an existing array (from_numpy / as_tensor): its bytes are charged as a new storage."""
     if tracked.TRACKING:
         alloc = allocator_for(dev)
-        block, sid, epoch = alloc.allocate(array.nbytes)
+        handle, sid, epoch = alloc.allocate(array.nbytes)
     else:
-        alloc = block = None
+        alloc = handle = None
         sid = epoch = 0
     s = _new(Storage)
     s.data = array
     s.nbytes = array.nbytes
     s.device = dev
-    s.block = block
+    s.handle = handle
     s.id = sid
     s.epoch = epoch
     s.version = 0
     s.allocator = alloc
-    s.fake_address = 0
     return s

@@ -29,6 +29,7 @@ class Tensor:
     _output_nr = 0  # which output of its grad_fn this tensor is
     _retains_grad = False
     _grad_fn_version = 0  # storage version when _grad_fn was set (views regenerate on change)
+    _acc = None  # leaf: weak reference to its AccumulateGrad (autograd.function._accumulator)
     name = None
 
     __array_priority__ = 1000  # numpy defers to our operators

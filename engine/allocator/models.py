@@ -207,14 +207,18 @@ class AccountingModel:
         self.device = str(device)
         self.limit: int | None = None
         self.set_limit(limit)
-        self._all = _Stats()
-        self._small = _Stats()
-        self._large = _Stats()
+        self._init_stats()
         self.num_alloc_retries = 0
         self.num_ooms = 0
         self.num_device_alloc = 0
         self.num_device_free = 0
         self.num_sync_all_streams = 0
+
+    def _init_stats(self) -> None:
+        """The counters: all pools (``_all``), the small pool and the large pool."""
+        self._all = _Stats()
+        self._small = _Stats()
+        self._large = _Stats()
 
     def malloc(self, nbytes: int) -> Block:
         """Allocate ``nbytes``; raises ``OutOfMemoryError`` (changing nothing but the OOM counters)."""
@@ -223,6 +227,21 @@ class AccountingModel:
     def free(self, block: Block) -> None:
         """Give back a block returned by ``malloc``."""
         raise NotImplementedError
+
+    # The storage layer's form of malloc/free. Every tensor allocation takes this path, so a
+    # model may hand out something cheaper than a Block as the handle (ExactModel: the address).
+    # Only handle_sizes() reads a handle; it is otherwise opaque.
+    def charge(self, nbytes: int):
+        """Allocate ``nbytes`` like ``malloc``; returns a handle for ``uncharge``."""
+        return self.malloc(nbytes)
+
+    def uncharge(self, handle) -> None:
+        """Give back what ``charge`` returned."""
+        self.free(handle)
+
+    def handle_sizes(self, handle) -> tuple[int, int]:
+        """(requested, size) of a handle from ``charge`` that is not given back yet."""
+        return handle.requested, handle.size
 
     def empty_cache(self) -> None:
         """Release every cached, fully free segment (torch.cuda.empty_cache())."""
@@ -364,6 +383,11 @@ class ExactModel(AccountingModel):
 
     A zero-byte request allocates nothing (like PyTorch's empty tensors): its block has size 0
     and no counter moves.
+
+    Every tensor allocation comes through ``charge``/``uncharge``, so they do as little as keeps
+    the statistics exact: the handle is the block's fake address (an int, no Block object), and
+    only the pools are counted there. The all-pools totals are the pools' sums, worked out when
+    read; only their peaks, which no sum can recover, are kept as they happen.
     """
 
     name = "exact"
@@ -379,74 +403,104 @@ class ExactModel(AccountingModel):
 
     def __init__(self, device: str = "cpu", limit: int | None = None):
         super().__init__(device, limit)
-        self._live: dict[int, Block] = {}
+        self._live: dict[int, int] = {}  # address -> bytes, of every allocated block
         self._next_address = _BASE_ADDRESS
 
-    # The hot path: every tensor allocation comes here, so the counters are updated inline.
+    def _init_stats(self) -> None:
+        self._small = _Stats()
+        self._large = _Stats()
+        self._peak_bytes = 0  # all pools' allocated_bytes peak
+        self._peak_count = 0  # all pools' allocation peak
+
+    @property
+    def _all(self) -> _Stats:
+        """All pools, as one _Stats: the sums of the pools' counters, and the peaks kept."""
+        total = _Stats()
+        for name in _COUNTED:
+            for slot in (name, name + "_inc"):
+                setattr(total, slot, getattr(self._small, slot) + getattr(self._large, slot))
+        total.allocated_bytes_peak = self._peak_bytes
+        total.allocation_peak = self._peak_count
+        return total
+
     def malloc(self, nbytes: int) -> Block:
+        address = self.charge(nbytes)
+        return Block(nbytes, nbytes, "large" if nbytes > SMALL_SIZE else "small", address)
+
+    def free(self, block: Block) -> None:
+        if block.size == 0:
+            return
+        if self._live.get(block.address) != block.size:
+            raise ValueError(f"{block!r} is not allocated by this model (freed twice?)")
+        self.uncharge(block.address)
+
+    def charge(self, nbytes: int) -> int:
         if nbytes > SMALL_SIZE:
-            pool, stats = "large", self._large
+            stats, other = self._large, self._small
         elif nbytes > 0:
-            pool, stats = "small", self._small
+            stats, other = self._small, self._large
         elif nbytes == 0:
-            return Block(0, 0, "small", 0)
+            return 0  # the address of a zero-byte block: never a live one
         else:
             raise ValueError(f"cannot allocate a negative number of bytes ({nbytes})")
-        total = self._all
-        allocated = total.allocated_bytes + nbytes
+        allocated = stats.allocated_bytes + nbytes
+        total = allocated + other.allocated_bytes
         limit = self.limit
-        if limit is not None and allocated > limit:
+        if limit is not None and total > limit:
             self.num_ooms += 1
             raise self._out_of_memory(nbytes, nbytes)
-        total.allocated_bytes = allocated
-        total.allocated_bytes_inc += nbytes
-        if allocated > total.allocated_bytes_peak:
-            total.allocated_bytes_peak = allocated
-        count = total.allocation + 1
-        total.allocation = count
-        total.allocation_inc += 1
-        if count > total.allocation_peak:
-            total.allocation_peak = count
-        allocated = stats.allocated_bytes + nbytes
         stats.allocated_bytes = allocated
         stats.allocated_bytes_inc += nbytes
         if allocated > stats.allocated_bytes_peak:
             stats.allocated_bytes_peak = allocated
+        if total > self._peak_bytes:
+            self._peak_bytes = total
         count = stats.allocation + 1
         stats.allocation = count
         stats.allocation_inc += 1
         if count > stats.allocation_peak:
             stats.allocation_peak = count
+        count += other.allocation
+        if count > self._peak_count:
+            self._peak_count = count
         address = self._next_address
         self._next_address = address + (nbytes + 511) // 512 * 512  # keep addresses 512-aligned
-        block = Block(nbytes, nbytes, pool, address)
-        self._live[address] = block
-        return block
+        self._live[address] = nbytes
+        return address
 
-    def free(self, block: Block) -> None:
-        if self._live.pop(block.address, None) is not block:
-            if block.size == 0:
+    def uncharge(self, address: int) -> None:
+        nbytes = self._live.pop(address, None)
+        if nbytes is None:
+            if address == 0:
                 return
-            raise ValueError(f"{block!r} is not allocated by this model (freed twice?)")
-        nbytes = block.size
+            raise ValueError(
+                f"no block at {address:#x} is allocated by this model (freed twice?)"
+            )
         stats = self._large if nbytes > SMALL_SIZE else self._small
-        total = self._all
-        total.allocated_bytes -= nbytes
-        total.allocation -= 1
         stats.allocated_bytes -= nbytes
         stats.allocation -= 1
 
-    @property
-    def reserved_bytes(self) -> int:
-        return self._all.allocated_bytes
+    def handle_sizes(self, address: int) -> tuple[int, int]:
+        nbytes = self._live.get(address, 0)
+        return nbytes, nbytes
 
     @property
-    def requested_bytes(self) -> int:
-        return self._all.allocated_bytes
+    def allocated_bytes(self) -> int:
+        return self._small.allocated_bytes + self._large.allocated_bytes
+
+    reserved_bytes = requested_bytes = allocated_bytes
 
     @property
-    def max_reserved_bytes(self) -> int:
-        return self._all.allocated_bytes_peak
+    def max_allocated_bytes(self) -> int:
+        return self._peak_bytes
+
+    max_reserved_bytes = max_allocated_bytes
+
+    def reset_peak_stats(self) -> None:
+        self._small.reset_peaks()
+        self._large.reset_peaks()
+        self._peak_bytes = self.allocated_bytes
+        self._peak_count = self._small.allocation + self._large.allocation
 
     def memory_stats(self) -> dict[str, int]:
         stats = super().memory_stats()
@@ -458,9 +512,12 @@ class ExactModel(AccountingModel):
     def segments(self) -> list[dict]:
         return [
             self._segment_dict(
-                address, b.size, b.pool, [_block_dict(address, b.size, b.requested, True)]
+                address,
+                nbytes,
+                "large" if nbytes > SMALL_SIZE else "small",
+                [_block_dict(address, nbytes, nbytes, True)],
             )
-            for address, b in sorted(self._live.items())
+            for address, nbytes in sorted(self._live.items())
         ]
 
 

@@ -22,6 +22,11 @@ _perf_ns = time.perf_counter_ns
 _context: dict = {}
 _op: str | None = None
 
+# How many allocators have observers. `_op` is read only for events, and there are none while
+# this is 0, so the dispatcher names the running op only when it is not (as PyTorch runs its
+# RecordFunction callbacks only while a profiler is registered).
+observed = 0
+
 _ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Whether new storages are charged to their allocator at all. Off only to measure the engine
@@ -133,12 +138,18 @@ class TrackedAllocator:
         self._seq = 0
 
     def add_observer(self, observer: MemoryObserver) -> None:
+        global observed
         if observer not in self.observers:
+            if not self.observers:
+                observed += 1
             self.observers.append(observer)
 
     def remove_observer(self, observer: MemoryObserver) -> None:
+        global observed
         if observer in self.observers:
             self.observers.remove(observer)
+            if not self.observers:
+                observed -= 1
 
     @contextlib.contextmanager
     def observing(self, observer: MemoryObserver):
@@ -150,24 +161,32 @@ class TrackedAllocator:
 
     # --- the hot path -------------------------------------------------------------------------
     def allocate(self, nbytes: int):
-        """Charge `nbytes`; returns (block, storage_id, epoch). Raises OutOfMemoryError."""
+        """Charge `nbytes`; returns (handle, storage_id, epoch). Raises OutOfMemoryError.
+
+        The handle is the model's (`AccountingModel.charge`); give it back with `release`.
+        """
         storage_id = next(_storage_ids)
+        model = self.model
         try:
-            block = self.model.malloc(nbytes)
+            handle = model.charge(nbytes)
         except Exception:
             if self.observers:
                 self._emit("oom", nbytes, nbytes, storage_id)
             raise
         if self.observers:
-            self._emit("alloc", nbytes, block.size, storage_id)
-        return block, storage_id, self.epoch
+            self._emit("alloc", nbytes, model.handle_sizes(handle)[1], storage_id)
+        return handle, storage_id, self.epoch
 
-    def release(self, block, storage_id: int, epoch: int) -> None:
+    def release(self, handle, storage_id: int, epoch: int) -> None:
         if epoch != self.epoch:
             return
-        self.model.free(block)
+        model = self.model
         if self.observers:
-            self._emit("free", block.requested, block.size, storage_id)
+            requested, nbytes = model.handle_sizes(handle)
+            model.uncharge(handle)
+            self._emit("free", requested, nbytes, storage_id)
+        else:
+            model.uncharge(handle)
 
     def tag(self, storage_id: int, key: str, value) -> None:
         for obs in self.observers:

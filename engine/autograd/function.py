@@ -42,11 +42,15 @@ class SavedTensor:
     reference does. For a saved input,
     `source` is a weak reference to the tensor itself, so the version error can name its current
     producer as PyTorch does ("which is output 0 of Relu" after `a.relu_()`).
+
+    `producer` is the node that made the tensor (None for a leaf), or a weak reference to it when
+    the saving node made it itself (retain_output: a strong one would be a reference cycle). Its
+    label is worked out only for the version error, off the hot path.
     """
 
     __slots__ = ("data", "storage", "dtype", "device", "version", "producer", "output_nr", "source")
 
-    def __init__(self, t: Tensor, producer: str | None, output_nr: int = 0, source=None):
+    def __init__(self, t: Tensor, producer, output_nr: int = 0, source=None):
         # The alias tensor is made on unpack: saving stays cheap on the forward hot path.
         self.data = t._data
         storage = self.storage = t._storage
@@ -84,6 +88,10 @@ class SavedTensor:
     def _version_message(self) -> str:
         alias = self.alias
         producer, output_nr = self.producer, self.output_nr
+        if isinstance(producer, weakref.ref):
+            producer = producer()
+        if producer is not None:
+            producer = _node_label(producer)
         src = self.source() if self.source is not None else None
         if src is not None:
             fn = src._grad_fn
@@ -147,31 +155,42 @@ class Function:
     @classmethod
     def apply(cls, *args, out: Tensor | None = None, op: str | None = None, **attrs):
         node = _new(cls)
-        needs_grad = False
+        if out is not None:
+            check_inplace(out)
         if STATE.enabled and cls.differentiable:
             for a in args:
                 if isinstance(a, Tensor) and a.requires_grad:
-                    needs_grad = True
-                    break
-        if out is not None:
-            check_inplace(out)
-        if needs_grad:
-            return node._record(args, out, op or cls.__name__, attrs)
+                    return node._record(args, out, op or cls.__name__, attrs)
         # No history to record: the lean path every op takes under no_grad or without grads.
-        prev = _tracked._op
-        _tracked._op = op or cls.__name__
-        try:
+        if _tracked.observed:
+            result = node._forward_named(op or cls.__name__, args, out, attrs)
+        elif attrs:
             result = node.forward(*args, out=out, **attrs)
-        finally:
-            _tracked._op = prev
+        elif out is None:  # forward's out defaults to None: a call without keywords is cheaper
+            result = node.forward(*args)
+        else:
+            result = node.forward(*args, out=out)
         if out is not None:
             out._storage.version += 1
         return result
 
+    def _forward_named(self, op, args, out, attrs):
+        """forward, with the allocator's events inside it attributed to `op`."""
+        prev = _tracked._op
+        _tracked._op = op
+        try:
+            return self.forward(*args, out=out, **attrs)
+        finally:
+            _tracked._op = prev
+
     def _record(self, args, out, op, attrs):
         """Run forward and wire this node into the graph (saved tensors, edges, outputs)."""
         node = self
-        tensors = [a for a in args if isinstance(a, Tensor)]
+        tensors = args  # the tensor arguments: usually all of them
+        for a in args:
+            if not isinstance(a, Tensor):
+                tensors = tuple([a for a in args if isinstance(a, Tensor)])
+                break
         if node.inplace_view:
             return node._record_inplace_view(args, out, op, attrs, tensors)
         node.prepare(*args)
@@ -181,26 +200,27 @@ class Function:
             # (when it does not, forward raises the shape error before anything is allocated)
             clones = _clone_overwritten(tensors, to_save, out, op)
 
-        prev = _tracked._op
-        _tracked._op = op
-        try:
+        if _tracked.observed:
+            result = node._forward_named(op, args, out, attrs)
+        elif attrs or out is not None:
             result = node.forward(*args, out=out, **attrs)
-        finally:
-            _tracked._op = prev
+        else:
+            result = node.forward(*args)
         if out is not None:
             out._storage.version += 1
 
         node.sequence_nr = next(_sequence)
-        node.next_functions = tuple([_edge(t) if t.requires_grad else None for t in tensors])
+        edges = []
+        for t in tensors:
+            edges.append(_edge(t) if t.requires_grad else None)
+        node.next_functions = tuple(edges)
         saved = []
         for i in to_save:
             if clones is not None and i in clones:
                 saved.append(clones[i])
             else:
                 t = tensors[i]
-                fn = t._grad_fn
-                saved.append(SavedTensor(t, _node_label(fn) if fn is not None else None,
-                                         t._output_nr, weakref.ref(t)))
+                saved.append(SavedTensor(t, t._grad_fn, t._output_nr, weakref.ref(t)))
         node.saved = saved
         if out is not None:
             _rebase_history(out, node)
@@ -219,23 +239,17 @@ class Function:
                         r._output_nr = nr
                     if r._base is not None:
                         r._grad_fn_version = r._storage.version
-        if type(node).retain_output:
+        if node.retain_output:
             first = result if isinstance(result, Tensor) else result[0]
-            saved.append(SavedTensor(first, _node_label(node), 0))
+            saved.append(SavedTensor(first, weakref.ref(node), 0))
         return result
-
 
     def _record_inplace_view(self, args, out, op, attrs, tensors):
         # The edges are taken before the metadata changes; the tensor keeps its own history.
         self.next_functions = tuple(gradient_edge(t) if t.requires_grad else None for t in tensors)
         self.sequence_nr = next(_sequence)
         self.saved = []
-        prev = _tracked._op
-        _tracked._op = op
-        try:
-            result = self.forward(*args, out=out, **attrs)
-        finally:
-            _tracked._op = prev
+        result = self._forward_named(op, args, out, attrs)
         out._storage.version += 1
         out.requires_grad = True
         out._grad_fn = self
@@ -267,8 +281,7 @@ def _clone_overwritten(tensors, to_save, out, opname):
             alloc = c._storage.allocator
             if alloc is not None and alloc.observers:
                 alloc.tag(c._storage.id, "inplace_clone", opname)
-            fn = t._grad_fn
-            clones[i] = SavedTensor(c, _node_label(fn) if fn is not None else None, t._output_nr)
+            clones[i] = SavedTensor(c, t._grad_fn, t._output_nr)
     return clones
 
 
@@ -315,11 +328,12 @@ def check_inplace(t: Tensor) -> None:
 
 
 def _edge(t: Tensor):
-    """gradient_edge, with the common case (a non-view with a grad_fn) inline."""
+    """gradient_edge, with the common cases (a non-view with a grad_fn, a leaf) inline."""
     if t._base is None:
         fn = t._grad_fn
         if fn is not None:
             return (fn, t._output_nr)
+        return (_accumulator(t), 0)
     return gradient_edge(t)
 
 
@@ -328,14 +342,24 @@ def gradient_edge(t: Tensor):
     fn = t.grad_fn
     if fn is not None:
         return (fn, t._output_nr)
-    ref = t.__dict__.get("_acc")
+    return (_accumulator(t), 0)
+
+
+_AccumulateGrad = None  # engine.autograd.engine.AccumulateGrad, imported on first use
+
+
+def _accumulator(leaf: Tensor):
+    """The leaf's AccumulateGrad: one per leaf while any graph holds it (PyTorch keeps a weak
+    pointer too), so gradients from several graphs accumulate through the same node."""
+    global _AccumulateGrad
+    ref = leaf._acc
     acc = ref() if ref is not None else None
     if acc is None:
-        from engine.autograd.engine import AccumulateGrad
-
-        acc = AccumulateGrad(t)
-        t.__dict__["_acc"] = weakref.ref(acc)
-    return (acc, 0)
+        if _AccumulateGrad is None:
+            from engine.autograd.engine import AccumulateGrad as _AccumulateGrad
+        acc = _AccumulateGrad(leaf)
+        leaf._acc = weakref.ref(acc)
+    return acc
 
 
 def _rebase_history(out: Tensor, node: Function) -> None:

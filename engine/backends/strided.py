@@ -56,10 +56,13 @@ def view_strides(old_shape, old_strides, new_shape) -> tuple[int, ...] | None:
 
 def infer_shape(shape, numel: int) -> tuple[int, ...]:
     """Resolve one -1 in a requested shape; raise with both sizes when it cannot work."""
-    shape = tuple(shape) if all(type(s) is int and s >= 0 for s in shape) else \
-        tuple(int(s) for s in shape)
-    if -1 not in shape and math.prod(shape) == numel:
-        return shape
+    for s in shape:  # the common case first, without a generator (this runs on every view)
+        if type(s) is not int or s < 0:
+            break
+    else:
+        if math.prod(shape) == numel:
+            return tuple(shape)
+    shape = tuple(int(s) for s in shape)
     neg = [i for i, s in enumerate(shape) if s == -1]
     if len(neg) > 1:
         raise RuntimeError("only one dimension can be inferred")

@@ -33,12 +33,18 @@ def _export(name):
 # ---------------------------------------------------------------------------------------------
 # unary: f(x, out=None), f_(x), Tensor.f / Tensor.f_
 # ---------------------------------------------------------------------------------------------
+# The op functions call `apply` bound once here: looking up a classmethod on its class makes a
+# new bound method on every call, a noticeable cost for a small op.
+
+
 def _unary(name, cls):
+    apply = cls.apply
+
     def fn(input, *, out=None):
-        return cls.apply(input, out=out, op=name)
+        return apply(input, out=out, op=name)
 
     def fn_(input):
-        return cls.apply(input, out=input, op=name + "_")
+        return apply(input, out=input, op=name + "_")
 
     _export(name)(fn)
     _export(name + "_")(fn_)
@@ -101,7 +107,9 @@ def rsqrt(input, *, out=None):
 # binary
 # ---------------------------------------------------------------------------------------------
 _add = E.Add.apply
+_sub = E.Sub.apply
 _mul = E.Mul.apply
+_div = E.Div.apply
 
 
 @_export("add")
@@ -124,17 +132,23 @@ def add_(input, other, *, alpha=1):
 
 @_export("sub")
 def sub(input, other, *, alpha=1, out=None):
-    return E.Sub.apply(input, other, out=out, op="sub", alpha=alpha)
+    if alpha == 1:  # attributes only when given: the fast path of Binary.apply takes none
+        return _sub(input, other, out=out, op="sub")
+    return _sub(input, other, out=out, op="sub", alpha=alpha)
 
 
 @_export("sub_")
 def sub_(input, other, *, alpha=1):
-    return E.Sub.apply(input, other, out=input, op="sub_", alpha=alpha)
+    if alpha == 1:
+        return _sub(input, other, out=input, op="sub_")
+    return _sub(input, other, out=input, op="sub_", alpha=alpha)
 
 
 @_export("rsub")
 def rsub(input, other, *, alpha=1):
-    return E.Sub.apply(other, input, op="rsub", alpha=alpha)
+    if alpha == 1:
+        return _sub(other, input, op="rsub")
+    return _sub(other, input, op="rsub", alpha=alpha)
 
 
 @_export("mul")
@@ -151,12 +165,16 @@ def mul_(input, other):
 
 @_export("div")
 def div(input, other, *, rounding_mode=None, out=None):
-    return E.Div.apply(input, other, out=out, op="div", rounding_mode=rounding_mode)
+    if rounding_mode is None:
+        return _div(input, other, out=out, op="div")
+    return _div(input, other, out=out, op="div", rounding_mode=rounding_mode)
 
 
 @_export("div_")
 def div_(input, other, *, rounding_mode=None):
-    return E.Div.apply(input, other, out=input, op="div_", rounding_mode=rounding_mode)
+    if rounding_mode is None:
+        return _div(input, other, out=input, op="div_")
+    return _div(input, other, out=input, op="div_", rounding_mode=rounding_mode)
 
 
 _ns.update(subtract=sub, subtract_=sub_, multiply=mul, multiply_=mul_, divide=div, divide_=div_,
@@ -197,11 +215,13 @@ class Scale(E.Unary):
 
 
 def _binary_plain(name, cls):
+    apply = cls.apply
+
     def fn(input, other, *, out=None):
-        return cls.apply(input, other, out=out, op=name)
+        return apply(input, other, out=out, op=name)
 
     def fn_(input, other):
-        return cls.apply(input, other, out=input, op=name + "_")
+        return apply(input, other, out=input, op=name + "_")
 
     _export(name)(fn)
     _export(name + "_")(fn_)
@@ -245,14 +265,20 @@ def masked_fill_(input, mask, value):
 # ---------------------------------------------------------------------------------------------
 # reductions and friends
 # ---------------------------------------------------------------------------------------------
+_sum = R.Sum.apply
+_mean = R.Mean.apply
+
+
 @_export("sum")
 def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):
-    return R.Sum.apply(input, out=out, op="sum", dim=dim, keepdim=keepdim, dtype=dtype)
+    if dim is None and not keepdim and dtype is None:  # the full sum: no attributes to pass
+        return _sum(input, out=out, op="sum")
+    return _sum(input, out=out, op="sum", dim=dim, keepdim=keepdim, dtype=dtype)
 
 
 @_export("mean")
 def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
-    return R.Mean.apply(input, out=out, op="mean", dim=dim, keepdim=keepdim, dtype=dtype)
+    return _mean(input, out=out, op="mean", dim=dim, keepdim=keepdim, dtype=dtype)
 
 
 @_export("amax")
@@ -302,9 +328,12 @@ def log_softmax(input, dim, *, dtype=None, out=None):
     return R.LogSoftmax.apply(x, out=out, op="log_softmax", dim=dim)
 
 
+_matmul = L.Matmul.apply
+
+
 @_export("matmul")
 def matmul(input, other, *, out=None):
-    return L.Matmul.apply(input, other, out=out, op="matmul")
+    return _matmul(input, other, out=out, op="matmul")
 
 
 _ns["mm"] = _ns["bmm"] = matmul
@@ -313,6 +342,10 @@ _ns["mm"] = _ns["bmm"] = matmul
 # ---------------------------------------------------------------------------------------------
 # views and copies
 # ---------------------------------------------------------------------------------------------
+_view = V.View.apply
+_select = V.Select.apply
+
+
 def _shape_args(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         return tuple(shape[0])
@@ -331,9 +364,11 @@ def reshape(input, *shape):
 
 
 def view(input, *shape):
-    if len(shape) == 1 and isinstance(shape[0], dtypes.dtype):
-        raise NotImplementedError("view(dtype) reinterpretation is not supported")
-    return V.View.apply(input, op="view", shape=_shape_args(shape))
+    if len(shape) == 1 and not isinstance(shape[0], int):  # view((2, 2)), view([2, 2]), view(dtype)
+        if isinstance(shape[0], dtypes.dtype):
+            raise NotImplementedError("view(dtype) reinterpretation is not supported")
+        shape = _shape_args(shape)
+    return _view(input, op="view", shape=shape)
 
 
 @_export("permute")
@@ -564,7 +599,7 @@ def unbind(input, dim=0):
 def getitem(self, index):
     if isinstance(index, Tensor) or V._has_tensor_index(index):
         return V.IndexGather.apply(self, op="index", index=index)
-    return V.Select.apply(self, op="select", index=index)
+    return _select(self, op="select", index=index)
 
 
 def setitem(self, index, value):

@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from engine import dtypes
-from engine.autograd.function import Function
+from engine.allocator import tracked as _tracked
+from engine.autograd.function import Function, check_inplace
+from engine.autograd.grad_mode import STATE
 from engine.ops import kernels
 from engine.ops.common import (
     broadcast_shape,
@@ -27,6 +29,8 @@ from engine.ops.common import (
 from engine.ops.kernels import PARALLEL_MIN_ELEMS
 from engine.tensor import Tensor
 
+_new = object.__new__
+
 
 # --------------------------------------------------------------------------------------------
 # unary
@@ -38,12 +42,32 @@ class Unary(Function):
     float_only = True
     bool_error: str | None = None
 
+    @classmethod
+    def apply(cls, x, out=None, op=None, **attrs):
+        # Function.apply with the operand spelled out, step for step: packing and unpacking
+        # its generic *args/**attrs costs a noticeable part of a small op.
+        if out is not None:
+            check_inplace(out)
+        if STATE.enabled and cls.differentiable and isinstance(x, Tensor) and x.requires_grad:
+            return _new(cls)._record((x,), out, op or cls.__name__, attrs)
+        node = _new(cls)
+        if attrs or _tracked.observed:
+            result = node._forward_named(op or cls.__name__, (x,), out, attrs)
+        elif out is None:
+            return node.forward(x)
+        else:
+            result = node.forward(x, out)
+        if out is not None:
+            out._storage.version += 1
+        return result
+
     def forward(self, x, out=None):
         dtype = x._dtype
-        if dtype is dtypes.bool_ and self.bool_error is not None:
-            raise RuntimeError(self.bool_error)
-        if self.float_only and not dtype.is_floating_point:
-            dtype = dtypes.get_default_dtype()
+        if not dtype.is_floating_point:
+            if dtype is dtypes.bool_ and self.bool_error is not None:
+                raise RuntimeError(self.bool_error)
+            if self.float_only:
+                dtype = dtypes.get_default_dtype()
         xd = x._data
         if out is None:
             y = kernels.empty(xd.shape, dtype, x._device)
@@ -54,8 +78,12 @@ class Unary(Function):
         if kind == "cpu":
             yd = y._data
             uf = self.ufunc
-            if uf is not None and yd.size < PARALLEL_MIN_ELEMS:
-                uf(xd, out=yd)
+            if uf is not None and yd.size < self.small_elems:
+                # Small work: one numpy call. kernel() is for large work (threads, blocks).
+                if self.ufunc_zero:
+                    uf(xd, _zero(yd.dtype), out=yd)
+                else:
+                    uf(xd, out=yd)
             else:
                 self.kernel(np, xd, yd)
         elif kind != "meta":
@@ -66,7 +94,9 @@ class Unary(Function):
     def public_name(self) -> str:
         return type(self).__name__.lower()
 
-    ufunc = None  # a one-argument numpy ufunc, or None when the subclass defines kernel()
+    ufunc = None  # a numpy ufunc of x, or None when the subclass defines kernel()
+    ufunc_zero = False  # the ufunc's second operand is 0 (relu = maximum(x, 0))
+    small_elems = PARALLEL_MIN_ELEMS  # from this many elements on, kernel() does the work
 
     def kernel(self, xp, x, y):
         _uf(xp, self.ufunc, x, out=y)
@@ -169,21 +199,26 @@ class Tanh(Unary):
         return (out,)
 
 
+def _sigmoid_into(x, y, xp=np):
+    """y = 1 / (1 + exp(-x)); exp overflows to inf for very negative x, and 1 / inf = 0 is right.
+
+    The errstate is entered here, in the thread that computes: numpy's error state is per thread.
+    """
+    with np.errstate(over="ignore"):
+        xp.negative(x, out=y)
+        xp.exp(y, out=y)
+        xp.add(y, 1, out=y)
+        xp.reciprocal(y, out=y)
+
+
 class Sigmoid(Unary):
     retain_output = True
 
     def kernel(self, xp, x, y):
-        def sig(xc, yc):
-            with np.errstate(over="ignore"):
-                xp.negative(xc, out=yc)
-                xp.exp(yc, out=yc)
-                xp.add(yc, 1, out=yc)
-                xp.reciprocal(yc, out=yc)
-
         if xp is np:
-            kernels.run_parallel(sig, y, x)
+            kernels.run_parallel(_sigmoid_into, y, x)
         else:
-            sig(x, y)
+            _sigmoid_into(x, y, xp)
 
     def backward(self, g):
         (y,) = self.saved_tensors
@@ -200,21 +235,28 @@ class Sigmoid(Unary):
 _ZEROS: dict = {}
 
 
+def _zero(np_dtype):
+    """A 0-d zero of the dtype: numpy's quicker loop than a Python 0 (no scalar conversion)."""
+    zero = _ZEROS.get(np_dtype)
+    if zero is None:
+        zero = _ZEROS[np_dtype] = np.zeros((), np_dtype)
+    return zero
+
+
 class Relu(Unary):
     float_only = False
     bool_error = "Boolean inputs not supported for relu"
     retain_output = True
 
+    ufunc = np.maximum
+    ufunc_zero = True
+    small_elems = kernels.BLOCK_ELEMS
+
     def kernel(self, xp, x, y):
-        if xp is not np:
-            xp.maximum(x, 0, out=y)
-        elif y.size < kernels.BLOCK_ELEMS:
-            zero = _ZEROS.get(y.dtype)
-            if zero is None:
-                zero = _ZEROS[y.dtype] = np.zeros((), y.dtype)
-            np.maximum(x, zero, out=y)  # a 0-d zero of the dtype: numpy's quicker loop
-        else:
+        if xp is np:  # large: blocks against a constant block of zeros (a faster loop), threads
             kernels.extremum_scalar(np.maximum, x, 0, y)
+        else:
+            xp.maximum(x, 0, out=y)
 
     def backward(self, g):
         (y,) = self.saved_tensors
@@ -305,23 +347,28 @@ class Clamp(Function):
         self.bounds = (lo, hi)
         self.x_shape = x.shape
         bound_t = [b for b in (lo, hi) if isinstance(b, Tensor)]
-        shape = broadcast_shapes("clamp", x.shape, *(b.shape for b in bound_t))
+        if bound_t:
+            shape = broadcast_shapes("clamp", x.shape, *(b.shape for b in bound_t))
+        else:  # number bounds: no broadcasting (np.broadcast_shapes costs more than the op)
+            shape = x.shape
         dtype = result_type(x, *(b for b in (lo, hi) if b is not None))
         y = result_buffer(out, shape, dtype, x._device, "clamp", (x.shape, *(b.shape for b in bound_t)))
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
-            if xp is np and not bound_t and x._dtype is dtype:  # numbers: the fast blocked loop
-                if lo is not None:
-                    kernels.extremum_scalar(np.maximum, x._data, lo, y._data)
-                if hi is not None:
-                    kernels.extremum_scalar(np.minimum, y._data if lo is not None else x._data,
-                                            hi, y._data)
+            xd, yd = x._data, y._data
+            if xp is np and not bound_t and x._dtype is dtype:  # number bounds, no cast
+                if lo is None:
+                    kernels.extremum_scalar(np.minimum, xd, hi, yd)
+                elif hi is None:
+                    kernels.extremum_scalar(np.maximum, xd, lo, yd)
+                else:
+                    kernels.ufunc(np.clip, xd, lo, hi, out=yd)  # one pass (threads when large)
             elif lo is None:
-                xp.minimum(x._data, data(hi), out=y._data, casting="unsafe")
+                xp.minimum(xd, data(hi), out=yd, casting="unsafe")
             elif hi is None:
-                xp.maximum(x._data, data(lo), out=y._data, casting="unsafe")
+                xp.maximum(xd, data(lo), out=yd, casting="unsafe")
             else:
-                xp.clip(x._data, data(lo), data(hi), out=y._data, casting="unsafe")
+                xp.clip(xd, data(lo), data(hi), out=yd, casting="unsafe")
         return y
 
     def to_save(self, tensors):
@@ -377,53 +424,80 @@ class Binary(Function):
     float_result = False
     scalar = None  # the Python number operand, when one is
 
+    @classmethod
+    def apply(cls, a, b, out=None, op=None, **attrs):
+        # Function.apply with the operands spelled out, as Unary.apply.
+        if out is not None:
+            check_inplace(out)
+        if STATE.enabled and cls.differentiable and (
+                isinstance(a, Tensor) and a.requires_grad
+                or isinstance(b, Tensor) and b.requires_grad):
+            return _new(cls)._record((a, b), out, op or cls.__name__, attrs)
+        node = _new(cls)
+        if attrs or _tracked.observed:
+            result = node._forward_named(op or cls.__name__, (a, b), out, attrs)
+        elif out is None:
+            return node.forward(a, b)
+        else:
+            result = node.forward(a, b, out)
+        if out is not None:
+            out._storage.version += 1
+        return result
+
     def prepare(self, a, b, *rest):
-        self.a_t = isinstance(a, Tensor)
-        self.b_t = isinstance(b, Tensor)
+        # What backward reads, noted only when history is recorded (forward runs without it).
+        a_t = self.a_t = isinstance(a, Tensor)
+        b_t = self.b_t = isinstance(b, Tensor)
+        self.shapes = (a._data.shape if a_t else (), b._data.shape if b_t else ())
+        if not (a_t and b_t):
+            self.scalar = b if a_t else a
 
     def forward(self, a, b, out=None, **kw):
         """kw: op attributes (alpha, rounding_mode): kept on the node and passed to the kernel."""
         if kw:
             self.__dict__.update(kw)
-        a_t = self.a_t = isinstance(a, Tensor)
-        b_t = self.b_t = isinstance(b, Tensor)
-        # The common cases are decided inline; the general rules live in common.py.
-        if a_t and b_t:
-            dev = a._device
-            if b._device is not dev and b._device != dev:
-                dev = device_of(a, b)
-            ad, bd = a._data, b._data
-            sa, sb = ad.shape, bd.shape
-            shape = sa if sa == sb else broadcast_shape(a, b, self.opname)
-            dtype = a._dtype if a._dtype is b._dtype else result_type(a, b)
-        elif a_t:
-            dev, ad, bd = a._device, a._data, b
-            shape = sa = ad.shape
-            sb = ()
-            dtype = scalar_result_type(a._dtype, b)
-            self.scalar = b
+        # The common cases are decided inline; the general rules live in common.py. `cast`: an
+        # operand's dtype is not the result's, so the ufunc must compute in the result dtype.
+        if isinstance(a, Tensor):
+            ad = a._data
+            sa = ad.shape
+            if isinstance(b, Tensor):
+                dev = a._device
+                if b._device is not dev and b._device != dev:
+                    dev = device_of(a, b)
+                bd = b._data
+                sb = bd.shape
+                shape = sa if sa == sb else broadcast_shape(a, b, self.opname)
+                dtype = a._dtype
+                cast = dtype is not b._dtype
+                if cast:
+                    dtype = result_type(a, b)
+            else:
+                dev, bd, shape, sb = a._device, b, sa, ()
+                dtype = scalar_result_type(a._dtype, b)
+                cast = dtype is not a._dtype
         else:
             dev, ad, bd = b._device, a, b._data
             shape = sb = bd.shape
             sa = ()
             dtype = scalar_result_type(b._dtype, a)
-            self.scalar = a
+            cast = dtype is not b._dtype
         if self.float_result and not dtype.is_floating_point:
             dtype = dtypes.get_default_dtype()
-        self.shapes = (sa, sb)
+            cast = True
         if out is None:
             y = kernels.empty(shape, dtype, dev)
         else:
-            check_out(out, shape, dtype, self.opname, self.shapes)
+            check_out(out, shape, dtype, self.opname, (sa, sb))
             y = out
         kind = dev.type
         if kind != "meta":
             # Mixed dtypes compute in the result dtype, as PyTorch does (uint8 + 0-d int32 stays
             # uint8, int64 / int64 divides in float32): the ufunc casts inside its loop.
-            if (a_t and a._dtype is not dtype) or (b_t and b._dtype is not dtype):
+            if cast:
                 kw["dtype"] = dtype.np
             yd = y._data
-            if kind == "cpu" and not kw and yd.size < PARALLEL_MIN_ELEMS and self.plain_ufunc:
+            if not kw and kind == "cpu" and yd.size < PARALLEL_MIN_ELEMS and self.plain_ufunc:
                 self.ufunc(ad, bd, out=yd)  # small, same dtype, no attributes: one numpy call
             else:
                 self.kernel(np if kind == "cpu" else kernels.xp_of_device(dev), ad, bd, yd, **kw)
@@ -513,14 +587,14 @@ class Mul(Binary):
 
     def to_save(self, tensors):
         # backward of a needs b, of b needs a: keep only what a required gradient will read.
-        idx = []
-        if self.a_t and self.b_t:
-            if tensors[1].requires_grad:
-                idx.append(0)
-            if tensors[0].requires_grad:
-                idx.append(1)
-        self._save_idx = tuple(idx)
-        return self._save_idx
+        if not (self.a_t and self.b_t):
+            idx = ()
+        elif tensors[1].requires_grad:
+            idx = (0, 1) if tensors[0].requires_grad else (0,)
+        else:
+            idx = (1,) if tensors[0].requires_grad else ()
+        self._save_idx = idx
+        return idx
 
     def backward(self, g):
         na, nb = self._needs()

@@ -50,7 +50,8 @@ _ALL_DIMS = [tuple(range(n)) for n in range(33)]
 class Sum(Function):
     def forward(self, x, out=None, dim=None, keepdim=False, dtype=None):
         xd = x._data
-        if dim is None and not keepdim:  # the common full reduction, decided inline
+        full = dim is None and not keepdim
+        if full:  # the common full reduction, decided inline
             dims, shape = _ALL_DIMS[xd.ndim], ()
         else:
             dims = norm_dims(dim, xd.ndim)
@@ -63,8 +64,10 @@ class Sum(Function):
         y = kernels.empty(shape, rdt, x._device) if out is None else \
             result_buffer(out, shape, rdt, x._device, "sum")
         kind = x._device.type
-        if kind == "cpu":  # np.add.reduce is np.sum without its Python wrapper
-            _add_reduce(xd, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
+        if kind == "cpu":  # np.add.reduce is np.sum without its Python wrapper; positional
+            # arguments (array, axis, dtype, out, keepdims) and axis=None for a full reduction
+            # are its quickest call
+            _add_reduce(xd, None if full else dims, rdt.np, y._data, keepdim)
         elif kind != "meta":
             kernels.xp_of(x).sum(x._data, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
         return y

@@ -6,6 +6,8 @@ base; CopySlices and regenerated view grad_fns use it to route gradients through
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from engine import dtypes
@@ -58,8 +60,8 @@ def view_array(x: Tensor, shape):
 
 class View(Function):
     def forward(self, x, out=None, shape=()):
-        shape = infer_shape(shape, x.numel())
-        self.in_shape = x.shape
+        shape = infer_shape(shape, math.prod(x._data.shape))
+        self.in_shape = x._data.shape
         arr = view_array(x, shape)
         if arr is None:
             raise RuntimeError(
