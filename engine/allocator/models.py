@@ -474,7 +474,7 @@ class ExactModel(AccountingModel):
             if address == 0:
                 return
             raise ValueError(
-                f"no block at {address:#x} is allocated by this model (freed twice?)"
+                f"the block at {address:#x} is not allocated by this model (freed twice?)"
             )
         stats = self._large if nbytes > SMALL_SIZE else self._small
         stats.allocated_bytes -= nbytes

@@ -81,7 +81,7 @@ class Unary(Function):
             if uf is not None and yd.size < self.small_elems:
                 # Small work: one numpy call. kernel() is for large work (threads, blocks).
                 if self.ufunc_zero:
-                    uf(xd, _zero(yd.dtype), out=yd)
+                    uf(xd, _ZEROS[yd.dtype], out=yd)
                 else:
                     uf(xd, out=yd)
             else:
@@ -200,15 +200,13 @@ class Tanh(Unary):
 
 
 def _sigmoid_into(x, y, xp=np):
-    """y = 1 / (1 + exp(-x)); exp overflows to inf for very negative x, and 1 / inf = 0 is right.
-
-    The errstate is entered here, in the thread that computes: numpy's error state is per thread.
-    """
-    with np.errstate(over="ignore"):
-        xp.negative(x, out=y)
-        xp.exp(y, out=y)
-        xp.add(y, 1, out=y)
-        xp.reciprocal(y, out=y)
+    """y = 1 / (1 + exp(-x)). For very negative x, exp overflows to inf and 1 / inf = 0 is right;
+    numpy's overflow warning is dropped as every engine kernel's is (engine/__init__.py), with no
+    np.errstate here: entering one costs more than the whole op on a small tensor."""
+    xp.negative(x, out=y)
+    xp.exp(y, out=y)
+    xp.add(y, 1, out=y)
+    xp.reciprocal(y, out=y)
 
 
 class Sigmoid(Unary):
@@ -232,15 +230,12 @@ class Sigmoid(Unary):
         return (out,)
 
 
-_ZEROS: dict = {}
-
-
-def _zero(np_dtype):
-    """A 0-d zero of the dtype: numpy's quicker loop than a Python 0 (no scalar conversion)."""
-    zero = _ZEROS.get(np_dtype)
-    if zero is None:
-        zero = _ZEROS[np_dtype] = np.zeros((), np_dtype)
-    return zero
+# A 0-d zero of each dtype: against it numpy takes a quicker loop than against a Python 0
+# (no scalar conversion). Unary ops with `ufunc_zero` pass it as the second operand.
+_ZEROS = {}
+for _d in dtypes.ALL:
+    _ZEROS[_d.np] = np.zeros((), _d.np)
+    _ZEROS[_d.np].flags.writeable = False
 
 
 class Relu(Unary):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import namedtuple
 
 import numpy as np
@@ -86,14 +87,19 @@ class Mean(Function):
                 f"mean(): could not infer output dtype. Input dtype must be either a floating point "
                 f"or complex dtype. Got: {x._dtype.torch_tensor_name.replace('Tensor', '')}"
             )
-        dims = norm_dims(dim, x.ndim)
-        self.in_shape, self.dims, self.keepdim = x.shape, dims, keepdim
-        self.count = int(np.prod([x.shape[d] for d in dims])) if dims else 1
+        xd = x._data
+        shape = xd.shape
+        dims = norm_dims(dim, xd.ndim)
+        self.in_shape, self.dims, self.keepdim = shape, dims, keepdim
+        count = self.count = math.prod([shape[d] for d in dims])
         rdt = dtypes.from_any(dtype) if dtype is not None else x._dtype
-        y = result_buffer(out, reduced_shape(x.shape, dims, keepdim), rdt, x._device, "mean")
-        if x._device.type != "meta":
-            xp = kernels.xp_of(x)
-            xp.mean(x._data, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
+        y = result_buffer(out, reduced_shape(shape, dims, keepdim), rdt, x._device, "mean")
+        kind = x._device.type
+        if kind == "cpu":  # what np.mean does with a dtype, without its Python wrapper
+            _add_reduce(xd, dims, rdt.np, y._data, keepdim)
+            np.true_divide(y._data, count, out=y._data, casting="unsafe")
+        elif kind != "meta":
+            kernels.xp_of(x).mean(xd, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
         return y
 
     def backward(self, g):

@@ -538,6 +538,88 @@ def test_exact_model_pool_boundary(nbytes, pool):
     assert ExactModel().malloc(nbytes).pool == pool
 
 
+def _workload(seed: int, steps: int = 300) -> list[tuple[str, int]]:
+    """A seeded mix of ("alloc", bytes) and ("free", index into the live list) steps."""
+    rng = random.Random(seed)
+    steps_out, live = [], 0
+    for _ in range(steps):
+        if rng.random() < 0.55 or not live:
+            n = rng.choice([0, rng.randint(1, 4 * KiB), rng.randint(1, 2 * MiB), 3 * MiB])
+            steps_out.append(("alloc", n))
+            live += 1
+        else:
+            steps_out.append(("free", rng.randrange(live)))
+            live -= 1
+    return steps_out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_exact_charge_is_malloc_without_the_block(seed):
+    # given two exact models, one driven by malloc/free and one by charge/uncharge (the storage
+    # layer's path, whose handle is the block's address)
+    by_block, by_handle = ExactModel("cpu"), ExactModel("cpu")
+    blocks, handles = [], []
+    # when both see the same workload
+    for action, arg in _workload(seed):
+        if action == "alloc":
+            blocks.append(by_block.malloc(arg))
+            handles.append(by_handle.charge(arg))
+            assert handles[-1] == blocks[-1].address
+            assert by_handle.handle_sizes(handles[-1]) == (arg, arg)
+        else:
+            by_block.free(blocks.pop(arg))
+            by_handle.uncharge(handles.pop(arg))
+        # then their statistics and snapshots agree at every step
+        assert by_handle.memory_stats() == by_block.memory_stats()
+        assert by_handle.segments() == by_block.segments()
+        assert_consistent(by_handle)
+
+
+def test_exact_uncharge_twice_is_refused_and_zero_bytes_is_a_no_op():
+    model = ExactModel("cpu")
+    handle = model.charge(4096)
+    model.uncharge(handle)
+    with pytest.raises(ValueError, match="not allocated"):
+        model.uncharge(handle)
+    before = model.memory_stats()
+    model.uncharge(model.charge(0))
+    assert model.memory_stats() == before
+
+
+def test_exact_all_pools_peak_is_the_highest_total_not_the_sum_of_pool_peaks():
+    # given a 2 MiB block (large pool) freed before three 1000-byte blocks (small pool)
+    model = ExactModel("cpu")
+    model.free(model.malloc(2 * MiB))
+    small = [model.malloc(1000) for _ in range(3)]
+    s = model.memory_stats()
+    # then each pool's peak is its own, and the all-pools peaks are the highest totals
+    assert s["allocated_bytes.large_pool.peak"] == 2 * MiB
+    assert s["allocated_bytes.small_pool.peak"] == 3000
+    assert s["allocated_bytes.all.peak"] == model.max_allocated_bytes == 2 * MiB
+    assert s["allocation.all.peak"] == s["allocation.small_pool.peak"] == 3
+    assert s["allocation.large_pool.peak"] == 1
+    # and the all-pools counters are the sums of the pools'
+    for stat in STAT_NAMES:
+        for field in ("current", "allocated", "freed"):
+            both = s[f"{stat}.small_pool.{field}"] + s[f"{stat}.large_pool.{field}"]
+            assert s[f"{stat}.all.{field}"] == both, (stat, field)
+    for block in small:
+        model.free(block)
+
+
+def test_exact_reset_peak_stats_brings_every_peak_to_its_current_value():
+    model = ExactModel("cpu")
+    big, small = model.malloc(2 * MiB), model.malloc(1000)
+    model.free(big)
+    model.reset_peak_stats()
+    assert model.max_allocated_bytes == model.max_reserved_bytes == 1000
+    s = model.memory_stats()
+    for key, value in s.items():
+        if key.endswith(".peak"):
+            assert value == s[key[: -len("peak")] + "current"], key
+    model.free(small)
+
+
 @pytest.mark.parametrize("name", ["exact", "caching"])
 def test_zero_byte_request_allocates_nothing(name):
     # given a model, when 0 bytes are asked, then the block is empty and no counter moves

@@ -13,6 +13,7 @@ from engine.allocator import (
     get_allocator,
     op_scope,
     reset,
+    tracked,
 )
 from engine.allocator.tracked import tracking
 from engine.errors import OutOfMemoryError
@@ -140,6 +141,49 @@ def test_observers_are_added_once_and_removed():
     assert len(other.events) == 2  # alloc and free of the temporary
     alloc.remove_observer(rec)
     assert rec not in alloc.observers
+
+
+def test_observed_counts_the_allocators_someone_listens_to():
+    # given no observers, when observers come and go on two allocators, then `observed` counts
+    # the allocators that have at least one (the dispatcher names ops only while it is not 0)
+    start = tracked.observed
+    cpu, meta = get_allocator("cpu"), get_allocator("meta")
+    first, second = Recorder(), Recorder()
+    cpu.add_observer(first)
+    cpu.add_observer(second)
+    cpu.add_observer(first)
+    assert tracked.observed == start + 1
+    with meta.observing(Recorder()):
+        assert tracked.observed == start + 2
+    cpu.remove_observer(first)
+    assert tracked.observed == start + 1
+    cpu.remove_observer(second)
+    cpu.remove_observer(second)
+    assert tracked.observed == start
+
+
+@pytest.mark.parametrize(
+    "op, name",
+    [
+        (lambda a, b: a + b, "add"),
+        (lambda a, b: a * 2, "mul"),
+        (lambda a, b: engine.sub(a, b, alpha=2), "sub"),
+        (lambda a, b: a.relu(), "relu"),
+        (lambda a, b: a.exp(), "exp"),
+        (lambda a, b: a.sum(), "sum"),
+        (lambda a, b: a.clamp(0.1, 0.9), "clamp"),
+    ],
+)
+def test_every_dispatch_path_names_its_op_while_observed(recorder, op, name):
+    # given two tensors made before observing (their events are not looked at)
+    a, b = engine.rand(4), engine.rand(4)
+    recorder.events.clear()
+    # when the op runs while an observer listens
+    y = op(a, b)
+    # then its allocation carries the op's name
+    assert recorder.events[0].action == "alloc"
+    assert recorder.events[0].context.get("op") == name
+    del y
 
 
 def test_get_allocator_spellings():

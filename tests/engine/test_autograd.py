@@ -426,6 +426,37 @@ def test_seed_sin_then_relu_raises_the_version_error(torch):
     assert "[engine.FloatTensor [3, 4]], which is output 0 of Relu, is at version 1; expected version 0 instead" in ours
 
 
+def _version_error(lib, program) -> str:
+    with pytest.raises(RuntimeError) as info:
+        program(lib)
+    return str(info.value).split("Hint")[0].replace("torch.", "engine.")
+
+
+def _saved_output_modified(lib):
+    y = lib.rand(3, requires_grad=True).exp()  # exp keeps its own output for backward
+    y.add_(1)
+    y.sum().backward()
+
+
+def _saved_input_modified_then_dropped(lib):
+    a = lib.rand(3, requires_grad=True) * 2
+    z = a.sin()  # sin keeps its input
+    a.mul_(2)
+    del a  # the error can no longer ask the tensor for its producer: the saved one is named
+    z.sum().backward()
+
+
+@pytest.mark.parametrize(
+    "program, producer",
+    [(_saved_output_modified, "Exp"), (_saved_input_modified_then_dropped, "Mul")],
+)
+def test_version_error_names_the_producer_as_torch_does(program, producer, torch):
+    # the producer's label is worked out only when the error is raised
+    ours = _version_error(engine, program)
+    assert ours == _version_error(torch, program)
+    assert f"which is output 0 of {producer}, is at version 1" in ours
+
+
 def test_seed_exp_then_relu_succeeds_with_torchs_gradient(torch):
     xv = _sample((3, 4), "any", 0)
     x = engine.tensor(xv, requires_grad=True)

@@ -80,6 +80,15 @@ def test_meta_allocates_no_real_memory():
     assert v.data_ptr() == t.data_ptr() + 4
 
 
+def test_meta_storages_get_distinct_nonzero_addresses():
+    # given two meta tensors, then each storage has its own fake address (a cpu storage's
+    # data_ptr is its array's)
+    a, b = engine.empty(4, device="meta"), engine.empty(4, device="meta")
+    assert a.data_ptr() != 0 and b.data_ptr() != 0 and a.data_ptr() != b.data_ptr()
+    c = engine.empty(4)
+    assert c.untyped_storage().data_ptr() == c.numpy().__array_interface__["data"][0]
+
+
 @pytest.mark.parametrize(
     "read",
     [lambda t: t.item(), lambda t: t.tolist(), lambda t: t.numpy(), lambda t: float(t),
