@@ -347,12 +347,23 @@ class Clamp(Function):
         else:  # number bounds: no broadcasting (np.broadcast_shapes costs more than the op)
             shape = x.shape
         dtype = result_type(x, *(b for b in (lo, hi) if b is not None))
-        y = result_buffer(out, shape, dtype, x._device, "clamp", (x.shape, *(b.shape for b in bound_t)))
+        if out is None:
+            y = kernels.empty(shape, dtype, x._device)
+        else:
+            check_out(out, shape, dtype, "clamp", (x.shape, *(b.shape for b in bound_t)))
+            y = out
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
             xd, yd = x._data, y._data
             if xp is np and not bound_t and x._dtype is dtype:  # number bounds, no cast
-                if lo is None:
+                if yd.size < kernels.BLOCK_ELEMS:
+                    # small: plain ufunc calls (np.clip's Python wrapper costs more than a
+                    # second pass over data in cache)
+                    if lo is not None:
+                        np.maximum(xd, lo, out=yd)
+                    if hi is not None:
+                        np.minimum(yd if lo is not None else xd, hi, out=yd)
+                elif lo is None:
                     kernels.extremum_scalar(np.minimum, xd, hi, yd)
                 elif hi is None:
                     kernels.extremum_scalar(np.maximum, xd, lo, yd)
