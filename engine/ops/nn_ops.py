@@ -1474,6 +1474,29 @@ class _Ternary(Function):
         dev = device_of(*args)
         return result_buffer(out, shape, result_type(*args), dev, self.opname), dev
 
+    def _combine(self, s, t1, t2, out, value, pair: str):
+        """out = s + value * pair(t1, t2), blocked with a scratch (charged when it cannot be)."""
+        self.value = value
+        y, dev = self._prepare_out(s, t1, t2, out)
+        if _live(dev):
+            xp = kernels.xp_of_device(dev)
+            combine = getattr(xp, pair)
+
+            def fn(o, a, b, c, scratch):
+                combine(b, c, out=scratch)
+                if value != 1:
+                    xp.multiply(scratch, value, out=scratch)
+                xp.add(a, scratch, out=o)
+
+            if not _blocked(fn, y._data, s._data, t1._data, t2._data):
+                tmp = kernels.empty(y.shape, y._dtype, dev)
+                combine(t1._data, t2._data, out=tmp._data)
+                if value != 1:
+                    xp.multiply(tmp._data, value, out=tmp._data)
+                xp.add(s._data, tmp._data, out=y._data)
+                del tmp
+        return y
+
     def _grads(self, *gs):
         out = []
         for gi, shape in zip(gs, self.shapes, strict=False):
@@ -1496,25 +1519,7 @@ class Addcmul(_Ternary):
         return self._save_idx
 
     def forward(self, s, t1, t2, out=None, value=1):
-        self.value = value
-        y, dev = self._prepare_out(s, t1, t2, out)
-        if _live(dev):
-            xp = kernels.xp_of_device(dev)
-
-            def fn(o, a, b, c, scratch):
-                xp.multiply(b, c, out=scratch)
-                if value != 1:
-                    xp.multiply(scratch, value, out=scratch)
-                xp.add(a, scratch, out=o)
-
-            if not _blocked(fn, y._data, s._data, t1._data, t2._data):
-                tmp = kernels.empty(y.shape, y._dtype, dev)
-                xp.multiply(t1._data, t2._data, out=tmp._data)
-                if value != 1:
-                    xp.multiply(tmp._data, value, out=tmp._data)
-                xp.add(s._data, tmp._data, out=y._data)
-                del tmp
-        return y
+        return self._combine(s, t1, t2, out, value, "multiply")
 
     def backward(self, g):
         saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
@@ -1538,25 +1543,7 @@ class Addcdiv(_Ternary):
         return ()
 
     def forward(self, s, t1, t2, out=None, value=1):
-        self.value = value
-        y, dev = self._prepare_out(s, t1, t2, out)
-        if _live(dev):
-            xp = kernels.xp_of_device(dev)
-
-            def fn(o, a, b, c, scratch):
-                xp.true_divide(b, c, out=scratch)
-                if value != 1:
-                    xp.multiply(scratch, value, out=scratch)
-                xp.add(a, scratch, out=o)
-
-            if not _blocked(fn, y._data, s._data, t1._data, t2._data):
-                tmp = kernels.empty(y.shape, y._dtype, dev)
-                xp.true_divide(t1._data, t2._data, out=tmp._data)
-                if value != 1:
-                    xp.multiply(tmp._data, value, out=tmp._data)
-                xp.add(s._data, tmp._data, out=y._data)
-                del tmp
-        return y
+        return self._combine(s, t1, t2, out, value, "true_divide")
 
     def backward(self, g):
         ns, n1, n2 = _needs(self)
