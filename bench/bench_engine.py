@@ -108,8 +108,12 @@ def large_ops(rounds: int) -> list[dict]:
         tx = torch.rand(*SHAPE) - 0.5
         ty = torch.rand(*SHAPE) + 0.5
         tone = torch.ones(*SHAPE)
-        tfns = {"relu_": lambda: tx.relu_(), "add_": lambda: tx.add_(ty),
-                "mul_": lambda: tx.mul_(tone), "relu": lambda: torch.relu(tx)}
+        tfns = {
+            "relu_": lambda: tx.relu_(),
+            "add_": lambda: tx.add_(ty),
+            "mul_": lambda: tx.mul_(tone),
+            "relu": lambda: torch.relu(tx),
+        }
     recorder = Recorder()
     alloc = get_allocator("cpu")
     for name, (fn, _) in ops.items():
@@ -124,8 +128,12 @@ def large_ops(rounds: int) -> list[dict]:
                 fn()
             recorder.events.clear()
 
-        cpu = interleaved({"engine": fn, "untracked": untracked, "observed": observed}, rounds,
-                          inner=3, clock=time.process_time)
+        cpu = interleaved(
+            {"engine": fn, "untracked": untracked, "observed": observed},
+            rounds,
+            inner=3,
+            clock=time.process_time,
+        )
         if torch is not None:
             tfn = tfns[name]
             fns["torch"] = tfn
@@ -166,8 +174,11 @@ def small_ops(rounds: int, n_ops: int = 10_000) -> list[dict]:
         if torch is not None:
             fns["torch"] = t
         times = interleaved(fns, rounds, inner=per_program)
-        row = {"op": name, "engine_us": best(times["engine"]) * 1e6,
-               "numpy_us": best(times["numpy"]) * 1e6}
+        row = {
+            "op": name,
+            "engine_us": best(times["engine"]) * 1e6,
+            "numpy_us": best(times["numpy"]) * 1e6,
+        }
         if torch is not None:
             row["torch_us"] = best(times["torch"]) * 1e6
             row["engine_over_torch"] = ratio(times, "engine", "torch")
@@ -179,8 +190,11 @@ def small_ops(rounds: int, n_ops: int = 10_000) -> list[dict]:
         tg = torch.rand(4, requires_grad=True)
         fns["torch"] = lambda: tg * tb
     times = interleaved(fns, rounds, inner=per_program)
-    row = {"op": "g * b (records grad)", "engine_us": best(times["engine"]) * 1e6,
-           "numpy_us": float("nan")}
+    row = {
+        "op": "g * b (records grad)",
+        "engine_us": best(times["engine"]) * 1e6,
+        "numpy_us": float("nan"),
+    }
     if torch is not None:
         row["torch_us"] = best(times["torch"]) * 1e6
         row["engine_over_torch"] = ratio(times, "engine", "torch")
@@ -191,23 +205,33 @@ def small_ops(rounds: int, n_ops: int = 10_000) -> list[dict]:
 def print_table(large, small, info) -> None:
     print(f"# engine vs torch ({info})")
     print()
-    print(f"## 1x64x512x512 float32 on cpu ({STAT.__name__} ms per call; target engine/torch "
-          "<= 1.3, tracking on/off <= 1.03)")
+    print(
+        f"## 1x64x512x512 float32 on cpu ({STAT.__name__} ms per call; target engine/torch "
+        "<= 1.3, tracking on/off <= 1.03)"
+    )
     print("   (wall time for engine/torch; process CPU time for the tracking columns)")
-    print(f"{'op':<12}{'engine':>10}{'torch':>10}{'eng/torch':>11}{'cpu on':>9}{'cpu off':>9}"
-          f"{'on/off':>9}{'observed/off':>14}")
+    print(
+        f"{'op':<12}{'engine':>10}{'torch':>10}{'eng/torch':>11}{'cpu on':>9}{'cpu off':>9}"
+        f"{'on/off':>9}{'observed/off':>14}"
+    )
     for r in large:
-        print(f"{r['op']:<12}{r['engine_ms']:>10.2f}{r.get('torch_ms', float('nan')):>10.2f}"
-              f"{r.get('engine_over_torch', float('nan')):>11.2f}{r['engine_cpu_ms']:>9.2f}"
-              f"{r['untracked_cpu_ms']:>9.2f}{r['tracking_on_over_off']:>9.3f}"
-              f"{r['observed_over_off']:>14.3f}")
+        print(
+            f"{r['op']:<12}{r['engine_ms']:>10.2f}{r.get('torch_ms', float('nan')):>10.2f}"
+            f"{r.get('engine_over_torch', float('nan')):>11.2f}{r['engine_cpu_ms']:>9.2f}"
+            f"{r['untracked_cpu_ms']:>9.2f}{r['tracking_on_over_off']:>9.3f}"
+            f"{r['observed_over_off']:>14.3f}"
+        )
     print()
-    print(f"## 4-element tensors ({STAT.__name__} us per op over 10,000 ops; target engine/torch "
-          "<= 3)")
+    print(
+        f"## 4-element tensors ({STAT.__name__} us per op over 10,000 ops; target engine/torch "
+        "<= 3)"
+    )
     print(f"{'op':<22}{'engine':>9}{'torch':>9}{'numpy':>9}{'eng/torch':>11}")
     for r in small:
-        print(f"{r['op']:<22}{r['engine_us']:>9.2f}{r.get('torch_us', float('nan')):>9.2f}"
-              f"{r['numpy_us']:>9.2f}{r.get('engine_over_torch', float('nan')):>11.2f}")
+        print(
+            f"{r['op']:<22}{r['engine_us']:>9.2f}{r.get('torch_us', float('nan')):>9.2f}"
+            f"{r['numpy_us']:>9.2f}{r.get('engine_over_torch', float('nan')):>11.2f}"
+        )
 
 
 def main(argv=None) -> int:
@@ -215,15 +239,21 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--stat", choices=("min", "median"), default="min",
-                        help="best round (default) or the median round")
+    parser.add_argument(
+        "--stat",
+        choices=("min", "median"),
+        default="min",
+        help="best round (default) or the median round",
+    )
     args = parser.parse_args(argv)
     global STAT
     STAT = min if args.stat == "min" else statistics.median
     rounds = args.rounds or (3 if args.quick else 9)
-    info = (f"numpy {np.__version__}, torch {torch.__version__ if torch else 'absent'} with "
-            f"{torch.get_num_threads() if torch else '-'} threads, engine kernels with "
-            f"{engine.get_num_threads()} threads, {os.cpu_count()} cpus")
+    info = (
+        f"numpy {np.__version__}, torch {torch.__version__ if torch else 'absent'} with "
+        f"{torch.get_num_threads() if torch else '-'} threads, engine kernels with "
+        f"{engine.get_num_threads()} threads, {os.cpu_count()} cpus"
+    )
     large = large_ops(rounds)
     small = small_ops(rounds)
     if args.json:

@@ -34,13 +34,20 @@ def _wall(cmd: list[str], repeat: int) -> list[float]:
     with tempfile.TemporaryDirectory() as runs:
         for _ in range(repeat):
             t0 = time.perf_counter()
-            subprocess.run(cmd + (["--out-dir", runs] if "run" in cmd else []), cwd=ROOT, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            subprocess.run(
+                cmd + (["--out-dir", runs] if "run" in cmd else []),
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=True,
+            )
             times.append(time.perf_counter() - t0)
     return times
 
 
 # --- the bare programs: what the scenarios describe, written directly on the engine ------------
+
 
 def bare_relu(inplace: bool) -> None:
     import engine
@@ -104,14 +111,23 @@ def overhead(scenario: str, bare, repeat: int) -> list[dict]:
         bare_t, runner_t = [], []
         for i in range(repeat):  # interleaved, alternating which goes first, so drift hits both
             pair = [(bare_t, bare_run), (runner_t, runner_run)]
-            for sink, fn in (pair if i % 2 == 0 else pair[::-1]):
+            for sink, fn in pair if i % 2 == 0 else pair[::-1]:
                 sink.append(_timed(fn))
         bw, bc = min(t[0] for t in bare_t), min(t[1] for t in bare_t)
         rw, rc = min(t[0] for t in runner_t), min(t[1] for t in runner_t)
-        rows.append({"scenario": scenario, "variant": variant.name, "bare_s": bw, "runner_s": rw,
-                     "bare_cpu_s": bc, "runner_cpu_s": rc,
-                     "overhead_pct": 100.0 * (rw - bw) / bw, "cpu_overhead_pct": 100.0 * (rc - bc) / bc,
-                     "check_s": check_s})
+        rows.append(
+            {
+                "scenario": scenario,
+                "variant": variant.name,
+                "bare_s": bw,
+                "runner_s": rw,
+                "bare_cpu_s": bc,
+                "runner_cpu_s": rc,
+                "overhead_pct": 100.0 * (rw - bw) / bw,
+                "cpu_overhead_pct": 100.0 * (rc - bc) / bc,
+                "check_s": check_s,
+            }
+        )
     return rows
 
 
@@ -136,11 +152,21 @@ def own_share(scenario: str) -> list[dict]:
         total = sum(v[3] for k, v in stats.items() if k[2] == "run_variant")
         # drop/teardown free the tensors' arrays (numpy's dealloc shows as their own time): the
         # bare program pays the same when its names go
-        own = sum(v[2] for k, v in stats.items()
-                  if ("/memprof/" in k[0] or k[0].endswith(("tracked.py", "events.py", "contextlib.py")))
-                  and k[2] not in ("drop", "teardown"))
-        rows.append({"scenario": scenario, "variant": variant.name, "total_s": total, "own_s": own,
-                     "own_pct": 100.0 * own / total})
+        own = sum(
+            v[2]
+            for k, v in stats.items()
+            if ("/memprof/" in k[0] or k[0].endswith(("tracked.py", "events.py", "contextlib.py")))
+            and k[2] not in ("drop", "teardown")
+        )
+        rows.append(
+            {
+                "scenario": scenario,
+                "variant": variant.name,
+                "total_s": total,
+                "own_s": own,
+                "own_pct": 100.0 * own / total,
+            }
+        )
     return rows
 
 
@@ -154,37 +180,62 @@ def main() -> int:
 
     run_wall = _wall([sys.executable, "-m", "memprof", "run", "scenarios/relu.yaml"], args.repeat)
     help_wall = _wall([sys.executable, "-m", "memprof", "--help"], args.repeat)
-    giant_wall = _wall([sys.executable, "-m", "memprof", "run", "scenarios/giant_meta.yaml"], args.repeat)
+    giant_wall = _wall(
+        [sys.executable, "-m", "memprof", "run", "scenarios/giant_meta.yaml"], args.repeat
+    )
     rows = overhead("relu.yaml", bare_relu, args.repeat)
     rows += overhead("alexnet_stem.yaml", bare_alexnet_stem, args.repeat)
     shares = own_share("relu.yaml") + own_share("alexnet_stem.yaml")
 
     print(f"{'figure':<52} {'measured':>10} {'reference':>10} {'ratio':>7}")
-    print(f"{'memprof run scenarios/relu.yaml (median)':<52} {statistics.median(run_wall):>9.3f}s "
-          f"{2.0:>9.3f}s {statistics.median(run_wall) / 2.0:>7.2f}")
-    print(f"{'memprof --help (median)':<52} {statistics.median(help_wall):>9.3f}s "
-          f"{0.5:>9.3f}s {statistics.median(help_wall) / 0.5:>7.2f}")
+    print(
+        f"{'memprof run scenarios/relu.yaml (median)':<52} {statistics.median(run_wall):>9.3f}s "
+        f"{2.0:>9.3f}s {statistics.median(run_wall) / 2.0:>7.2f}"
+    )
+    print(
+        f"{'memprof --help (median)':<52} {statistics.median(help_wall):>9.3f}s "
+        f"{0.5:>9.3f}s {statistics.median(help_wall) / 0.5:>7.2f}"
+    )
     # 80 GiB accounted on the meta device, nothing allocated: about the cost of relu.yaml
-    print(f"{'memprof run giant_meta.yaml vs relu.yaml (median)':<52} "
-          f"{statistics.median(giant_wall):>9.3f}s {statistics.median(run_wall):>9.3f}s "
-          f"{statistics.median(giant_wall) / statistics.median(run_wall):>7.2f}")
+    print(
+        f"{'memprof run giant_meta.yaml vs relu.yaml (median)':<52} "
+        f"{statistics.median(giant_wall):>9.3f}s {statistics.median(run_wall):>9.3f}s "
+        f"{statistics.median(giant_wall) / statistics.median(run_wall):>7.2f}"
+    )
     for r in rows:
         name = f"{r['scenario'].removesuffix('.yaml')}/{r['variant']}"
-        for kind, run_s, bare_s, pct in (("wall", r["runner_s"], r["bare_s"], r["overhead_pct"]),
-                                         ("cpu", r["runner_cpu_s"], r["bare_cpu_s"], r["cpu_overhead_pct"])):
+        for kind, run_s, bare_s, pct in (
+            ("wall", r["runner_s"], r["bare_s"], r["overhead_pct"]),
+            ("cpu", r["runner_cpu_s"], r["bare_cpu_s"], r["cpu_overhead_pct"]),
+        ):
             label = f"runner {name} vs bare engine ({kind}, best)"
-            print(f"{label:<52} {run_s:>9.4f}s {bare_s:>9.4f}s {run_s / bare_s:>7.3f}  ({pct:+.1f}%)")
+            print(
+                f"{label:<52} {run_s:>9.4f}s {bare_s:>9.4f}s {run_s / bare_s:>7.3f}  ({pct:+.1f}%)"
+            )
     for r in shares:
         label = f"memprof's own code in {r['scenario'].removesuffix('.yaml')}/{r['variant']}"
-        print(f"{label:<52} {r['own_s']:>9.4f}s {r['total_s']:>9.4f}s {r['own_s'] / r['total_s']:>7.3f}"
-              f"  ({r['own_pct']:.1f}%)")
+        print(
+            f"{label:<52} {r['own_s']:>9.4f}s {r['total_s']:>9.4f}s {r['own_s'] / r['total_s']:>7.3f}"
+            f"  ({r['own_pct']:.1f}%)"
+        )
     for scenario in sorted({r["scenario"] for r in rows}):
         check = next(r["check_s"] for r in rows if r["scenario"] == scenario)
-        print(f"{'checks before running ' + scenario.removesuffix('.yaml') + ' (once)':<52} {check:>9.4f}s")
+        print(
+            f"{'checks before running ' + scenario.removesuffix('.yaml') + ' (once)':<52} {check:>9.4f}s"
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({"run_wall_s": run_wall, "help_wall_s": help_wall,
-                                               "giant_meta_wall_s": giant_wall,
-                                               "overhead": rows, "own_share": shares}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "run_wall_s": run_wall,
+                    "help_wall_s": help_wall,
+                    "giant_meta_wall_s": giant_wall,
+                    "overhead": rows,
+                    "own_share": shares,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

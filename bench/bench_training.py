@@ -64,8 +64,10 @@ def run(reps: int = 30, warmup: int = 3) -> list[dict]:
 
     rows = []
     for name, make in BENCHES.items():
-        steps = {"engine": make(engine, np.random.default_rng(0)),
-                 "torch": make(torch, np.random.default_rng(0))}
+        steps = {
+            "engine": make(engine, np.random.default_rng(0)),
+            "torch": make(torch, np.random.default_rng(0)),
+        }
         times = {"engine": [], "torch": []}
         for _ in range(warmup):
             for step in steps.values():
@@ -76,8 +78,15 @@ def run(reps: int = 30, warmup: int = 3) -> list[dict]:
                 step()
                 times[lib].append(time.perf_counter() - t0)
         e, t = statistics.median(times["engine"]), statistics.median(times["torch"])
-        rows.append({"bench": name, "engine_ms": e * 1e3, "torch_ms": t * 1e3, "ratio": e / t,
-                     "torch_threads": torch.get_num_threads()})
+        rows.append(
+            {
+                "bench": name,
+                "engine_ms": e * 1e3,
+                "torch_ms": t * 1e3,
+                "ratio": e / t,
+                "torch_threads": torch.get_num_threads(),
+            }
+        )
     return rows
 
 

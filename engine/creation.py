@@ -45,7 +45,9 @@ def _size(size) -> tuple[int, ...]:
         size = tuple(size[0])
     size = tuple(int(s) for s in size)
     if any(s < 0 for s in size):
-        raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
+        raise RuntimeError(
+            f"Trying to create tensor with negative dimension {min(size)}: {list(size)}"
+        )
     return size
 
 
@@ -56,22 +58,30 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _finish(kernels.empty(_size(size), dtypes.from_any(dtype), as_device(device)), requires_grad)
+    return _finish(
+        kernels.empty(_size(size), dtypes.from_any(dtype), as_device(device)), requires_grad
+    )
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _finish(kernels.zeros(_size(size), dtypes.from_any(dtype), as_device(device)), requires_grad)
+    return _finish(
+        kernels.zeros(_size(size), dtypes.from_any(dtype), as_device(device)), requires_grad
+    )
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return full(_size(size), 1, dtype=dtypes.from_any(dtype), device=device, requires_grad=requires_grad)
+    return full(
+        _size(size), 1, dtype=dtypes.from_any(dtype), device=device, requires_grad=requires_grad
+    )
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     if dtype is None:
         dtype = dtypes.result_dtype_for_scalar(fill_value)
-    return _finish(kernels.full(_size((size,)), fill_value, dtypes.from_any(dtype), as_device(device)),
-                   requires_grad)
+    return _finish(
+        kernels.full(_size((size,)), fill_value, dtypes.from_any(dtype), as_device(device)),
+        requires_grad,
+    )
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None) -> Tensor:
@@ -87,22 +97,34 @@ def randn(*size, dtype=None, device=None, requires_grad=False, generator=None) -
 def _random(kind, size, dtype, device, requires_grad, generator):
     dt = dtypes.from_any(dtype)
     if not dt.is_floating_point:
-        raise RuntimeError(f"\"{'check_uniform_bounds' if kind == 'uniform' else 'normal_kernel_cpu'}\" not implemented for '{dt.torch_tensor_name.replace('Tensor', '')}'")
+        raise RuntimeError(
+            f"\"{'check_uniform_bounds' if kind == 'uniform' else 'normal_kernel_cpu'}\" not implemented for '{dt.torch_tensor_name.replace('Tensor', '')}'"
+        )
     dev = as_device(device)
     t = kernels.empty(size, dt, dev)
     fill_random_(t, kind, generator, bump_version=False)  # a new tensor starts at version 0
     return _finish(t, requires_grad)
 
 
-def fill_random_(t: Tensor, kind: str, generator=None, low=0.0, high=1.0, mean=0.0, std=1.0,
-                 bump_version: bool = True) -> Tensor:
+def fill_random_(
+    t: Tensor,
+    kind: str,
+    generator=None,
+    low=0.0,
+    high=1.0,
+    mean=0.0,
+    std=1.0,
+    bump_version: bool = True,
+) -> Tensor:
     """Fill t in place with uniform [low, high) or normal(mean, std) values (no temporaries)."""
     dev = t._device
     if dev.type == "meta":
         return t
     if dev.type == "cuda":
         cp = get_xp("cuda")
-        vals = cp.random.random(t.shape) if kind == "uniform" else cp.random.standard_normal(t.shape)
+        vals = (
+            cp.random.random(t.shape) if kind == "uniform" else cp.random.standard_normal(t.shape)
+        )
         t._data[...] = vals
     else:
         gen = generator or _generator
@@ -134,20 +156,31 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         raise RuntimeError("step must be nonzero")
     n = max(0, math.ceil((end - start) / step))
     if dtype is None:
-        dtype = dtypes.int64 if all(isinstance(v, int) for v in (start, end, step)) else dtypes.get_default_dtype()
+        dtype = (
+            dtypes.int64
+            if all(isinstance(v, int) for v in (start, end, step))
+            else dtypes.get_default_dtype()
+        )
     dt = dtypes.from_any(dtype)
     dev = as_device(device)
     t = kernels.empty((n,), dt, dev)
     if dev.type != "meta":
         xp = get_xp(dev.type)
-        t._data[...] = xp.arange(n, dtype=np.float64 if dt.is_floating_point else np.int64) * step + start
+        t._data[...] = (
+            xp.arange(n, dtype=np.float64 if dt.is_floating_point else np.int64) * step + start
+        )
     return _finish(t, requires_grad)
 
 
 def _like(fn):
     def like(input, *, dtype=None, device=None, requires_grad=False, **kw):
-        return fn(input.shape, dtype=dtype or input._dtype, device=device or input._device,
-                  requires_grad=requires_grad, **kw)
+        return fn(
+            input.shape,
+            dtype=dtype or input._dtype,
+            device=device or input._device,
+            requires_grad=requires_grad,
+            **kw,
+        )
 
     like.__name__ = fn.__name__ + "_like"
     return like
@@ -161,8 +194,13 @@ randn_like = _like(randn)
 
 
 def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False):
-    return full(input.shape, fill_value, dtype=dtype or input._dtype, device=device or input._device,
-                requires_grad=requires_grad)
+    return full(
+        input.shape,
+        fill_value,
+        dtype=dtype or input._dtype,
+        device=device or input._device,
+        requires_grad=requires_grad,
+    )
 
 
 def _infer_dtype(arr: np.ndarray, data) -> dtypes.dtype:
@@ -201,7 +239,11 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False) -> Tensor:
 def as_tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, Tensor):
         return data.to(dtype=dtype, device=device) if (dtype or device) else data
-    if isinstance(data, np.ndarray) and dtype is None and (device is None or as_device(device).type == "cpu"):
+    if (
+        isinstance(data, np.ndarray)
+        and dtype is None
+        and (device is None or as_device(device).type == "cpu")
+    ):
         return from_numpy(data)
     return tensor(data, dtype=dtype, device=device)
 

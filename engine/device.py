@@ -16,12 +16,16 @@ class device:  # noqa: N801 - PyTorch's spelling
             self.type, self.index = spec.type, spec.index
             return
         if not isinstance(spec, str):
-            raise TypeError(f"device must be a string such as 'cpu', 'cuda' or 'meta', got {spec!r}")
+            raise TypeError(
+                f"device must be a string such as 'cpu', 'cuda' or 'meta', got {spec!r}"
+            )
         text = spec.strip().lower()
         if ":" in text:
             text, _, idx = text.partition(":")
             if not idx.isdigit():
-                raise ValueError(f"invalid device string {spec!r}: the index after ':' must be a number")
+                raise ValueError(
+                    f"invalid device string {spec!r}: the index after ':' must be a number"
+                )
             index = int(idx)
         if text == "gpu":
             text = "cuda"
@@ -48,7 +52,11 @@ class device:  # noqa: N801 - PyTorch's spelling
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
     def __repr__(self) -> str:
-        return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
+        return (
+            f"device(type='{self.type}'"
+            + ("" if self.index is None else f", index={self.index}")
+            + ")"
+        )
 
 
 CPU = device("cpu")

@@ -36,8 +36,16 @@ uint8 = dtype("uint8", np.uint8, "ByteTensor")
 ALL = (float16, float32, float64, int32, int64, bool_, uint8)
 _BY_NP = {d.np: d for d in ALL}
 _BY_NAME = {d.name: d for d in ALL}
-_BY_NAME.update({"half": float16, "float": float32, "double": float64, "int": int32,
-                 "long": int64, "bool_": bool_})
+_BY_NAME.update(
+    {
+        "half": float16,
+        "float": float32,
+        "double": float64,
+        "int": int32,
+        "long": int64,
+        "bool_": bool_,
+    }
+)
 
 _default = float32
 

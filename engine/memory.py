@@ -76,7 +76,9 @@ def get_allocator_model(device=None) -> str:
 def set_memory_limit(nbytes: int | None, device=None) -> None:
     """Past the limit an allocation raises OutOfMemoryError (PyTorch's wording)."""
     if nbytes is not None and (not isinstance(nbytes, int) or nbytes < 0):
-        raise ValueError(f"memory limit must be a non-negative number of bytes or None, got {nbytes!r}")
+        raise ValueError(
+            f"memory limit must be a non-negative number of bytes or None, got {nbytes!r}"
+        )
     if device is None:
         for dev in ("cpu", "meta"):
             _alloc(dev).set_limit(nbytes)

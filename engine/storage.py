@@ -34,8 +34,17 @@ class Storage:
     # handle: what the allocator's accounting model returned for this storage (see
     # AccountingModel.charge), given back when the storage dies; allocator is None when the
     # storage is not charged (made with tracking off) or already released.
-    __slots__ = ("data", "nbytes", "device", "handle", "id", "epoch", "version", "allocator",
-                 "__weakref__")
+    __slots__ = (
+        "data",
+        "nbytes",
+        "device",
+        "handle",
+        "id",
+        "epoch",
+        "version",
+        "allocator",
+        "__weakref__",
+    )
 
     fake_address = 0  # a meta storage's stand-in for data_ptr() (_MetaStorage sets its own)
 
@@ -92,8 +101,11 @@ def new_storage(shape: tuple, np_dtype, dev) -> Storage:
         except MemoryError:
             if alloc is not None:
                 alloc.release(handle, sid, epoch)
-            raise OutOfMemoryError(f"{dev} out of memory: the system refused {nbytes} bytes",
-                                   device=str(dev), requested=nbytes) from None
+            raise OutOfMemoryError(
+                f"{dev} out of memory: the system refused {nbytes} bytes",
+                device=str(dev),
+                requested=nbytes,
+            ) from None
         except BaseException:
             if alloc is not None:
                 alloc.release(handle, sid, epoch)
@@ -132,8 +144,11 @@ def _other_backend(shape, np_dtype, dev, alloc, handle, sid, epoch, nbytes):
         if alloc is not None:
             alloc.release(handle, sid, epoch)
         if type(exc).__name__ == "OutOfMemoryError" and dev.type == "cuda":
-            raise OutOfMemoryError(f"{dev} out of memory: CuPy refused {nbytes} bytes ({exc})",
-                                   device=str(dev), requested=nbytes) from None
+            raise OutOfMemoryError(
+                f"{dev} out of memory: CuPy refused {nbytes} bytes ({exc})",
+                device=str(dev),
+                requested=nbytes,
+            ) from None
         raise
 
 

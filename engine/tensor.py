@@ -21,8 +21,18 @@ from engine.storage import Storage
 class Tensor:
     # The hot fields are slots; rarely set ones (views, multi-output nodes, retain_grad, names)
     # fall back to the class defaults below until a tensor sets its own (in its __dict__).
-    __slots__ = ("_data", "_storage", "_dtype", "_device", "_base", "requires_grad", "_grad",
-                 "_grad_fn", "__weakref__", "__dict__")
+    __slots__ = (
+        "_data",
+        "_storage",
+        "_dtype",
+        "_device",
+        "_base",
+        "requires_grad",
+        "_grad",
+        "_grad_fn",
+        "__weakref__",
+        "__dict__",
+    )
 
     _view_fn = None  # view: rebuilds this view from its root base (used by CopySlices)
     _view_meta = None  # view: None, "no_grad", or ("multi", output index, node name)
@@ -49,7 +59,9 @@ class Tensor:
         return t
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("use engine.tensor(...), engine.empty(...) or engine.from_numpy(...) to make a tensor")
+        raise TypeError(
+            "use engine.tensor(...), engine.empty(...) or engine.from_numpy(...) to make a tensor"
+        )
 
     # --- metadata -------------------------------------------------------------------------------
     @property
@@ -146,8 +158,10 @@ class Tensor:
     @property
     def grad_fn(self):
         base = self._base
-        if base is not None and self._grad_fn_version != self._storage.version and (
-            base.requires_grad or self.requires_grad
+        if (
+            base is not None
+            and self._grad_fn_version != self._storage.version
+            and (base.requires_grad or self.requires_grad)
         ):
             # The storage moved since this view's grad_fn was set: an in-place op on the base or
             # on another view may have changed the base's history. Regenerate from the base.
@@ -170,7 +184,9 @@ class Tensor:
     def grad(self, value):
         if value is not None:
             if not isinstance(value, Tensor):
-                raise TypeError(f"assigned grad expected to be a Tensor or None but got {type(value).__name__}")
+                raise TypeError(
+                    f"assigned grad expected to be a Tensor or None but got {type(value).__name__}"
+                )
             if value.shape != self.shape:
                 raise RuntimeError(
                     f"assigned grad has data of a different size: {list(value.shape)} vs {list(self.shape)}"
@@ -253,9 +269,7 @@ class Tensor:
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise RuntimeError(
-                f"Boolean value of Tensor with {self.numel()} values is ambiguous"
-            )
+            raise RuntimeError(f"Boolean value of Tensor with {self.numel()} values is ambiguous")
         return bool(self.item())
 
     def __index__(self) -> int:
@@ -315,8 +329,10 @@ def _format_values(arr: np.ndarray) -> str:
     finite = np.abs(arr[np.isfinite(arr)]).astype(np.float64)
     if finite.size == 0 or np.all(finite == np.round(finite)) and finite.max() < 1e8:
         fmt = lambda v: f"{v:.0f}." if np.isfinite(v) else str(v)  # noqa: E731
-    elif finite.max() >= 1e8 or (finite[finite > 0].min(initial=1) < 1e-4) or (
-        finite.max() / max(finite[finite > 0].min(initial=1), 1e-300) > 1000
+    elif (
+        finite.max() >= 1e8
+        or (finite[finite > 0].min(initial=1) < 1e-4)
+        or (finite.max() / max(finite[finite > 0].min(initial=1), 1e-300) > 1000)
     ):
         fmt = lambda v: f"{v:.4e}" if np.isfinite(v) else str(v)  # noqa: E731
     else:

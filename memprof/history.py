@@ -30,8 +30,19 @@ BUSY_TIMEOUT_S = 60.0
 
 # The dicts `query` returns: these keys, in this order.
 COLUMNS = (
-    "run_id", "created_at", "scenario", "variant", "peak_allocated_bytes", "peak_reserved_bytes",
-    "status", "passed", "duration_s", "git_commit", "device", "allocator", "source",
+    "run_id",
+    "created_at",
+    "scenario",
+    "variant",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "status",
+    "passed",
+    "duration_s",
+    "git_commit",
+    "device",
+    "allocator",
+    "source",
     "scenario_path",
 )
 
@@ -153,8 +164,12 @@ def scenarios(runs_dir: str | os.PathLike) -> list[str]:
         return []
     with closing(_connect(path)) as conn:
         try:
-            return [r[0] for r in conn.execute(
-                "SELECT DISTINCT scenario FROM variant_runs ORDER BY scenario")]
+            return [
+                r[0]
+                for r in conn.execute(
+                    "SELECT DISTINCT scenario FROM variant_runs ORDER BY scenario"
+                )
+            ]
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []
@@ -162,6 +177,7 @@ def scenarios(runs_dir: str | os.PathLike) -> list[str]:
 
 
 # --- internals --------------------------------------------------------------------------------
+
 
 def _connect(path: Path) -> sqlite3.Connection:
     # isolation_level=None: we issue BEGIN/COMMIT ourselves, so the write lock is taken up front
@@ -199,8 +215,9 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
         raise
 
 
-def _rows(report: Mapping[str, Any], *, source: str,
-          passed: Mapping[str, bool] | None) -> list[dict[str, Any]]:
+def _rows(
+    report: Mapping[str, Any], *, source: str, passed: Mapping[str, bool] | None
+) -> list[dict[str, Any]]:
     scenario = report.get("scenario") or {}
     env = report.get("environment") or {}
     commit = env.get("git_commit") or git_commit()
@@ -209,22 +226,24 @@ def _rows(report: Mapping[str, Any], *, source: str,
         verdict = (passed or {}).get(v["name"])
         if verdict is None:
             verdict = all(e.get("passed") for e in v.get("expectations") or [])
-        rows.append({
-            "run_id": report["run_id"],
-            "created_at": report["created_at"],
-            "scenario": scenario.get("name"),
-            "variant": v["name"],
-            "peak_allocated_bytes": v.get("peak_allocated_bytes"),
-            "peak_reserved_bytes": v.get("peak_reserved_bytes"),
-            "status": v.get("status", "ok"),
-            "passed": int(bool(verdict)),
-            "duration_s": v.get("duration_s"),
-            "git_commit": commit,
-            "device": v.get("device") or env.get("device"),
-            "allocator": v.get("allocator") or env.get("allocator"),
-            "source": source,
-            "scenario_path": scenario.get("path"),
-        })
+        rows.append(
+            {
+                "run_id": report["run_id"],
+                "created_at": report["created_at"],
+                "scenario": scenario.get("name"),
+                "variant": v["name"],
+                "peak_allocated_bytes": v.get("peak_allocated_bytes"),
+                "peak_reserved_bytes": v.get("peak_reserved_bytes"),
+                "status": v.get("status", "ok"),
+                "passed": int(bool(verdict)),
+                "duration_s": v.get("duration_s"),
+                "git_commit": commit,
+                "device": v.get("device") or env.get("device"),
+                "allocator": v.get("allocator") or env.get("allocator"),
+                "source": source,
+                "scenario_path": scenario.get("path"),
+            }
+        )
     return rows
 
 
@@ -232,8 +251,14 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
     """`git rev-parse HEAD` in `cwd` (default: the current directory), or None outside a checkout
     or without git."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                             timeout=10, check=False)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     commit = out.stdout.strip()

@@ -82,6 +82,7 @@ def memprof_scenario(request: pytest.FixtureRequest):
     looked up next to the test file first, then under the rootdir. An invalid scenario fails
     the test with its `file:line:col` problems.
     """
+
     def run(path: str | os.PathLike, **options: Any) -> dict[str, Any]:
         from memprof.errors import InvalidInput
         from memprof.runner import run_scenario
@@ -97,6 +98,7 @@ def memprof_scenario(request: pytest.FixtureRequest):
 
 
 # --- internals --------------------------------------------------------------------------------
+
 
 def _limits(item: pytest.Item, marker: pytest.Mark) -> dict[str, Any]:
     from memprof.units import parse_size
@@ -145,8 +147,11 @@ def _over_limits(subject: str, limits: dict[str, Any], recorder) -> list[str]:
     if limits["max_peak"] is not None and recorder.peak_bytes > limits["max_peak"]:
         out.append(limit_message(subject, limits["max_peak"], recorder.peak_bytes))
     if limits["max_reserved"] is not None and recorder.peak_reserved_bytes > limits["max_reserved"]:
-        out.append(limit_message(subject, limits["max_reserved"], recorder.peak_reserved_bytes,
-                                 "peak_reserved"))
+        out.append(
+            limit_message(
+                subject, limits["max_reserved"], recorder.peak_reserved_bytes, "peak_reserved"
+            )
+        )
     return out
 
 
@@ -161,8 +166,10 @@ def _site_lines(recorder) -> list[str]:
     lines = ["allocations live at the peak:"]
     for s in shown:
         count = f"{s['count']} allocation{'s' if s['count'] != 1 else ''}"
-        lines.append(f"  {format_bytes(s['bytes']):>11}  {s['op'] or _NO_OP:<{op_w}}  {count}"
-                     + (f"  {_short(s['location'])}" if s["location"] else ""))
+        lines.append(
+            f"  {format_bytes(s['bytes']):>11}  {s['op'] or _NO_OP:<{op_w}}  {count}"
+            + (f"  {_short(s['location'])}" if s["location"] else "")
+        )
     if len(sites) > TOP_SITES:
         rest = sum(s["bytes"] for s in sites[TOP_SITES:])
         lines.append(f"  {format_bytes(rest):>11}  ... {len(sites) - TOP_SITES} more sites")

@@ -24,6 +24,7 @@ from memprof.reports.store import save_report
 
 log = logging.getLogger("memprof.web.jobs")
 
+
 class QueueFull(Exception):
     """Too many jobs are already waiting."""
 

@@ -17,6 +17,13 @@ from engine.allocator.tracked import (
 )
 
 __all__ = [
-    "AllocEvent", "MemoryObserver", "TrackedAllocator", "all_allocators", "context",
-    "current_context", "get_allocator", "op_scope", "reset",
+    "AllocEvent",
+    "MemoryObserver",
+    "TrackedAllocator",
+    "all_allocators",
+    "context",
+    "current_context",
+    "get_allocator",
+    "op_scope",
+    "reset",
 ]

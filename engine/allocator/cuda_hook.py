@@ -78,5 +78,7 @@ def pool_usage(device_index: int = 0) -> dict:
 
     pool = cupy.get_default_memory_pool()
     with cupy.cuda.Device(device_index):
-        return {"cupy_pool.used_bytes": int(pool.used_bytes()),
-                "cupy_pool.total_bytes": int(pool.total_bytes())}
+        return {
+            "cupy_pool.used_bytes": int(pool.used_bytes()),
+            "cupy_pool.total_bytes": int(pool.total_bytes()),
+        }

@@ -14,11 +14,34 @@ class AllocEvent:
     user code that caused it, when the allocator's `record_locations` is on.
     """
 
-    __slots__ = ("seq", "time_ns", "action", "device", "requested", "bytes", "storage_id",
-                 "allocated", "reserved", "context", "location")
+    __slots__ = (
+        "seq",
+        "time_ns",
+        "action",
+        "device",
+        "requested",
+        "bytes",
+        "storage_id",
+        "allocated",
+        "reserved",
+        "context",
+        "location",
+    )
 
-    def __init__(self, seq, time_ns, action, device, requested, nbytes, storage_id,
-                 allocated, reserved, context, location=None):
+    def __init__(
+        self,
+        seq,
+        time_ns,
+        action,
+        device,
+        requested,
+        nbytes,
+        storage_id,
+        allocated,
+        reserved,
+        context,
+        location=None,
+    ):
         self.seq = seq
         self.time_ns = time_ns
         self.action = action
@@ -35,8 +58,10 @@ class AllocEvent:
         return {k: getattr(self, k) for k in self.__slots__}
 
     def __repr__(self) -> str:
-        return (f"AllocEvent(seq={self.seq}, action={self.action!r}, bytes={self.bytes}, "
-                f"storage_id={self.storage_id}, allocated={self.allocated}, context={self.context})")
+        return (
+            f"AllocEvent(seq={self.seq}, action={self.action!r}, bytes={self.bytes}, "
+            f"storage_id={self.storage_id}, allocated={self.allocated}, context={self.context})"
+        )
 
 
 class MemoryObserver:

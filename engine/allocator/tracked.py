@@ -198,8 +198,16 @@ class TrackedAllocator:
             ctx = {**ctx, "op": _op}
         model = self.model
         ev = AllocEvent(
-            self._seq, _perf_ns(), action, self.device, requested, nbytes, storage_id,
-            model.allocated_bytes, model.reserved_bytes, ctx,
+            self._seq,
+            _perf_ns(),
+            action,
+            self.device,
+            requested,
+            nbytes,
+            storage_id,
+            model.allocated_bytes,
+            model.reserved_bytes,
+            ctx,
             _user_location() if self.record_locations else None,
         )
         self._seq += 1
@@ -215,9 +223,18 @@ class TrackedAllocator:
         """Report memory the backend allocated outside tensor storages (CuPy temporaries)."""
         if not self.observers:
             return
-        ev = AllocEvent(self._seq, _perf_ns(), action, self.device, nbytes, nbytes, 0,
-                        self.model.allocated_bytes, self.model.reserved_bytes,
-                        {**_context, "op": _op, "external": True})
+        ev = AllocEvent(
+            self._seq,
+            _perf_ns(),
+            action,
+            self.device,
+            nbytes,
+            nbytes,
+            0,
+            self.model.allocated_bytes,
+            self.model.reserved_bytes,
+            {**_context, "op": _op, "external": True},
+        )
         self._seq += 1
         for obs in tuple(self.observers):
             obs.on_external(ev)

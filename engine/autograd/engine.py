@@ -105,7 +105,9 @@ class ViewRegenBackward(Function):
         self.base_shape = base_shape
         self.dtype = dtype
         self.device = device
-        self.sequence_nr = next(__import__("engine.autograd.function", fromlist=["_sequence"])._sequence)
+        self.sequence_nr = next(
+            __import__("engine.autograd.function", fromlist=["_sequence"])._sequence
+        )
         self.next_functions = (base_edge,)
         self.saved = []
 
@@ -128,9 +130,14 @@ def _accumulate(buffer: list, pos: int, grad: Tensor) -> None:
         return
     from engine.ops import kernels
 
-    if old.shape == grad.shape and old._base is None and sys.getrefcount(old) <= 3 \
-            and sys.getrefcount(old._storage) <= 3 and old._data.strides == grad._data.strides \
-            and old._dtype is grad._dtype:
+    if (
+        old.shape == grad.shape
+        and old._base is None
+        and sys.getrefcount(old) <= 3
+        and sys.getrefcount(old._storage) <= 3
+        and old._data.strides == grad._data.strides
+        and old._dtype is grad._dtype
+    ):
         kernels.add_into(old, grad)
     else:
         buffer[pos] = kernels.add_new(old, grad)
@@ -145,7 +152,9 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
     roots = []
     for t, g in zip(tensors, grad_tensors, strict=True):
         if not t.requires_grad:
-            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+            raise RuntimeError(
+                "element 0 of tensors does not require grad and does not have a grad_fn"
+            )
         if g is None:
             if t.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")

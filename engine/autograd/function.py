@@ -262,8 +262,10 @@ def _broadcasts_into(tensors, out: Tensor) -> bool:
     shape = out._data.shape
     for t in tensors:
         s = t._data.shape
-        if s != shape and (len(s) > len(shape) or any(
-                a != 1 and a != b for a, b in zip(reversed(s), reversed(shape), strict=False))):
+        if s != shape and (
+            len(s) > len(shape)
+            or any(a != 1 and a != b for a, b in zip(reversed(s), reversed(shape), strict=False))
+        ):
             return False
     return True
 
@@ -296,7 +298,9 @@ def _raw_clone(t: Tensor) -> Tensor:
 
 
 LEAF_MSG = "a leaf Variable that requires grad is being used in an in-place operation."
-VIEW_LEAF_MSG = "a view of a leaf Variable that requires grad is being used in an in-place operation."
+VIEW_LEAF_MSG = (
+    "a view of a leaf Variable that requires grad is being used in an in-place operation."
+)
 
 
 def check_inplace(t: Tensor) -> None:
@@ -390,8 +394,9 @@ def regenerate_view_grad_fn(view: Tensor) -> None:
 
     base = view._base
     if base.requires_grad:
-        view._grad_fn = ViewRegenBackward(gradient_edge(base), view._view_fn, base.shape,
-                                          base._dtype, base._device)
+        view._grad_fn = ViewRegenBackward(
+            gradient_edge(base), view._view_fn, base.shape, base._dtype, base._device
+        )
         view._output_nr = 0
         view.requires_grad = True
     view._grad_fn_version = view._storage.version

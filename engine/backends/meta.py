@@ -22,7 +22,11 @@ class MetaArray:
     def __init__(self, shape, dtype, strides=None, offset: int = 0):
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
-        self.strides = tuple(strides) if strides is not None else contiguous_strides(self.shape, self.dtype.itemsize)
+        self.strides = (
+            tuple(strides)
+            if strides is not None
+            else contiguous_strides(self.shape, self.dtype.itemsize)
+        )
         self.offset = offset
 
     # --- numpy-like metadata -------------------------------------------------------------

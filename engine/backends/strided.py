@@ -113,8 +113,14 @@ def normalize_index(index, shape):
             parts.append(("new", 0, 1, 1))
             continue
         size = shape[dim]
-        if isinstance(item, bool) or not isinstance(item, (int, slice)) and not hasattr(item, "__index__"):
-            raise TypeError(f"unsupported index {item!r}: only integers, slices, None and ... are supported")
+        if (
+            isinstance(item, bool)
+            or not isinstance(item, (int, slice))
+            and not hasattr(item, "__index__")
+        ):
+            raise TypeError(
+                f"unsupported index {item!r}: only integers, slices, None and ... are supported"
+            )
         if isinstance(item, slice):
             start, stop, step = item.indices(size)
             if step <= 0:
@@ -124,9 +130,7 @@ def normalize_index(index, shape):
         else:
             i = int(item)
             if i < -size or i >= size:
-                raise IndexError(
-                    f"index {i} is out of bounds for dimension {dim} with size {size}"
-                )
+                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
             parts.append(("int", i % size, 1, 1))
         dim += 1
     return parts

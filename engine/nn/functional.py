@@ -60,9 +60,16 @@ def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dty
     return _log_softmax(input, _softmax_dim(input.ndim) if dim is None else dim, dtype=dtype)
 
 
-def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,
-                  ignore_index: int = -100, reduce=None, reduction: str = "mean",
-                  label_smoothing: float = 0.0) -> Tensor:
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
     """Cross-entropy of logits `input` [N, C, *] against class indices or class probabilities."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
@@ -92,8 +99,11 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
     if label_smoothing <= 0:
         return nll
     # PyTorch: (1 - eps) * nll + eps/C * (sum over classes of -logp, weighted, ignoring ignore_index)
-    smooth = -(logp * weight.reshape(wshape)).sum(class_dim) if weight is not None \
+    smooth = (
+        -(logp * weight.reshape(wshape)).sum(class_dim)
+        if weight is not None
         else -logp.sum(class_dim)
+    )
     ignored = target == ignore_index
     smooth = smooth.masked_fill(ignored, 0.0)
     if reduction == "sum":
@@ -108,7 +118,23 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
 
 
 __all__ = [
-    "adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "conv2d", "cross_entropy", "dropout",
-    "embedding", "gelu", "layer_norm", "linear", "log_softmax", "max_pool2d", "mse_loss",
-    "nll_loss", "relu", "relu_", "sigmoid", "softmax", "tanh",
+    "adaptive_avg_pool2d",
+    "avg_pool2d",
+    "batch_norm",
+    "conv2d",
+    "cross_entropy",
+    "dropout",
+    "embedding",
+    "gelu",
+    "layer_norm",
+    "linear",
+    "log_softmax",
+    "max_pool2d",
+    "mse_loss",
+    "nll_loss",
+    "relu",
+    "relu_",
+    "sigmoid",
+    "softmax",
+    "tanh",
 ]

@@ -15,8 +15,16 @@ from engine.tensor import Tensor
 
 def calculate_gain(nonlinearity: str, param=None) -> float:
     """The recommended gain for a nonlinearity (torch.nn.init.calculate_gain)."""
-    linear = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-              "conv_transpose3d", "sigmoid")
+    linear = (
+        "linear",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "sigmoid",
+    )
     if nonlinearity in linear:
         return 1.0
     if nonlinearity == "tanh":
@@ -38,7 +46,9 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
 
 def _calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
     if tensor.ndim < 2:
-        raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
+        raise ValueError(
+            "Fan in and fan out can not be computed for tensor with fewer than 2 dimensions"
+        )
     receptive = math.prod(tensor.shape[2:])
     return tensor.shape[1] * receptive, tensor.shape[0] * receptive
 
@@ -85,8 +95,13 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)), generator)
 
 
-def kaiming_uniform_(tensor: Tensor, a: float = 0, mode: str = "fan_in",
-                     nonlinearity: str = "leaky_relu", generator=None) -> Tensor:
+def kaiming_uniform_(
+    tensor: Tensor,
+    a: float = 0,
+    mode: str = "fan_in",
+    nonlinearity: str = "leaky_relu",
+    generator=None,
+) -> Tensor:
     """U(-bound, bound) with bound = gain * sqrt(3 / fan); Linear/Conv use a = sqrt(5)."""
     if 0 in tensor.shape:
         return tensor
@@ -95,13 +110,28 @@ def kaiming_uniform_(tensor: Tensor, a: float = 0, mode: str = "fan_in",
     return uniform_(tensor, -bound, bound, generator)
 
 
-def kaiming_normal_(tensor: Tensor, a: float = 0, mode: str = "fan_in",
-                    nonlinearity: str = "leaky_relu", generator=None) -> Tensor:
+def kaiming_normal_(
+    tensor: Tensor,
+    a: float = 0,
+    mode: str = "fan_in",
+    nonlinearity: str = "leaky_relu",
+    generator=None,
+) -> Tensor:
     if 0 in tensor.shape:
         return tensor
     fan = _calculate_correct_fan(tensor, mode)
     return normal_(tensor, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan), generator)
 
 
-__all__ = ["calculate_gain", "uniform_", "normal_", "constant_", "ones_", "zeros_",
-           "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_"]
+__all__ = [
+    "calculate_gain",
+    "uniform_",
+    "normal_",
+    "constant_",
+    "ones_",
+    "zeros_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+]

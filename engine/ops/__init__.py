@@ -177,8 +177,16 @@ def div_(input, other, *, rounding_mode=None):
     return _div(input, other, out=input, op="div_", rounding_mode=rounding_mode)
 
 
-_ns.update(subtract=sub, subtract_=sub_, multiply=mul, multiply_=mul_, divide=div, divide_=div_,
-           true_divide=div, true_divide_=div_)
+_ns.update(
+    subtract=sub,
+    subtract_=sub_,
+    multiply=mul,
+    multiply_=mul_,
+    divide=div,
+    divide_=div_,
+    true_divide=div,
+    true_divide_=div_,
+)
 
 
 @_export("scale")
@@ -238,8 +246,14 @@ gt = _binary_plain("gt", E.Gt)
 ge = _binary_plain("ge", E.Ge)
 logical_and = _binary_plain("logical_and", E.LogicalAnd)
 logical_or = _binary_plain("logical_or", E.LogicalOr)
-_ns.update(greater=_ns["gt"], less=_ns["lt"], greater_equal=_ns["ge"], less_equal=_ns["le"],
-           equal=_ns["eq"], not_equal=_ns["ne"])
+_ns.update(
+    greater=_ns["gt"],
+    less=_ns["lt"],
+    greater_equal=_ns["ge"],
+    less_equal=_ns["le"],
+    equal=_ns["eq"],
+    not_equal=_ns["ne"],
+)
 
 
 @_export("logical_not")
@@ -395,7 +409,11 @@ _ns["swapaxes"] = transpose
 def t(input):
     if input.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input.ndim}D")
-    return transpose(input, 0, 1) if input.ndim == 2 else V.View.apply(input, op="t", shape=input.shape)
+    return (
+        transpose(input, 0, 1)
+        if input.ndim == 2
+        else V.View.apply(input, op="t", shape=input.shape)
+    )
 
 
 class _TransposeInplace(E.Function):
@@ -432,7 +450,9 @@ def transpose_(input, *args):
     if len(args) == 1 and isinstance(args[0], (list, tuple)):
         perm = tuple(args[0])
         if sorted(perm) != list(range(n)):
-            raise RuntimeError(f"transpose_: perm {list(perm)} is not a permutation of the {n} dims")
+            raise RuntimeError(
+                f"transpose_: perm {list(perm)} is not a permutation of the {n} dims"
+            )
     else:
         from engine.tensor import _wrap_dim
 
@@ -620,8 +640,16 @@ def _bind_methods() -> None:
         if name not in skip:
             setattr(Tensor, name, fn)
     extra = dict(
-        view=view, expand=expand, contiguous=contiguous, detach_=detach_, copy_=copy_,
-        fill_=fill_, zero_=zero_, to=to, __getitem__=getitem, __setitem__=setitem,
+        view=view,
+        expand=expand,
+        contiguous=contiguous,
+        detach_=detach_,
+        copy_=copy_,
+        fill_=fill_,
+        zero_=zero_,
+        to=to,
+        __getitem__=getitem,
+        __setitem__=setitem,
         broadcast_to=broadcast_to,
         where=lambda self, condition, other: where(condition, self, other),
         view_as=lambda self, other: view(self, other.shape),

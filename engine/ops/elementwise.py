@@ -123,8 +123,10 @@ def _uf(xp, f, *args, out, dtype=None):
 
 class Neg(Unary):
     float_only = False
-    bool_error = ("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
-                  "to invert a mask, use the `~` or `logical_not()` operator instead.")
+    bool_error = (
+        "Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+        "to invert a mask, use the `~` or `logical_not()` operator instead."
+    )
 
     ufunc = np.negative
 
@@ -315,7 +317,11 @@ class PowScalar(Unary):
         self.exponent = exponent
         if not x._dtype.is_floating_point and isinstance(exponent, int) and exponent < 0:
             raise RuntimeError("Integers to negative integer powers are not allowed.")
-        dtype = x._dtype if (x._dtype.is_floating_point or isinstance(exponent, int)) else dtypes.get_default_dtype()
+        dtype = (
+            x._dtype
+            if (x._dtype.is_floating_point or isinstance(exponent, int))
+            else dtypes.get_default_dtype()
+        )
         y = result_buffer(out, x.shape, dtype, x._device, "pow")
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
@@ -435,9 +441,16 @@ class Binary(Function):
         # Function.apply with the operands spelled out, as Unary.apply.
         if out is not None:
             check_inplace(out)
-        if STATE.enabled and cls.differentiable and (
-                isinstance(a, Tensor) and a.requires_grad
-                or isinstance(b, Tensor) and b.requires_grad):
+        if (
+            STATE.enabled
+            and cls.differentiable
+            and (
+                isinstance(a, Tensor)
+                and a.requires_grad
+                or isinstance(b, Tensor)
+                and b.requires_grad
+            )
+        ):
             return _new(cls)._record((a, b), out, op or cls.__name__, attrs)
         node = _new(cls)
         if attrs or _tracked.observed:
@@ -558,7 +571,9 @@ class Add(Binary):
 
     def backward(self, g):
         na, nb = self._needs()
-        return self._grads(g if na else None, (g if self.alpha == 1 else g * self.alpha) if nb else None)
+        return self._grads(
+            g if na else None, (g if self.alpha == 1 else g * self.alpha) if nb else None
+        )
 
 
 class Sub(Binary):
@@ -638,7 +653,9 @@ class Div(Binary):
             xp.true_divide(a, b, out=y, casting="unsafe")
             xp.trunc(y, out=y)
         else:
-            raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'")
+            raise ValueError(
+                f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'"
+            )
 
     def to_save(self, tensors):
         # d/da = 1/b (needs b); d/db = -a/b^2 (needs a and b)
@@ -691,7 +708,7 @@ class PowTensor(Binary):
         b = vals.pop(0) if self.b_t else self.scalar_b
         ga = g * b * (a ** (b - 1)) if na else None
         if nb:
-            y = a ** b
+            y = a**b
             la = a.log() if isinstance(a, Tensor) else float(np.log(a))
             gb = g * y * la
         else:
@@ -770,7 +787,9 @@ class Where(Function):
     def forward(self, cond, x, y, out=None):
         self.x_t, self.y_t = isinstance(x, Tensor), isinstance(y, Tensor)
         dev = device_of(cond, x, y)
-        shape = broadcast_shapes("where", cond.shape, x.shape if self.x_t else (), y.shape if self.y_t else ())
+        shape = broadcast_shapes(
+            "where", cond.shape, x.shape if self.x_t else (), y.shape if self.y_t else ()
+        )
         dtype = result_type(x, y)
         self.cond = cond
         self.shapes = (x.shape if self.x_t else None, y.shape if self.y_t else None)
@@ -788,9 +807,17 @@ class Where(Function):
         (cond,) = self.saved_tensors
         grads = [None]  # cond
         if self.x_t:
-            grads.append(sum_to(g.masked_fill(cond.logical_not(), 0), self.shapes[0]) if self.next_functions[1] is not None else None)
+            grads.append(
+                sum_to(g.masked_fill(cond.logical_not(), 0), self.shapes[0])
+                if self.next_functions[1] is not None
+                else None
+            )
         if self.y_t:
-            grads.append(sum_to(g.masked_fill(cond, 0), self.shapes[1]) if self.next_functions[-1] is not None else None)
+            grads.append(
+                sum_to(g.masked_fill(cond, 0), self.shapes[1])
+                if self.next_functions[-1] is not None
+                else None
+            )
         return tuple(grads)
 
 
@@ -800,7 +827,9 @@ class MaskedFill(Function):
     def forward(self, x, mask, value, out=None):
         if not isinstance(mask, Tensor) or mask._dtype is not dtypes.bool_:
             got = mask._dtype.name if isinstance(mask, Tensor) else type(mask).__name__
-            raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype {got}")
+            raise RuntimeError(
+                f"masked_fill_ only supports boolean masks, but got mask with dtype {got}"
+            )
         self.v_t = isinstance(value, Tensor)
         if self.v_t and value.ndim:
             raise RuntimeError(

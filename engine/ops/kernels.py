@@ -128,8 +128,11 @@ def ufunc(f, *args, out, **kw):
 
 
 def _same_elements(a: np.ndarray, out: np.ndarray) -> bool:
-    return (a.shape == out.shape and a.strides == out.strides
-            and a.__array_interface__["data"][0] == out.__array_interface__["data"][0])
+    return (
+        a.shape == out.shape
+        and a.strides == out.strides
+        and a.__array_interface__["data"][0] == out.__array_interface__["data"][0]
+    )
 
 
 def _parallel_ufunc(f, args, out, kw) -> bool:
@@ -147,8 +150,11 @@ def _parallel_ufunc(f, args, out, kw) -> bool:
 
         def part(b):
             lo, hi = b
-            f(*[x[lo:hi] if isinstance(x, np.ndarray) and x.ndim else x for x in flats],
-              out=fo[lo:hi], **kw)
+            f(
+                *[x[lo:hi] if isinstance(x, np.ndarray) and x.ndim else x for x in flats],
+                out=fo[lo:hi],
+                **kw,
+            )
 
         list(pool.map(part, _chunks(out.size)))
         return True
@@ -156,16 +162,16 @@ def _parallel_ufunc(f, args, out, kw) -> bool:
     axis = next((i for i, d in enumerate(out.shape) if d >= _threads), None)
     if axis is None:
         return False
-    views = [np.broadcast_to(a, out.shape) if isinstance(a, np.ndarray) and a.ndim else a
-             for a in args]
+    views = [
+        np.broadcast_to(a, out.shape) if isinstance(a, np.ndarray) and a.ndim else a for a in args
+    ]
     m = out.shape[axis]
     step = -(-m // min(m, _threads * CHUNKS_PER_THREAD))
     lead = (slice(None),) * axis
 
     def part_axis(lo):
         sl = lead + (slice(lo, lo + step),)
-        f(*[v[sl] if isinstance(v, np.ndarray) and v.ndim else v for v in views], out=out[sl],
-          **kw)
+        f(*[v[sl] if isinstance(v, np.ndarray) and v.ndim else v for v in views], out=out[sl], **kw)
 
     list(pool.map(part_axis, range(0, m, step)))
     return True
@@ -193,8 +199,13 @@ def _const_block(dtype, value) -> np.ndarray:
 def extremum_scalar(f, x, value, out):
     """out = f(x, value) for f in (np.maximum, np.minimum) and a Python number `value`."""
     n = out.size
-    if n < BLOCK_ELEMS or type(out) is not np.ndarray or x.shape != out.shape \
-            or not (x.flags.c_contiguous and out.flags.c_contiguous) or x.dtype != out.dtype:
+    if (
+        n < BLOCK_ELEMS
+        or type(out) is not np.ndarray
+        or x.shape != out.shape
+        or not (x.flags.c_contiguous and out.flags.c_contiguous)
+        or x.dtype != out.dtype
+    ):
         return ufunc(f, x, value, out=out)
     fx, fo = x.reshape(-1), out.reshape(-1)
     block = _const_block(out.dtype, value)
@@ -217,10 +228,15 @@ def run_parallel(func, out, *arrays):
     n = out.size
     if _threads > 1 and n >= PARALLEL_MIN_ELEMS and type(out) is np.ndarray:
         fo = _flat(out)
-        flats = [_flat(a) if isinstance(a, np.ndarray) and a.shape == out.shape else None for a in arrays]
+        flats = [
+            _flat(a) if isinstance(a, np.ndarray) and a.shape == out.shape else None for a in arrays
+        ]
         if fo is not None and all(f is not None for f in flats):
-            list(_get_pool().map(lambda b: func(*[f[b[0]:b[1]] for f in flats], fo[b[0]:b[1]]),
-                                 _chunks(n)))
+            list(
+                _get_pool().map(
+                    lambda b: func(*[f[b[0] : b[1]] for f in flats], fo[b[0] : b[1]]), _chunks(n)
+                )
+            )
             return out
     func(*arrays, out)
     return out
@@ -332,7 +348,8 @@ def blocked(fn, out, *arrays) -> None:
         fn(out, *arrays)
         return
     flat = out.flags.c_contiguous and all(
-        not isinstance(a, np.ndarray) or a.flags.c_contiguous for a in arrays)
+        not isinstance(a, np.ndarray) or a.flags.c_contiguous for a in arrays
+    )
     if flat:
         fo = out.reshape(-1)
         fa = [a.reshape(-1) if isinstance(a, np.ndarray) else a for a in arrays]
@@ -345,8 +362,11 @@ def blocked(fn, out, *arrays) -> None:
         return
     rows = max(1, SCRATCH_ELEMS // max(1, n // out.shape[0]))
     for i in range(0, out.shape[0], rows):
-        blocked(fn, out[i : i + rows], *[a[i : i + rows] if isinstance(a, np.ndarray) else a
-                                         for a in arrays])
+        blocked(
+            fn,
+            out[i : i + rows],
+            *[a[i : i + rows] if isinstance(a, np.ndarray) else a for a in arrays],
+        )
 
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)

@@ -11,8 +11,10 @@ from engine.ops.common import device_of, result_buffer, result_type, sum_to
 
 def matmul_shape(sa, sb):
     if not sa or not sb:
-        raise RuntimeError("both arguments to matmul need to be at least 1D, but they are "
-                           f"{len(sa)}D and {len(sb)}D")
+        raise RuntimeError(
+            "both arguments to matmul need to be at least 1D, but they are "
+            f"{len(sa)}D and {len(sb)}D"
+        )
     a2 = (1,) + sa if len(sa) == 1 else sa
     b2 = sb + (1,) if len(sb) == 1 else sb
     if a2[-1] != b2[-2]:
@@ -27,7 +29,9 @@ def matmul_shape(sa, sb):
     try:
         batch = np.broadcast_shapes(a2[:-2], b2[:-2])
     except ValueError:
-        raise RuntimeError(f"matmul: batch dimensions of {list(sa)} and {list(sb)} cannot be broadcast") from None
+        raise RuntimeError(
+            f"matmul: batch dimensions of {list(sa)} and {list(sb)} cannot be broadcast"
+        ) from None
     shape = batch + (a2[-2], b2[-1])
     if len(sa) == 1:
         shape = shape[:-2] + shape[-1:]
@@ -73,4 +77,8 @@ class Matmul(Function):
         return (ga, gb)
 
     def name(self):
-        return "MmBackward0" if len(self.shapes[0]) == 2 and len(self.shapes[1]) == 2 else "MatmulBackward0"
+        return (
+            "MmBackward0"
+            if len(self.shapes[0]) == 2 and len(self.shapes[1]) == 2
+            else "MatmulBackward0"
+        )

@@ -149,7 +149,9 @@ def _same_dtype(opname: str, *tensors) -> None:
         if t is not None and t._dtype is not first:
             a = first.torch_tensor_name.replace("Tensor", "")
             b = t._dtype.torch_tensor_name.replace("Tensor", "")
-            raise RuntimeError(f"{opname}: expected all inputs to have the same dtype, but got {a} and {b}")
+            raise RuntimeError(
+                f"{opname}: expected all inputs to have the same dtype, but got {a} and {b}"
+            )
 
 
 def _blocked(func, out, *arrays) -> bool:
@@ -175,8 +177,11 @@ def _blocked(func, out, *arrays) -> bool:
         scratch = np.empty(min(_SCRATCH, max(hi - lo, 1)), dtype=fo.dtype)
         for i in range(lo, hi, _SCRATCH):
             j = min(i + _SCRATCH, hi)
-            func(fo[i:j], *[f[i:j] if isinstance(f, np.ndarray) else f for f in flats],
-                 scratch[: j - i])
+            func(
+                fo[i:j],
+                *[f[i:j] if isinstance(f, np.ndarray) else f for f in flats],
+                scratch[: j - i],
+            )
 
     threads = kernels.get_num_threads()
     if threads > 1 and n >= kernels.PARALLEL_MIN_ELEMS:
@@ -204,7 +209,9 @@ class Linear(Function):
 
     def forward(self, x, weight, bias=None, out=None):
         if weight.ndim != 2:
-            raise RuntimeError(f"linear: weight must be 2-D [out_features, in_features], got {list(weight.shape)}")
+            raise RuntimeError(
+                f"linear: weight must be 2-D [out_features, in_features], got {list(weight.shape)}"
+            )
         n_out, n_in = weight.shape
         if x.ndim == 0 or x.shape[-1] != n_in:
             rows = math.prod(x.shape[:-1]) if x.ndim else 1
@@ -293,20 +300,20 @@ class _Stage:
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         buf = self.t._data
         for r, q0, f0, count in self.runs:
-            buf[:, pt:pt + h, r, q0:q0 + count] = sample[:, :, f0::sw]
+            buf[:, pt : pt + h, r, q0 : q0 + count] = sample[:, :, f0::sw]
 
     def unload(self, out) -> None:
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         buf = self.t._data
         for r, q0, f0, count in self.runs:
-            out[:, :, f0::sw] = buf[:, pt:pt + h, r, q0:q0 + count]
+            out[:, :, f0::sw] = buf[:, pt : pt + h, r, q0 : q0 + count]
 
     def windows(self, as_strided, j: int, i: int | None = None):
         """Kernel column j's windows [C, kh, OH, OW] (or kernel offset (i, j)'s [C, OH, OW])."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         buf = self.t._data
         s0, s1, _, s3 = buf.strides
-        base = buf[:, i * dh if i is not None else 0:, (j * dw) % sw, (j * dw) // sw:]
+        base = buf[:, i * dh if i is not None else 0 :, (j * dw) % sw, (j * dw) // sw :]
         if i is not None:
             return as_strided(base, (c, oh, ow), (s0, s1 * sh, s3))
         return as_strided(base, (c, kh, oh, ow), (s0, s1 * dh, s1 * sh, s3))
@@ -331,12 +338,23 @@ class Conv2d(Function):
         self._save_idx = tuple(idx)
         return self._save_idx
 
-    def forward(self, x, weight, bias=None, out=None, stride=(1, 1), padding=((0, 0), (0, 0)),
-                dilation=(1, 1), groups=1):
+    def forward(
+        self,
+        x,
+        weight,
+        bias=None,
+        out=None,
+        stride=(1, 1),
+        padding=((0, 0), (0, 0)),
+        dilation=(1, 1),
+        groups=1,
+    ):
         if x.ndim != 4:
             raise RuntimeError(f"conv2d: expected a 4-D input [N, C, H, W], got {list(x.shape)}")
         if weight.ndim != 4:
-            raise RuntimeError(f"conv2d: expected a 4-D weight [O, C/groups, kh, kw], got {list(weight.shape)}")
+            raise RuntimeError(
+                f"conv2d: expected a 4-D weight [O, C/groups, kh, kw], got {list(weight.shape)}"
+            )
         n, c, h, w = x.shape
         o, cg, kh, kw = weight.shape
         if c != cg * groups:
@@ -454,8 +472,11 @@ class Conv2d(Function):
         if _live(dev):
             xp = kernels.xp_of_device(dev)
             as_strided = xp.lib.stride_tricks.as_strided
-            regions = [(stage.windows(as_strided, j, i), gcols._data[:, i, j])
-                       for i in range(kh) for j in range(kw)]
+            regions = [
+                (stage.windows(as_strided, j, i), gcols._data[:, i, j])
+                for i in range(kh)
+                for j in range(kw)
+            ]
             for b in range(n):
                 xp.matmul(wt, g4[b], out=gcols._data.reshape(groups, ckk, oh * ow))
                 stage.t._data.fill(0)
@@ -536,8 +557,9 @@ class MaxPool2d(_KeepsBuffers):
 
     num_outputs = 2
 
-    def forward(self, x, out=None, kernel_size=2, stride=None, padding=0, dilation=1,
-                ceil_mode=False):
+    def forward(
+        self, x, out=None, kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode=False
+    ):
         geo = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
         n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
         self.geom, self.x_shape = geo, x.shape
@@ -623,8 +645,17 @@ def _avg_divisor(geo, count_include_pad, divisor_override):
 
 
 class AvgPool2d(Function):
-    def forward(self, x, out=None, kernel_size=2, stride=None, padding=0, ceil_mode=False,
-                count_include_pad=True, divisor_override=None):
+    def forward(
+        self,
+        x,
+        out=None,
+        kernel_size=2,
+        stride=None,
+        padding=0,
+        ceil_mode=False,
+        count_include_pad=True,
+        divisor_override=None,
+    ):
         geo = _pool_geometry(x, kernel_size, stride, padding, 1, ceil_mode, "avg_pool2d")
         n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
         self.geom, self.x_shape = geo, x.shape
@@ -688,7 +719,9 @@ def _adaptive_ranges(size, n_out):
 class AdaptiveAvgPool2d(Function):
     def forward(self, x, out=None, output_size=(1, 1)):
         if x.ndim != 4:
-            raise RuntimeError(f"adaptive_avg_pool2d: expected a 4-D input [N, C, H, W], got {list(x.shape)}")
+            raise RuntimeError(
+                f"adaptive_avg_pool2d: expected a 4-D input [N, C, H, W], got {list(x.shape)}"
+            )
         n, c, h, w = x.shape
         oh, ow = output_size
         oh = h if oh is None else oh
@@ -723,7 +756,7 @@ class AdaptiveAvgPool2d(Function):
                 for b, (w0, w1) in enumerate(_adaptive_ranges(w, ow)):
                     dst = gx._data[:, :, h0:h1, w0:w1]
                     scale = 1.0 / ((h1 - h0) * (w1 - w0))
-                    xp.add(dst, g._data[:, :, a:a + 1, b:b + 1] * scale, out=dst)
+                    xp.add(dst, g._data[:, :, a : a + 1, b : b + 1] * scale, out=dst)
         return (gx,)
 
     def name(self):
@@ -819,8 +852,8 @@ class NllLoss(_KeepsBuffers):
         if ishape[:1] + ishape[2:] != tshape:
             raise ValueError(
                 f"Expected input batch_size ({ishape[0]}) to match target batch_size ({tshape[0]})."
-                if ishape[0] != tshape[0] else
-                f"nll_loss: expected target of shape {list(ishape[:1] + ishape[2:])}, got {list(target.shape)}"
+                if ishape[0] != tshape[0]
+                else f"nll_loss: expected target of shape {list(ishape[:1] + ishape[2:])}, got {list(target.shape)}"
             )
         n_cls = ishape[1]
         if weight is not None and weight.shape != (n_cls,):
@@ -930,7 +963,9 @@ class Gather(Function):
         _check_index(index, "gather")
         d = _wrap_dim(dim, x.ndim)
         if index.ndim != x.ndim:
-            raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
+            raise RuntimeError(
+                "Index tensor must have the same number of dimensions as input tensor"
+            )
         for i, (a, b) in enumerate(zip(index.shape, x.shape, strict=True)):
             if i != d and a > b:
                 raise RuntimeError(
@@ -942,7 +977,9 @@ class Gather(Function):
         if not _live(dev):
             return kernels.empty(index.shape, x._dtype, dev)
         xp = kernels.xp_of(x)
-        src = x._data[tuple(slice(0, n) if i != d else slice(None) for i, n in enumerate(index.shape))]
+        src = x._data[
+            tuple(slice(0, n) if i != d else slice(None) for i, n in enumerate(index.shape))
+        ]
         arr = xp.take_along_axis(src, index._data.astype(np.int64, copy=False), axis=d)
         return Tensor._make(arr, wrap_storage(arr, dev), x._dtype, dev)
 
@@ -951,8 +988,10 @@ class Gather(Function):
         gx = kernels.zeros(self.x_shape, g._dtype, g._device)
         if _live(g._device):
             xp = kernels.xp_of(g)
-            full = [xp.arange(n).reshape([-1 if k == i else 1 for k in range(g.ndim)])
-                    for i, n in enumerate(index.shape)]
+            full = [
+                xp.arange(n).reshape([-1 if k == i else 1 for k in range(g.ndim)])
+                for i, n in enumerate(index.shape)
+            ]
             full[self.dim] = index._data
             xp.add.at(gx._data, tuple(full), g._data)
         return (gx, None)
@@ -973,7 +1012,7 @@ class IndexSelect(Function):
             raise IndexError("index_select(): Index is supposed to be a vector")
         d = _wrap_dim(dim, x.ndim)
         self.dim, self.x_shape = d, x.shape
-        shape = x.shape[:d] + (index.numel(),) + x.shape[d + 1:]
+        shape = x.shape[:d] + (index.numel(),) + x.shape[d + 1 :]
         y = result_buffer(out, shape, x._dtype, x._device, "index_select")
         if _live(x._device):
             kernels.xp_of(x).take(x._data, index._data.reshape(-1), axis=d, out=y._data)
@@ -1002,7 +1041,9 @@ class Embedding(Function):
         if weight.ndim != 2:
             raise RuntimeError("'weight' must be 2-D")
         self.w_shape, self.padding_idx = weight.shape, padding_idx
-        y = result_buffer(out, indices.shape + (weight.shape[1],), weight._dtype, weight._device, "embedding")
+        y = result_buffer(
+            out, indices.shape + (weight.shape[1],), weight._dtype, weight._device, "embedding"
+        )
         if _live(weight._device):
             xp = kernels.xp_of(weight)
             flat = indices._data.reshape(-1)
@@ -1070,7 +1111,11 @@ class Dropout(_KeepsBuffers):
 # ---------------------------------------------------------------------------------------------
 def _channel_sums(xp, a3, b3=None):
     """Per-channel sum of a (or of a*b) over [N, C, L] in float64, without full-size temporaries."""
-    acc = np.zeros(a3.shape[1], dtype=np.float64) if xp is np else xp.zeros(a3.shape[1], dtype=np.float64)
+    acc = (
+        np.zeros(a3.shape[1], dtype=np.float64)
+        if xp is np
+        else xp.zeros(a3.shape[1], dtype=np.float64)
+    )
     for i in range(a3.shape[0]):
         if b3 is None:
             acc += xp.sum(a3[i], axis=1, dtype=np.float64)
@@ -1101,10 +1146,24 @@ class BatchNorm(_KeepsBuffers):
     def prepare(self, *args):
         self.present = tuple(a is not None for a in args[1:5])
 
-    def forward(self, x, weight=None, bias=None, running_mean=None, running_var=None, out=None,
-                training=True, momentum=0.1, eps=1e-5):
-        self.present = (weight is not None, bias is not None, running_mean is not None,
-                        running_var is not None)
+    def forward(
+        self,
+        x,
+        weight=None,
+        bias=None,
+        running_mean=None,
+        running_var=None,
+        out=None,
+        training=True,
+        momentum=0.1,
+        eps=1e-5,
+    ):
+        self.present = (
+            weight is not None,
+            bias is not None,
+            running_mean is not None,
+            running_var is not None,
+        )
         if x.ndim < 2:
             raise ValueError(f"batch_norm: expected at least 2-D input (got {x.ndim}D input)")
         n, c = x.shape[:2]
@@ -1218,7 +1277,7 @@ class LayerNorm(_KeepsBuffers):
     def forward(self, x, weight=None, bias=None, out=None, normalized_shape=(), eps=1e-5):
         normalized_shape = tuple(normalized_shape)
         k = len(normalized_shape)
-        if k == 0 or x.shape[x.ndim - k:] != normalized_shape:
+        if k == 0 or x.shape[x.ndim - k :] != normalized_shape:
             raise RuntimeError(
                 f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                 f"[*, {', '.join(str(s) for s in normalized_shape)}], but got input of size{list(x.shape)}"
@@ -1327,8 +1386,14 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 def _erf_abs_chunk(xp, z, out, s1, s2):
     """out = erf(|z|) (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7); s1, s2 are scratch."""
-    a1, a2, a3, a4, a5, p = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429,
-                             0.3275911)
+    a1, a2, a3, a4, a5, p = (
+        0.254829592,
+        -0.284496736,
+        1.421413741,
+        -1.453152027,
+        1.061405429,
+        0.3275911,
+    )
     xp.abs(z, out=s2)
     xp.multiply(s2, p, out=out)
     xp.add(out, 1.0, out=out)
@@ -1432,13 +1497,17 @@ class Gelu(Function):
 
     def forward(self, x, out=None, approximate="none"):
         if approximate not in ("none", "tanh"):
-            raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
+            raise RuntimeError(
+                f"approximate argument must be either none or tanh, got {approximate!r}"
+            )
         self.approximate = approximate
         y = result_buffer(out, x.shape, x._dtype, x._device, "gelu")
         if _live(x._device):
             xp = kernels.xp_of(x)
             src, keep = _contiguous(x)
-            _chunked(xp, lambda a, o, s1, s2: _gelu_chunk(xp, approximate, a, o, s1, s2), y._data, src)
+            _chunked(
+                xp, lambda a, o, s1, s2: _gelu_chunk(xp, approximate, a, o, s1, s2), y._data, src
+            )
             del keep
         return y
 
@@ -1450,8 +1519,13 @@ class Gelu(Function):
             xs, xkeep = _contiguous(x)
             gs, gkeep = _contiguous(g)
             approximate = self.approximate
-            _chunked(xp, lambda a, b, o, s1, s2: _gelu_grad_chunk(xp, approximate, a, b, o, s1, s2),
-                     gx._data, xs, gs)
+            _chunked(
+                xp,
+                lambda a, b, o, s1, s2: _gelu_grad_chunk(xp, approximate, a, b, o, s1, s2),
+                gx._data,
+                xs,
+                gs,
+            )
             del xkeep, gkeep
         return (gx,)
 
@@ -1604,7 +1678,9 @@ class Lerp(_Ternary):
         needs = _needs(self)
         if not self.w_t:
             w = self.scalar
-            return self._grads(g * (1.0 - w) if needs[0] else None, g * w if needs[1] else None, None)[:2]
+            return self._grads(
+                g * (1.0 - w) if needs[0] else None, g * w if needs[1] else None, None
+            )[:2]
         saved = self.saved_tensors
         wt = saved[-1]
         gs = g * (1 - wt) if needs[0] else None
@@ -1638,7 +1714,9 @@ def _conv_padding(padding, kernel, dilation, stride):
                 total = d * (k - 1)
                 pads.append((total // 2, total - total // 2))
             return tuple(pads)
-        raise ValueError(f"Invalid padding string '{padding}', should be one of {{'valid', 'same'}}")
+        raise ValueError(
+            f"Invalid padding string '{padding}', should be one of {{'valid', 'same'}}"
+        )
     ph, pw = _pair(padding, "padding")
     return ((ph, ph), (pw, pw))
 
@@ -1658,22 +1736,44 @@ def _pool_input(input):
     return (input.unsqueeze(0), True) if input.ndim == 3 else (input, False)
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-               return_indices=False):
+def max_pool2d(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
     x, unbatched = _pool_input(input)
-    y, idx = MaxPool2d.apply(x, op="max_pool2d", kernel_size=kernel_size, stride=stride,
-                             padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    y, idx = MaxPool2d.apply(
+        x,
+        op="max_pool2d",
+        kernel_size=kernel_size,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        ceil_mode=ceil_mode,
+    )
     if unbatched:
         y, idx = y.squeeze(0), idx.squeeze(0)
     return (y, idx) if return_indices else y
 
 
-def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
-               count_include_pad=True, divisor_override=None):
+def avg_pool2d(
+    input,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
     x, unbatched = _pool_input(input)
-    y = AvgPool2d.apply(x, op="avg_pool2d", kernel_size=kernel_size, stride=stride,
-                        padding=padding, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
-                        divisor_override=divisor_override)
+    y = AvgPool2d.apply(
+        x,
+        op="avg_pool2d",
+        kernel_size=kernel_size,
+        stride=stride,
+        padding=padding,
+        ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad,
+        divisor_override=divisor_override,
+    )
     return y.squeeze(0) if unbatched else y
 
 
@@ -1690,11 +1790,14 @@ def adaptive_avg_pool2d(input, output_size):
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
-    return MseLoss.apply(input, target, op="mse_loss", reduction=_legacy_reduction(size_average, reduce, reduction))
+    return MseLoss.apply(
+        input, target, op="mse_loss", reduction=_legacy_reduction(size_average, reduce, reduction)
+    )
 
 
-def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
-             reduction="mean"):
+def nll_loss(
+    input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"
+):
     reduction = _legacy_reduction(size_average, reduce, reduction)
     args = (input, target) if weight is None else (input, target, weight)
     return NllLoss.apply(*args, op="nll_loss", reduction=reduction, ignore_index=ignore_index)
@@ -1718,11 +1821,20 @@ def index_select(input, dim, index):
     return IndexSelect.apply(input, index, op="index_select", dim=dim)
 
 
-def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
-              scale_grad_by_freq=False, sparse=False):
+def embedding(
+    input,
+    weight,
+    padding_idx=None,
+    max_norm=None,
+    norm_type=2.0,
+    scale_grad_by_freq=False,
+    sparse=False,
+):
     """Rows of `weight` picked by the integer tensor `input` (F.embedding's argument order)."""
     if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
+        raise NotImplementedError(
+            "embedding: max_norm, scale_grad_by_freq and sparse are not supported"
+        )
     if padding_idx is not None and padding_idx < 0:
         padding_idx += weight.shape[0]
     return Embedding.apply(weight, input, op="embedding", padding_idx=padding_idx)
@@ -1743,18 +1855,29 @@ def dropout_(input, p=0.5, training=True):
     return dropout(input, p, training, inplace=True)
 
 
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
-               momentum=0.1, eps=1e-5):
+def batch_norm(
+    input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5
+):
     """F.batch_norm's argument order; running stats (when given) are updated in place in training."""
-    return BatchNorm.apply(input, weight, bias, running_mean, running_var, op="batch_norm",
-                           training=training, momentum=momentum, eps=eps)
+    return BatchNorm.apply(
+        input,
+        weight,
+        bias,
+        running_mean,
+        running_var,
+        op="batch_norm",
+        training=training,
+        momentum=momentum,
+        eps=eps,
+    )
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
-    return LayerNorm.apply(input, weight, bias, op="layer_norm",
-                           normalized_shape=tuple(normalized_shape), eps=eps)
+    return LayerNorm.apply(
+        input, weight, bias, op="layer_norm", normalized_shape=tuple(normalized_shape), eps=eps
+    )
 
 
 def gelu(input, approximate="none"):
@@ -1791,14 +1914,26 @@ def lerp_(input, end, weight):
 
 # torch.* functions and Tensor methods (bound by engine.ops at import)
 FUNCTIONS = dict(
-    conv2d=conv2d, max_pool2d=max_pool2d, avg_pool2d=avg_pool2d,
-    adaptive_avg_pool2d=adaptive_avg_pool2d, gather=gather, index_select=index_select,
-    addcmul=addcmul, addcdiv=addcdiv, lerp=lerp, dropout=lambda input, p, train: dropout(input, p, train),
+    conv2d=conv2d,
+    max_pool2d=max_pool2d,
+    avg_pool2d=avg_pool2d,
+    adaptive_avg_pool2d=adaptive_avg_pool2d,
+    gather=gather,
+    index_select=index_select,
+    addcmul=addcmul,
+    addcdiv=addcdiv,
+    lerp=lerp,
+    dropout=lambda input, p, train: dropout(input, p, train),
 )
 METHODS = dict(
     gather=lambda self, dim, index: gather(self, dim, index),
     index_select=lambda self, dim, index: index_select(self, dim, index),
-    addcmul=addcmul, addcmul_=addcmul_, addcdiv=addcdiv, addcdiv_=addcdiv_, lerp=lerp, lerp_=lerp_,
+    addcmul=addcmul,
+    addcmul_=addcmul_,
+    addcdiv=addcdiv,
+    addcdiv_=addcdiv_,
+    lerp=lerp,
+    lerp_=lerp_,
 )
 
 
@@ -1811,6 +1946,25 @@ def register(namespace: dict, tensor_cls) -> None:
             setattr(tensor_cls, name, fn)
 
 
-__all__ = ["linear", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "mse_loss",
-           "nll_loss", "gather", "index_select", "embedding", "dropout", "batch_norm",
-           "layer_norm", "gelu", "addcmul", "addcmul_", "addcdiv", "addcdiv_", "lerp", "lerp_"]
+__all__ = [
+    "linear",
+    "conv2d",
+    "max_pool2d",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+    "mse_loss",
+    "nll_loss",
+    "gather",
+    "index_select",
+    "embedding",
+    "dropout",
+    "batch_norm",
+    "layer_norm",
+    "gelu",
+    "addcmul",
+    "addcmul_",
+    "addcdiv",
+    "addcdiv_",
+    "lerp",
+    "lerp_",
+]

@@ -62,8 +62,11 @@ class Sum(Function):
             rdt = x._dtype if x._dtype.is_floating_point else dtypes.int64
         else:
             rdt = dtypes.from_any(dtype)
-        y = kernels.empty(shape, rdt, x._device) if out is None else \
-            result_buffer(out, shape, rdt, x._device, "sum")
+        y = (
+            kernels.empty(shape, rdt, x._device)
+            if out is None
+            else result_buffer(out, shape, rdt, x._device, "sum")
+        )
         kind = x._device.type
         if kind == "cpu":  # np.add.reduce is np.sum without its Python wrapper; positional
             # arguments (array, axis, dtype, out, keepdims) and axis=None for a full reduction
@@ -119,9 +122,13 @@ class Amax(Function):
     def forward(self, x, out=None, dim=None, keepdim=False):
         dims = norm_dims(dim, x.ndim)
         if x.numel() == 0:
-            raise RuntimeError(f"{self.reducer}(): Expected reduction dim to be specified for input.numel() == 0.")
+            raise RuntimeError(
+                f"{self.reducer}(): Expected reduction dim to be specified for input.numel() == 0."
+            )
         self.in_shape, self.dims, self.keepdim = x.shape, dims, keepdim
-        y = result_buffer(out, reduced_shape(x.shape, dims, keepdim), x._dtype, x._device, "a" + self.reducer)
+        y = result_buffer(
+            out, reduced_shape(x.shape, dims, keepdim), x._dtype, x._device, "a" + self.reducer
+        )
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
             getattr(xp, self.reducer)(x._data, axis=dims, keepdims=keepdim, out=y._data)
@@ -152,9 +159,7 @@ class MaxDim(Function):
         self.in_shape, self.dim, self.keepdim = x.shape, d, keepdim
         shape = reduced_shape(x.shape, (d,), keepdim)
         if x.numel() == 0:
-            raise IndexError(
-                f"{self.reducer}(): Expected reduction dim {d} to have non-zero size."
-            )
+            raise IndexError(f"{self.reducer}(): Expected reduction dim {d} to have non-zero size.")
         vals = kernels.empty(shape, x._dtype, x._device)
         idx = kernels.empty(shape, dtypes.int64, x._device)
         if x._device.type != "meta":
@@ -202,7 +207,9 @@ class Softmax(Function):
         self.dim = d
         dtype = x._dtype if x._dtype.is_floating_point else dtypes.get_default_dtype()
         y = result_buffer(out, x.shape, dtype, x._device, "log_softmax" if self.log else "softmax")
-        m = kernels.empty(_keep_shape(x.shape, d), dtype, x._device)  # charged scratch, also on meta
+        m = kernels.empty(
+            _keep_shape(x.shape, d), dtype, x._device
+        )  # charged scratch, also on meta
         s = kernels.empty(m.shape, dtype, x._device)
         if x._device.type != "meta":
             xp = kernels.xp_of(x)

@@ -84,7 +84,9 @@ class Permute(Function):
             raise RuntimeError(
                 f"permute(sparse_coo): number of dimensions in the tensor input does not match the "
                 f"length of the desired ordering of dimensions i.e. input.dim() = {x.ndim} is not "
-                f"equal to len(dims) = {len(dims)}" if len(dims) != x.ndim else f"permute(): duplicate dims are not allowed in {list(dims)}"
+                f"equal to len(dims) = {len(dims)}"
+                if len(dims) != x.ndim
+                else f"permute(): duplicate dims are not allowed in {list(dims)}"
             )
         self.dims = dims
         return make_view(x, x._data.transpose(dims), lambda b: b.permute(dims))
@@ -112,7 +114,9 @@ class Expand(Function):
         for i, n in enumerate(shape):
             if n == -1:
                 if i < lead:
-                    raise RuntimeError("expand: -1 is not allowed in a leading, non-existing dimension")
+                    raise RuntimeError(
+                        "expand: -1 is not allowed in a leading, non-existing dimension"
+                    )
                 n = x.shape[i - lead]
             elif i >= lead and x.shape[i - lead] not in (1, n):
                 raise RuntimeError(
@@ -158,7 +162,9 @@ class Select(Function):
         self.in_shape = x.shape
         self.index = index
         if x._device.type != "meta" and x._data.ndim == 0 and index not in ((), Ellipsis, None):
-            raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` to convert a 0-dim tensor to a number")
+            raise IndexError(
+                "invalid index of a 0-dim tensor. Use `tensor.item()` to convert a 0-dim tensor to a number"
+            )
         items = index if isinstance(index, tuple) else (index,)
         if not any(i is Ellipsis for i in items):
             items = items + (Ellipsis,)  # numpy gives a copied scalar for a full int index
@@ -185,7 +191,9 @@ class IndexGather(Function):
         self.in_shape = x.shape
         self.index = _np_index(index)
         if x._device.type == "meta":
-            raise RuntimeError("indexing with tensors is not supported on the meta device (the result shape depends on values)")
+            raise RuntimeError(
+                "indexing with tensors is not supported on the meta device (the result shape depends on values)"
+            )
         arr = x._data[self.index]
         s = wrap_storage(arr, x._device)
         return Tensor._make(arr, s, x._dtype, x._device)
@@ -216,7 +224,12 @@ class IndexPut(Function):
         gx._data[self.index] = 0
         grads = [gx]
         if self.v_t:
-            gv = Tensor._make(g._data[self.index], wrap_storage(g._data[self.index], g._device), g._dtype, g._device)
+            gv = Tensor._make(
+                g._data[self.index],
+                wrap_storage(g._data[self.index], g._device),
+                g._dtype,
+                g._device,
+            )
             grads.append(sum_to(gv, self.v_shape) if gv.shape != self.v_shape else gv)
         return tuple(grads)
 
@@ -242,8 +255,13 @@ class Copy(Function):
         self.src_t = isinstance(src, Tensor)
         self.src_shape = src.shape if self.src_t else ()
         self.src_dtype = src._dtype if self.src_t else None
-        check_out(dst, broadcast_shape(dst, src, "copy_"), dst._dtype, "copy_",
-                  (dst.shape, self.src_shape))
+        check_out(
+            dst,
+            broadcast_shape(dst, src, "copy_"),
+            dst._dtype,
+            "copy_",
+            (dst.shape, self.src_shape),
+        )
         if dst._device.type != "meta":
             src_data = data(src)
             if self.src_t and src._device != dst._device:
@@ -319,5 +337,19 @@ def is_basic_index(index) -> bool:
     return not _has_tensor_index(index)
 
 
-__all__ = ["View", "Permute", "Expand", "Select", "IndexGather", "IndexPut", "Clone", "Copy",
-           "Fill", "Cast", "make_view", "view_array", "is_basic_index", "dtypes"]
+__all__ = [
+    "View",
+    "Permute",
+    "Expand",
+    "Select",
+    "IndexGather",
+    "IndexPut",
+    "Clone",
+    "Copy",
+    "Fill",
+    "Cast",
+    "make_view",
+    "view_array",
+    "is_basic_index",
+    "dtypes",
+]

@@ -21,9 +21,18 @@ class Adam(Optimizer):
 
     _decoupled = False
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False,
-                 decoupled_weight_decay: bool | None = None):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        decoupled_weight_decay: bool | None = None,
+    ):
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if eps < 0.0:
@@ -35,8 +44,15 @@ class Adam(Optimizer):
         if weight_decay < 0.0:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         decoupled = self._decoupled if decoupled_weight_decay is None else decoupled_weight_decay
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                        maximize=maximize, decoupled_weight_decay=decoupled)
+        defaults = dict(
+            lr=lr,
+            betas=tuple(betas),
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            maximize=maximize,
+            decoupled_weight_decay=decoupled,
+        )
         super().__init__(params, defaults)
 
     def _init_state(self, group, param) -> dict:
@@ -62,7 +78,11 @@ class Adam(Optimizer):
     def _update(self, group, params, states) -> None:
         lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
         beta1, beta2 = group["betas"]
-        amsgrad, maximize, decoupled = group["amsgrad"], group["maximize"], group["decoupled_weight_decay"]
+        amsgrad, maximize, decoupled = (
+            group["amsgrad"],
+            group["maximize"],
+            group["decoupled_weight_decay"],
+        )
         for param, state in zip(params, states, strict=True):
             grad = param.grad if not maximize else -param.grad
             exp_avg, exp_avg_sq, step_t = state["exp_avg"], state["exp_avg_sq"], state["step"]
@@ -93,7 +113,24 @@ class AdamW(Adam):
 
     _decoupled = True
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
-                         decoupled_weight_decay=True)
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+    ):
+        super().__init__(
+            params,
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            amsgrad,
+            maximize=maximize,
+            decoupled_weight_decay=True,
+        )

@@ -48,19 +48,25 @@ class Optimizer:
         if isinstance(params, Tensor):
             params = [params]
         elif isinstance(params, set):
-            raise TypeError("optimizer parameters need to be organized in ordered collections, but "
-                            "the ordering of tensors in sets will change between runs. Please use a list instead.")
+            raise TypeError(
+                "optimizer parameters need to be organized in ordered collections, but "
+                "the ordering of tensors in sets will change between runs. Please use a list instead."
+            )
         else:
             params = list(params)
         for p in params:
             if not isinstance(p, Tensor):
-                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {type(p).__name__}")
+                raise TypeError(
+                    f"optimizer can only optimize Tensors, but one of the params is {type(p).__name__}"
+                )
             if not p.is_leaf:
                 raise ValueError("can't optimize a non-leaf Tensor")
         group = dict(param_group, params=params)
         for key, default in self.defaults.items():
             if default is required and key not in group:
-                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {key}")
+                raise ValueError(
+                    f"parameter group didn't specify a value of required optimization parameter {key}"
+                )
             group.setdefault(key, default)
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in seen for p in params):
@@ -113,8 +119,10 @@ class Optimizer:
         by_index = {}
         for own, saved in zip(self.param_groups, groups, strict=True):
             if len(own["params"]) != len(saved["params"]):
-                raise ValueError("loaded state dict contains a parameter group that doesn't match "
-                                 "the size of optimizer's group")
+                raise ValueError(
+                    "loaded state dict contains a parameter group that doesn't match "
+                    "the size of optimizer's group"
+                )
             by_index.update(zip(saved["params"], own["params"], strict=True))
             own.update({k: v for k, v in saved.items() if k != "params"})
         self.state = defaultdict(dict)
@@ -122,8 +130,10 @@ class Optimizer:
             stack.enter_context(self._state_context())
             for idx, s in state_dict["state"].items():
                 p = by_index[idx]
-                self.state[p] = {k: (v.to(device=p.device).clone() if isinstance(v, Tensor) else v)
-                                 for k, v in s.items()}
+                self.state[p] = {
+                    k: (v.to(device=p.device).clone() if isinstance(v, Tensor) else v)
+                    for k, v in s.items()
+                }
 
     def __repr__(self) -> str:
         lines = [type(self).__name__ + " ("]

@@ -14,8 +14,17 @@ class SGD(Optimizer):
     only weight_decay / nesterov / maximize allocate a gradient-sized temporary.
     """
 
-    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+    ):
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if momentum < 0.0:
@@ -24,8 +33,14 @@ class SGD(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                        nesterov=nesterov, maximize=maximize)
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            dampening=dampening,
+            weight_decay=weight_decay,
+            nesterov=nesterov,
+            maximize=maximize,
+        )
         super().__init__(params, defaults)
 
     @no_grad()
@@ -33,7 +48,11 @@ class SGD(Optimizer):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
             lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
-            weight_decay, nesterov, maximize = group["weight_decay"], group["nesterov"], group["maximize"]
+            weight_decay, nesterov, maximize = (
+                group["weight_decay"],
+                group["nesterov"],
+                group["maximize"],
+            )
             for param in group["params"]:
                 if param.grad is None:
                     continue

@@ -21,7 +21,18 @@ from memprof.check.result import combined_result
 from memprof.check.session import CheckOutcome, run_check
 
 __all__ = [
-    "Baseline", "BaselineEntry", "Check", "CheckOutcome", "VariantResult", "combined_result",
-    "evaluate_report", "junit_xml", "limit_message", "live_at_peak_lines", "load_baseline",
-    "regression_message", "result_lines", "run_check",
+    "Baseline",
+    "BaselineEntry",
+    "Check",
+    "CheckOutcome",
+    "VariantResult",
+    "combined_result",
+    "evaluate_report",
+    "junit_xml",
+    "limit_message",
+    "live_at_peak_lines",
+    "load_baseline",
+    "regression_message",
+    "result_lines",
+    "run_check",
 ]

@@ -42,11 +42,16 @@ class BaselineEntry:
     allocator: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"peak_allocated_bytes": self.peak_allocated_bytes,
-                "peak_reserved_bytes": self.peak_reserved_bytes, "source": self.source,
-                "status": self.status,
-                "run_id": self.run_id, "created_at": self.created_at, "device": self.device,
-                "allocator": self.allocator}
+        return {
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "source": self.source,
+            "status": self.status,
+            "run_id": self.run_id,
+            "created_at": self.created_at,
+            "device": self.device,
+            "allocator": self.allocator,
+        }
 
 
 @dataclass
@@ -76,11 +81,16 @@ def load_baseline(path: str | os.PathLike) -> Baseline:
     if not root.exists():
         raise InvalidInput(f"{root}: baseline not found (no such file or directory)")
     if root.is_dir():
-        files = sorted(p for p in root.rglob("*.json")
-                       if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+        files = sorted(
+            p
+            for p in root.rglob("*.json")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        )
         if not files:
-            raise InvalidInput(f"{root}: no baseline in this directory (expected run reports or "
-                               f"`memprof check --json` results, *.json)")
+            raise InvalidInput(
+                f"{root}: no baseline in this directory (expected run reports or "
+                f"`memprof check --json` results, *.json)"
+            )
     else:
         files = [root]
     baseline = Baseline(path=str(root))
@@ -98,6 +108,7 @@ def load_baseline(path: str | os.PathLike) -> Baseline:
 
 
 # --- reading one file -------------------------------------------------------------------------
+
 
 class _Bad(Exception):
     """What is wrong with one baseline file; the caller prefixes the file name (and position)."""
@@ -126,23 +137,32 @@ def _entries(file: Path) -> Iterator[BaselineEntry]:
     except json.JSONDecodeError as exc:
         raise _Bad(f"invalid JSON: {exc.msg}", (exc.lineno, exc.colno)) from None
     if not isinstance(data, dict):
-        raise _Bad(f"expected a memprof run report or check result (a JSON object), "
-                   f"found {_kind(data)}")
+        raise _Bad(
+            f"expected a memprof run report or check result (a JSON object), found {_kind(data)}"
+        )
     if data.get("kind") == CHECK_KIND:
         return _from_check(data, str(file))
     if "variants" in data and "scenario" in data:
         return _from_report(data, str(file))
-    raise _Bad("expected a memprof run report (with `scenario` and `variants`) or a "
-               f"`memprof check --json` result (`\"kind\": \"{CHECK_KIND}\"`), found an object "
-               f"with keys {', '.join(sorted(map(str, data))[:8]) or 'none'}")
+    raise _Bad(
+        "expected a memprof run report (with `scenario` and `variants`) or a "
+        f'`memprof check --json` result (`"kind": "{CHECK_KIND}"`), found an object '
+        f"with keys {', '.join(sorted(map(str, data))[:8]) or 'none'}"
+    )
 
 
 def _from_report(data: Mapping[str, Any], source: str) -> Iterator[BaselineEntry]:
     version = data.get("schema_version")
     if version != REPORT_SCHEMA_VERSION:
-        raise _Bad(f"expected a report with schema_version {REPORT_SCHEMA_VERSION}, found "
-                   f"{version!r}" + (" (written by a newer memprof?)" if isinstance(version, int)
-                                     and version > REPORT_SCHEMA_VERSION else ""))
+        raise _Bad(
+            f"expected a report with schema_version {REPORT_SCHEMA_VERSION}, found "
+            f"{version!r}"
+            + (
+                " (written by a newer memprof?)"
+                if isinstance(version, int) and version > REPORT_SCHEMA_VERSION
+                else ""
+            )
+        )
     scenario = data.get("scenario")
     if not isinstance(scenario, dict) or not isinstance(scenario.get("name"), str):
         raise _Bad(f"expected `scenario.name` (a string), found {_kind(scenario)}")
@@ -154,34 +174,52 @@ def _from_report(data: Mapping[str, Any], source: str) -> Iterator[BaselineEntry
     entries = []
     for i, v in enumerate(variants):
         _require_variant(v, f"variants[{i}]", ("name", "status", "peak_allocated_bytes"))
-        entries.append(BaselineEntry(
-            scenario=scenario["name"], variant=v["name"],
-            peak_allocated_bytes=v["peak_allocated_bytes"],
-            peak_reserved_bytes=_int_or_none(v.get("peak_reserved_bytes")),
-            source=source, status=v["status"], run_id=data.get("run_id"), created_at=created,
-            device=v.get("device") or env.get("device"),
-            allocator=v.get("allocator") or env.get("allocator")))
+        entries.append(
+            BaselineEntry(
+                scenario=scenario["name"],
+                variant=v["name"],
+                peak_allocated_bytes=v["peak_allocated_bytes"],
+                peak_reserved_bytes=_int_or_none(v.get("peak_reserved_bytes")),
+                source=source,
+                status=v["status"],
+                run_id=data.get("run_id"),
+                created_at=created,
+                device=v.get("device") or env.get("device"),
+                allocator=v.get("allocator") or env.get("allocator"),
+            )
+        )
     return iter(entries)
 
 
 def _from_check(data: Mapping[str, Any], source: str) -> Iterator[BaselineEntry]:
     version = data.get("schema_version")
     if version != CHECK_SCHEMA_VERSION:
-        raise _Bad(f"expected a check result with schema_version {CHECK_SCHEMA_VERSION}, found "
-                   f"{version!r}")
+        raise _Bad(
+            f"expected a check result with schema_version {CHECK_SCHEMA_VERSION}, found {version!r}"
+        )
     results = data.get("results")
     if not isinstance(results, list):
         raise _Bad(f"expected `results` to be a list, found {_kind(results)}")
     created = data.get("created_at") if isinstance(data.get("created_at"), str) else ""
     entries = []
     for i, r in enumerate(results):
-        _require_variant(r, f"results[{i}]", ("scenario", "variant", "status", "peak_allocated_bytes"))
-        entries.append(BaselineEntry(
-            scenario=r["scenario"], variant=r["variant"],
-            peak_allocated_bytes=r["peak_allocated_bytes"],
-            peak_reserved_bytes=_int_or_none(r.get("peak_reserved_bytes")),
-            source=source, status=r["status"], run_id=r.get("run_id"), created_at=created,
-            device=r.get("device"), allocator=r.get("allocator")))
+        _require_variant(
+            r, f"results[{i}]", ("scenario", "variant", "status", "peak_allocated_bytes")
+        )
+        entries.append(
+            BaselineEntry(
+                scenario=r["scenario"],
+                variant=r["variant"],
+                peak_allocated_bytes=r["peak_allocated_bytes"],
+                peak_reserved_bytes=_int_or_none(r.get("peak_reserved_bytes")),
+                source=source,
+                status=r["status"],
+                run_id=r.get("run_id"),
+                created_at=created,
+                device=r.get("device"),
+                allocator=r.get("allocator"),
+            )
+        )
     return iter(entries)
 
 

@@ -26,7 +26,13 @@ from memprof.check.explain import (
 )
 from memprof.units import format_bytes
 
-SIZE_METRICS = ("peak_allocated", "peak_reserved", "final_allocated", "baseline", "peak_over_baseline")
+SIZE_METRICS = (
+    "peak_allocated",
+    "peak_reserved",
+    "final_allocated",
+    "baseline",
+    "peak_over_baseline",
+)
 BUDGET_OPS = ("<=", "<", "==")
 DEFAULT_MAX_INCREASE_PCT = 5.0
 
@@ -54,7 +60,11 @@ class Check:
 
     @property
     def expected_text(self) -> str:
-        value = format_bytes(self.expected) if self.is_size and isinstance(self.expected, int) else self.expected
+        value = (
+            format_bytes(self.expected)
+            if self.is_size and isinstance(self.expected, int)
+            else self.expected
+        )
         return f"{self.op} {value}"
 
     @property
@@ -66,9 +76,16 @@ class Check:
         return str(self.actual)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "metric": self.metric, "op": self.op, "expected": self.expected,
-                "actual": self.actual, "passed": self.passed, "message": self.message,
-                "explanation": self.explanation}
+        return {
+            "kind": self.kind,
+            "metric": self.metric,
+            "op": self.op,
+            "expected": self.expected,
+            "actual": self.actual,
+            "passed": self.passed,
+            "message": self.message,
+            "explanation": self.explanation,
+        }
 
 
 @dataclass
@@ -128,11 +145,18 @@ class VariantResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "scenario": self.scenario, "variant": self.variant, "name": self.name,
-            "path": self.path, "run_id": self.run_id, "passed": self.passed,
-            "status": self.status, "device": self.device, "allocator": self.allocator,
+            "scenario": self.scenario,
+            "variant": self.variant,
+            "name": self.name,
+            "path": self.path,
+            "run_id": self.run_id,
+            "passed": self.passed,
+            "status": self.status,
+            "device": self.device,
+            "allocator": self.allocator,
             "peak_allocated_bytes": self.peak_allocated_bytes,
-            "peak_reserved_bytes": self.peak_reserved_bytes, "duration_s": self.duration_s,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "duration_s": self.duration_s,
             "baseline": self.baseline.to_dict() if self.baseline else None,
             "checks": [c.to_dict() for c in self.checks],
             "explanation": self.explanation(),
@@ -155,7 +179,9 @@ def evaluate_report(
         subject = f"{scenario}/{v['name']}"
         peak = v.get("peak") or {}
         result = VariantResult(
-            scenario=scenario, variant=v["name"], status=v.get("status", "ok"),
+            scenario=scenario,
+            variant=v["name"],
+            status=v.get("status", "ok"),
             checks=[_expectation_check(subject, e) for e in v.get("expectations") or []],
             peak_allocated_bytes=v.get("peak_allocated_bytes"),
             peak_reserved_bytes=v.get("peak_reserved_bytes"),
@@ -163,7 +189,8 @@ def evaluate_report(
             device=v.get("device") or env.get("device"),
             allocator=v.get("allocator") or env.get("allocator"),
             live_at_peak=[dict(r) for r in peak.get("live") or []],
-            run_id=report.get("run_id"), path=report["scenario"].get("path"),
+            run_id=report.get("run_id"),
+            path=report["scenario"].get("path"),
         )
         status_check = _status_check(subject, v)
         if status_check is not None:
@@ -187,8 +214,16 @@ def _expectation_check(subject: str, e: Mapping[str, Any]) -> Check:
             explanation = limit_message(subject, expected, actual, metric, op)
         else:
             explanation = f"{subject} did not meet its expectation: {message}"
-    return Check("budget" if is_budget else "expectation", metric, op, expected, actual, passed,
-                 message, explanation)
+    return Check(
+        "budget" if is_budget else "expectation",
+        metric,
+        op,
+        expected,
+        actual,
+        passed,
+        message,
+        explanation,
+    )
 
 
 def _status_check(subject: str, v: Mapping[str, Any]) -> Check | None:
@@ -201,11 +236,21 @@ def _status_check(subject: str, v: Mapping[str, Any]) -> Check | None:
     err = v.get("error") or {}
     what = f"{err.get('type', 'Error')}: {err.get('message', '')}".rstrip(": ")
     at = f" at node {err['node']}" if err.get("node") else ""
-    return Check("status", "status", "==", "ok", status, False, f"status == ok (actual {status})",
-                 f"{subject} failed{at} ({status}): {what}")
+    return Check(
+        "status",
+        "status",
+        "==",
+        "ok",
+        status,
+        False,
+        f"status == ok (actual {status})",
+        f"{subject} failed{at} ({status}): {what}",
+    )
 
 
-def _compare_with_baseline(result: VariantResult, baseline: Baseline, max_increase_pct: float) -> None:
+def _compare_with_baseline(
+    result: VariantResult, baseline: Baseline, max_increase_pct: float
+) -> None:
     entry = baseline.get(result.scenario, result.variant)
     if entry is None:
         result.notes.append(f"no baseline for {result.name} in {baseline.path}")
@@ -217,22 +262,36 @@ def _compare_with_baseline(result: VariantResult, baseline: Baseline, max_increa
         if ours_ok or theirs_ok:  # both failing (as the scenario expects, say) needs no note
             which = "this run" if theirs_ok else f"the baseline ({entry.source})"
             status = result.status if theirs_ok else entry.status
-            result.notes.append(f"not compared with the baseline: the variant did not finish in "
-                                f"{which} (status {status})")
+            result.notes.append(
+                f"not compared with the baseline: the variant did not finish in "
+                f"{which} (status {status})"
+            )
         return
-    mismatch = [f"{what} {theirs} (now {ours})" for what, theirs, ours in (
-        ("device", entry.device, result.device), ("allocator", entry.allocator, result.allocator))
-        if theirs and ours and theirs != ours]
+    mismatch = [
+        f"{what} {theirs} (now {ours})"
+        for what, theirs, ours in (
+            ("device", entry.device, result.device),
+            ("allocator", entry.allocator, result.allocator),
+        )
+        if theirs and ours and theirs != ours
+    ]
     if mismatch:
-        result.notes.append(f"not compared with the baseline: it ran with {', '.join(mismatch)}; "
-                            f"peaks under different accounting do not compare")
+        result.notes.append(
+            f"not compared with the baseline: it ran with {', '.join(mismatch)}; "
+            f"peaks under different accounting do not compare"
+        )
         return
     base, actual = entry.peak_allocated_bytes, result.peak_allocated_bytes
     allowed = base * (1.0 + max_increase_pct / 100.0)
     passed = actual <= allowed
     limit = math.floor(allowed)
-    message = (f"peak_allocated <= {format_bytes(limit)} (baseline {format_bytes(base)} "
-               f"+{max_increase_pct:g}%; actual {format_bytes(actual)})")
-    explanation = None if passed else regression_message(result.name, base, actual, max_increase_pct)
-    result.checks.append(Check("regression", "peak_allocated", "<=", limit, actual, passed, message,
-                               explanation))
+    message = (
+        f"peak_allocated <= {format_bytes(limit)} (baseline {format_bytes(base)} "
+        f"+{max_increase_pct:g}%; actual {format_bytes(actual)})"
+    )
+    explanation = (
+        None if passed else regression_message(result.name, base, actual, max_increase_pct)
+    )
+    result.checks.append(
+        Check("regression", "peak_allocated", "<=", limit, actual, passed, message, explanation)
+    )

@@ -26,13 +26,16 @@ _LIMIT_WORDING = {
 TOP_LIVE = 5
 
 
-def limit_message(subject: str, limit: int, actual: int | None, metric: str = "peak_allocated",
-                  op: str = "<=") -> str:
+def limit_message(
+    subject: str, limit: int, actual: int | None, metric: str = "peak_allocated", op: str = "<="
+) -> str:
     """`<subject> was limited to <limit> but peaked at <actual>` (wording follows the metric)."""
     scope, verb = _LIMIT_WORDING.get(metric, (f" of {metric}", "measured"))
     bound = "less than " if op == "<" else ""
     if actual is None:
-        return f"{subject} was limited to {bound}{format_bytes(limit)}{scope} but it was not measured"
+        return (
+            f"{subject} was limited to {bound}{format_bytes(limit)}{scope} but it was not measured"
+        )
     return f"{subject} was limited to {bound}{format_bytes(limit)}{scope} but {verb} {format_bytes(actual)}"
 
 
@@ -48,12 +51,15 @@ def regression_message(subject: str, baseline: int, actual: int, max_increase_pc
         how_much = f"{100.0 * (actual - baseline) / baseline:.1f}% above"
     else:
         how_much = f"{format_bytes(actual - baseline)} above"
-    return (f"{subject} peaked at {format_bytes(actual)}, {how_much} its baseline of "
-            f"{format_bytes(baseline)} (allowed: +{max_increase_pct:g}%)")
+    return (
+        f"{subject} peaked at {format_bytes(actual)}, {how_much} its baseline of "
+        f"{format_bytes(baseline)} (allowed: +{max_increase_pct:g}%)"
+    )
 
 
-def live_at_peak_lines(live: Iterable[Mapping[str, Any]], *, top: int = TOP_LIVE,
-                       total: int | None = None) -> list[str]:
+def live_at_peak_lines(
+    live: Iterable[Mapping[str, Any]], *, top: int = TOP_LIVE, total: int | None = None
+) -> list[str]:
     """The largest tensors live at the peak, one line each: size, tensor, category, node (op).
 
     `live` is a report's `variants[].peak.live` (largest first) or anything with those keys.
@@ -72,8 +78,10 @@ def live_at_peak_lines(live: Iterable[Mapping[str, Any]], *, top: int = TOP_LIVE
         where = f"node {node}" if node else "no node"
         if op:
             where += f" ({op})"
-        lines.append(f"  {format_bytes(r.get('bytes') or 0):>11}  {str(r.get('tensor') or '?'):<{name_w}}"
-                     f"  {str(r.get('category') or ''):<{cat_w}}  {where}")
+        lines.append(
+            f"  {format_bytes(r.get('bytes') or 0):>11}  {str(r.get('tensor') or '?'):<{name_w}}"
+            f"  {str(r.get('category') or ''):<{cat_w}}  {where}"
+        )
     if len(rows) > top:
         rest = sum(r.get("bytes") or 0 for r in rows[top:])
         lines.append(f"  {format_bytes(rest):>11}  ... {len(rows) - top} more")
@@ -90,15 +98,22 @@ def result_lines(result, *, name_width: int = 32) -> list[str]:
     verdict = "PASS" if result.passed else "FAIL"
     if head is None:
         peak = result.peak_allocated_bytes
-        cells = ["peak_allocated", "(no budget)", format_bytes(peak) if peak is not None else "not measured"]
+        cells = [
+            "peak_allocated",
+            "(no budget)",
+            format_bytes(peak) if peak is not None else "not measured",
+        ]
     else:
         metric = head.metric + (" vs baseline" if head.kind == "regression" else "")
         cells = [metric, _clip(head.expected_text), _clip(head.actual_text)]
     line = f"{verdict}  {result.name:<{name_width}}  {cells[0]:<26} {cells[1]:<18} {cells[2]}"
     if len(result.checks) > 1:
         failed = len(result.failures)
-        line += (f"  ({failed} of {len(result.checks)} checks failed)" if failed
-                 else f"  ({len(result.checks)} checks)")
+        line += (
+            f"  ({failed} of {len(result.checks)} checks failed)"
+            if failed
+            else f"  ({len(result.checks)} checks)"
+        )
     lines = [line.rstrip()]
     lines += [f"      {text}" for text in result.explanation()]
     lines += [f"      note: {note}" for note in result.notes]
@@ -108,4 +123,4 @@ def result_lines(result, *, name_width: int = 32) -> list[str]:
 def _clip(text: str, width: int = 40) -> str:
     """One table cell: long texts (error messages) are cut; the explanation has them whole."""
     text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."

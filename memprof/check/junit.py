@@ -36,20 +36,27 @@ def junit_xml(results: Sequence[VariantResult], *, created: _dt.datetime | None 
     for r in results:
         suite = suites.get(r.scenario)
         if suite is None:
-            suite = suites[r.scenario] = ET.SubElement(root, "testsuite", name=_text(r.scenario),
-                                                       timestamp=stamp)
+            suite = suites[r.scenario] = ET.SubElement(
+                root, "testsuite", name=_text(r.scenario), timestamp=stamp
+            )
             if r.path:
                 suite.set("file", _text(r.path))
-        case = ET.SubElement(suite, "testcase", classname=_text(r.scenario), name=_text(r.variant),
-                             time=_seconds(r.duration_s))
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=_text(r.scenario),
+            name=_text(r.variant),
+            time=_seconds(r.duration_s),
+        )
         if r.path:
             case.set("file", _text(r.path))
         failures = r.failures
         if failures:
             first = failures[0]
             tag = "error" if first.kind == "status" else "failure"
-            el = ET.SubElement(case, tag, type=first.kind,
-                               message=_text(first.explanation or first.message))
+            el = ET.SubElement(
+                case, tag, type=first.kind, message=_text(first.explanation or first.message)
+            )
             el.text = _text("\n".join(r.explanation()))
         out = ET.SubElement(case, "system-out")
         out.text = _text("\n".join(result_lines(r)))

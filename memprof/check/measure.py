@@ -31,7 +31,9 @@ class PeakRecorder(MemoryObserver):
         self.num_ooms = 0
         self._reserved_at_start = reserved_at_start
         self._live: dict[int, int] = {}
-        self._sites: dict[int, tuple[int, str | None, str | None]] = {}  # id -> (bytes, op, location)
+        self._sites: dict[
+            int, tuple[int, str | None, str | None]
+        ] = {}  # id -> (bytes, op, location)
         self._log: list[tuple[int, bool]] = []  # (storage id, allocated?)
         self._peak_at = -1  # index into _log where the peak was first reached
 
@@ -44,8 +46,9 @@ class PeakRecorder(MemoryObserver):
         if self.current_bytes > self.peak_bytes:
             self.peak_bytes = self.current_bytes
             self._peak_at = len(self._log) - 1
-        self.peak_reserved_bytes = max(self.peak_reserved_bytes,
-                                       event.reserved - self._reserved_at_start)
+        self.peak_reserved_bytes = max(
+            self.peak_reserved_bytes, event.reserved - self._reserved_at_start
+        )
 
     def on_free(self, event: AllocEvent) -> None:
         nbytes = self._live.pop(event.storage_id, None)
@@ -60,7 +63,7 @@ class PeakRecorder(MemoryObserver):
     def live_at_peak(self) -> list[int]:
         """Storage ids live when the peak was first reached."""
         live: dict[int, None] = {}
-        for sid, allocated in self._log[:self._peak_at + 1]:
+        for sid, allocated in self._log[: self._peak_at + 1]:
             if allocated:
                 live[sid] = None
             else:
@@ -73,7 +76,9 @@ class PeakRecorder(MemoryObserver):
         groups: dict[tuple[str | None, str | None], dict[str, Any]] = {}
         for sid in self.live_at_peak():
             nbytes, op, location = self._sites[sid]
-            g = groups.setdefault((op, location), {"op": op, "location": location, "bytes": 0, "count": 0})
+            g = groups.setdefault(
+                (op, location), {"op": op, "location": location, "bytes": 0, "count": 0}
+            )
             g["bytes"] += nbytes
             g["count"] += 1
         rows = sorted(groups.values(), key=lambda g: (-g["bytes"], str(g["op"])))

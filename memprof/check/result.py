@@ -44,8 +44,15 @@ def combined_result(
         "max_increase_pct": max_increase_pct,
         "baseline": baseline,
         "summary": {"variants": len(results), "passed": len(results) - failed, "failed": failed},
-        "scenarios": [{"name": r["scenario"]["name"], "path": r["scenario"].get("path"),
-                       "run_id": r.get("run_id"), "status": r.get("status")} for r in reports],
+        "scenarios": [
+            {
+                "name": r["scenario"]["name"],
+                "path": r["scenario"].get("path"),
+                "run_id": r.get("run_id"),
+                "status": r.get("status"),
+            }
+            for r in reports
+        ],
         "results": [r.to_dict() for r in results],
     }
 

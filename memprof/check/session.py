@@ -40,9 +40,12 @@ class CheckOutcome:
 
     def combined(self) -> dict[str, Any]:
         """The `--json` document (memprof/check/result.py)."""
-        return combined_result(self.results, self.reports,
-                               baseline=self.baseline.path if self.baseline else None,
-                               max_increase_pct=self.max_increase_pct)
+        return combined_result(
+            self.results,
+            self.reports,
+            baseline=self.baseline.path if self.baseline else None,
+            max_increase_pct=self.max_increase_pct,
+        )
 
 
 def run_check(
@@ -78,8 +81,10 @@ def run_check(
     loaded, names = [], {}
     for sc in scenarios:
         if sc.name in names:
-            problems.append(f"{sc.path}: scenario name {sc.name!r} is also used by {names[sc.name]}; "
-                            f"baselines and history match scenarios by name, so names must differ")
+            problems.append(
+                f"{sc.path}: scenario name {sc.name!r} is also used by {names[sc.name]}; "
+                f"baselines and history match scenarios by name, so names must differ"
+            )
             continue
         names[sc.name] = sc.path
         loaded.append(sc)
@@ -103,11 +108,14 @@ def run_check(
         if runs_dir is not None:
             try:
                 outcome.saved.append(save_report(report, runs_dir))
-                history.append(runs_dir, report, source="check",
-                               passed={r.variant: r.passed for r in results})
+                history.append(
+                    runs_dir, report, source="check", passed={r.variant: r.passed for r in results}
+                )
             except (OSError, sqlite3.Error) as exc:  # judge and report the rest regardless
-                outcome.save_errors.append(f"{runs_dir}: cannot save {report['run_id']} and its "
-                                           f"history there: {getattr(exc, 'strerror', None) or exc}")
+                outcome.save_errors.append(
+                    f"{runs_dir}: cannot save {report['run_id']} and its "
+                    f"history there: {getattr(exc, 'strerror', None) or exc}"
+                )
         for r in results:
             if on_result is not None:
                 on_result(r)

@@ -16,25 +16,39 @@ from memprof.runner import run_loaded
 from memprof.scenario import load_scenarios
 
 
-def run_command(scenarios: list[Path], *, variants, device, allocator, json_out,
-                runs_dir: Path, quiet: bool) -> None:
+def run_command(
+    scenarios: list[Path], *, variants, device, allocator, json_out, runs_dir: Path, quiet: bool
+) -> None:
     to_stdout = json_out == "-"
     out = terminal.make_console(stderr=to_stdout)
     err = terminal.make_console(stderr=True)
 
-    loaded, problems = load_scenarios(scenarios, variants=variants, device=device,
-                                      allocator=allocator)
-    problems += [problem for problem in (output_problem(runs_dir, directory=True),
-                                         None if not json_out or to_stdout else output_problem(json_out))
-                 if problem]
+    loaded, problems = load_scenarios(
+        scenarios, variants=variants, device=device, allocator=allocator
+    )
+    problems += [
+        problem
+        for problem in (
+            output_problem(runs_dir, directory=True),
+            None if not json_out or to_stdout else output_problem(json_out),
+        )
+        if problem
+    ]
     if problems:
         raise InvalidInput("invalid input", problems)
 
     reports = []
     units = sum(len(sc.variants) * max(v.spec.iterations for v in sc.variants) for sc in loaded)
     show_bar = not quiet and units > 1 and err.is_terminal
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=err, transient=True, disable=not show_bar)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not show_bar,
+    )
     with progress:
         for sc in loaded:
             iters = {v.name: v.spec.iterations for v in sc.variants}
@@ -42,7 +56,10 @@ def run_command(scenarios: list[Path], *, variants, device, allocator, json_out,
 
             def on_progress(ev, _task=task, _name=sc.name):
                 if ev["stage"] == "start":
-                    progress.update(_task, description=f"{_name} [{ev['index'] + 1}/{ev['total']}] {ev['variant']}")
+                    progress.update(
+                        _task,
+                        description=f"{_name} [{ev['index'] + 1}/{ev['total']}] {ev['variant']}",
+                    )
 
             def on_iteration(_variant, _k, _n, _task=task):
                 progress.advance(_task)
@@ -57,8 +74,10 @@ def run_command(scenarios: list[Path], *, variants, device, allocator, json_out,
             path = save_report(report, runs_dir)
             history.append(runs_dir, report, source="run")
         except (OSError, sqlite3.Error) as exc:  # still show and --json what was measured
-            unsaved.append(f"{runs_dir}: cannot save {report['run_id']} and its history there: "
-                           f"{getattr(exc, 'strerror', None) or exc}")
+            unsaved.append(
+                f"{runs_dir}: cannot save {report['run_id']} and its history there: "
+                f"{getattr(exc, 'strerror', None) or exc}"
+            )
         if not quiet:
             terminal.render(report, out)
             if path is not None:
@@ -83,11 +102,19 @@ def run_command(scenarios: list[Path], *, variants, device, allocator, json_out,
 
 def _failure_line(report: dict) -> str:
     name = report["scenario"]["name"]
-    bad_exp = [f"{v['name']}: {e['message']}" for v in report["variants"]
-               for e in v["expectations"] if not e["passed"]]
-    bad_run = [f"{v['name']}: {v['error']['type']}" for v in report["variants"]
-               if v["status"] != "ok" and v["error"]
-               and not any(e["metric"] in ("error", "status") and e["passed"] for e in v["expectations"])]
+    bad_exp = [
+        f"{v['name']}: {e['message']}"
+        for v in report["variants"]
+        for e in v["expectations"]
+        if not e["passed"]
+    ]
+    bad_run = [
+        f"{v['name']}: {v['error']['type']}"
+        for v in report["variants"]
+        if v["status"] != "ok"
+        and v["error"]
+        and not any(e["metric"] in ("error", "status") and e["passed"] for e in v["expectations"])
+    ]
     parts = bad_run + bad_exp
     what = "failed" if report["status"] == "failed" else "expectation failed"
     return f"{name}: {what} ({'; '.join(parts[:3])}{'; ...' if len(parts) > 3 else ''})"

@@ -51,7 +51,9 @@ def _reporting_errors(func):
         try:
             return func(*args, **kwargs)
         except MemprofError as exc:
-            typer.echo(f"error: {exc}" if not getattr(exc, "problems", None) else str(exc), err=True)
+            typer.echo(
+                f"error: {exc}" if not getattr(exc, "problems", None) else str(exc), err=True
+            )
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper

@@ -11,27 +11,58 @@ from memprof.cli.options import DEFAULT_RUNS, RunsDir
 
 
 def check(
-    scenarios: Annotated[list[Path] | None, typer.Argument(
-        help="Scenario files or directories of them (default: scenarios/).",
-        show_default=False)] = None,
-    baseline: Annotated[Path | None, typer.Option(
-        "--baseline", help="Earlier peaks to compare with: a `check --json` result, a run report, "
-                           "or a directory of them.", show_default=False)] = None,
-    max_increase: Annotated[str, typer.Option(
-        "--max-increase", help="How far a peak may rise above its baseline.")] = "5%",
-    json_out: Annotated[Path | None, typer.Option(
-        "--json", help="Write the combined result here (usable later as --baseline).",
-        show_default=False)] = None,
-    junit: Annotated[Path | None, typer.Option(
-        "--junit", help="Write JUnit XML here: one testcase per scenario variant.",
-        show_default=False)] = None,
-    html: Annotated[Path | None, typer.Option(
-        "--html", help="Write each scenario's offline HTML report into this directory.",
-        show_default=False)] = None,
-    allocator: Annotated[str | None, typer.Option(
-        help="Override the allocator model: exact or caching.", show_default=False)] = None,
-    device: Annotated[str | None, typer.Option(
-        help="Override the scenarios' device: cpu, cuda, meta or auto.", show_default=False)] = None,
+    scenarios: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Scenario files or directories of them (default: scenarios/).", show_default=False
+        ),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            help="Earlier peaks to compare with: a `check --json` result, a run report, "
+            "or a directory of them.",
+            show_default=False,
+        ),
+    ] = None,
+    max_increase: Annotated[
+        str, typer.Option("--max-increase", help="How far a peak may rise above its baseline.")
+    ] = "5%",
+    json_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--json",
+            help="Write the combined result here (usable later as --baseline).",
+            show_default=False,
+        ),
+    ] = None,
+    junit: Annotated[
+        Path | None,
+        typer.Option(
+            "--junit",
+            help="Write JUnit XML here: one testcase per scenario variant.",
+            show_default=False,
+        ),
+    ] = None,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Write each scenario's offline HTML report into this directory.",
+            show_default=False,
+        ),
+    ] = None,
+    allocator: Annotated[
+        str | None,
+        typer.Option(help="Override the allocator model: exact or caching.", show_default=False),
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            help="Override the scenarios' device: cpu, cuda, meta or auto.", show_default=False
+        ),
+    ] = None,
     runs_dir: RunsDir = DEFAULT_RUNS,
 ) -> None:
     """Run the scenarios and check their budgets, expectations and regressions.
@@ -54,10 +85,15 @@ def check(
     except ValueError as exc:
         raise InvalidInput(f"--max-increase: {exc}") from None
     if scenarios is None and not Path("scenarios").exists():
-        raise InvalidInput("scenarios: no such directory; name scenario files or directories "
-                           "(memprof check PATH ...)")
-    unwritable = [problem for path, directory in ((json_out, False), (junit, False), (html, True))
-                  if path is not None and (problem := output_problem(path, directory=directory))]
+        raise InvalidInput(
+            "scenarios: no such directory; name scenario files or directories "
+            "(memprof check PATH ...)"
+        )
+    unwritable = [
+        problem
+        for path, directory in ((json_out, False), (junit, False), (html, True))
+        if path is not None and (problem := output_problem(path, directory=directory))
+    ]
     if unwritable:
         raise InvalidInput("invalid input", unwritable)
 
@@ -71,9 +107,16 @@ def check(
         for line in result_lines(result, name_width=width):
             typer.echo(line)
 
-    outcome = run_check(scenarios or [Path("scenarios")], baseline=baseline, max_increase_pct=pct,
-                        allocator=allocator, device=device, runs_dir=runs_dir, on_start=start,
-                        on_result=show)
+    outcome = run_check(
+        scenarios or [Path("scenarios")],
+        baseline=baseline,
+        max_increase_pct=pct,
+        allocator=allocator,
+        device=device,
+        runs_dir=runs_dir,
+        on_start=start,
+        on_result=show,
+    )
 
     if json_out is not None:
         write_output(json_out, dumps(outcome.combined()))
@@ -92,6 +135,8 @@ def check(
     if not failed:
         typer.echo(f"all {total} variants passed")
     else:
-        raise CheckFailed(f"{failed} of {total} variants failed: "
-                          + ", ".join(r.name for r in outcome.failures[:5])
-                          + (", ..." if failed > 5 else ""))
+        raise CheckFailed(
+            f"{failed} of {total} variants failed: "
+            + ", ".join(r.name for r in outcome.failures[:5])
+            + (", ..." if failed > 5 else "")
+        )

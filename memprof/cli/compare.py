@@ -10,15 +10,28 @@ from memprof.cli.options import DEFAULT_RUNS, RunsDir
 
 
 def compare(
-    before: Annotated[str, typer.Argument(
-        help="The earlier report: a JSON file, or a run id in the runs directory.",
-        show_default=False)],
-    after: Annotated[str, typer.Argument(
-        help="The later report: a JSON file, or a run id in the runs directory.",
-        show_default=False)],
-    max_increase: Annotated[str | None, typer.Option(
-        "--max-increase", help="Fail (exit 1) when a variant's peak grows by more than this, e.g. 5%.",
-        show_default=False)] = None,
+    before: Annotated[
+        str,
+        typer.Argument(
+            help="The earlier report: a JSON file, or a run id in the runs directory.",
+            show_default=False,
+        ),
+    ],
+    after: Annotated[
+        str,
+        typer.Argument(
+            help="The later report: a JSON file, or a run id in the runs directory.",
+            show_default=False,
+        ),
+    ],
+    max_increase: Annotated[
+        str | None,
+        typer.Option(
+            "--max-increase",
+            help="Fail (exit 1) when a variant's peak grows by more than this, e.g. 5%.",
+            show_default=False,
+        ),
+    ] = None,
     runs_dir: RunsDir = DEFAULT_RUNS,
 ) -> None:
     """Compare two reports variant by variant: peak allocated before and after, delta and percent."""

@@ -12,14 +12,21 @@ _SPARK = "▁▂▃▄▅▆▇█"
 
 
 def history(
-    scenario: Annotated[str | None, typer.Argument(
-        help="Only this scenario (by name).", show_default=False)] = None,
-    variant: Annotated[str | None, typer.Option(
-        "--variant", help="Only this variant.", show_default=False)] = None,
-    limit: Annotated[int, typer.Option(
-        "--limit", min=1, help="Show at most this many of the newest runs per variant.")] = 20,
-    json_out: Annotated[bool, typer.Option(
-        "--json", help="Print the rows as JSON instead of a table.")] = False,
+    scenario: Annotated[
+        str | None, typer.Argument(help="Only this scenario (by name).", show_default=False)
+    ] = None,
+    variant: Annotated[
+        str | None, typer.Option("--variant", help="Only this variant.", show_default=False)
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit", min=1, help="Show at most this many of the newest runs per variant."
+        ),
+    ] = 20,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the rows as JSON instead of a table.")
+    ] = False,
     runs: RunsDir = DEFAULT_RUNS,
 ) -> None:
     """Print the trend of each variant's peak over past runs, oldest first.
@@ -36,24 +43,29 @@ def history(
     try:
         rows = store.query(runs, scenario, variant=variant)
         known = store.scenarios(runs) if not rows else []
-        variants = (sorted({r["variant"] for r in store.query(runs, scenario)})
-                    if not rows and variant is not None else [])
+        variants = (
+            sorted({r["variant"] for r in store.query(runs, scenario)})
+            if not rows and variant is not None
+            else []
+        )
     except sqlite3.DatabaseError as exc:
         raise InvalidInput(f"{store.db_path(runs)}: cannot read the history: {exc}") from None
     if not rows:
         if scenario is not None and scenario not in known:
             raise InvalidInput(
                 f"{store.db_path(runs)}: no runs of scenario {scenario!r} recorded"
-                + (f"; recorded scenarios: {', '.join(known)}" if known else ""))
+                + (f"; recorded scenarios: {', '.join(known)}" if known else "")
+            )
         if variants:
             of = f" of scenario {scenario!r}" if scenario is not None else ""
-            raise InvalidInput(f"{store.db_path(runs)}: no runs of variant {variant!r}{of} "
-                               f"recorded; recorded variants: {', '.join(variants)}")
+            raise InvalidInput(
+                f"{store.db_path(runs)}: no runs of variant {variant!r}{of} "
+                f"recorded; recorded variants: {', '.join(variants)}"
+            )
         if json_out:
             typer.echo("[]")
             return
-        typer.echo(f"no history in {store.db_path(runs)} "
-                   f"(memprof run and memprof check record it)")
+        typer.echo(f"no history in {store.db_path(runs)} (memprof run and memprof check record it)")
         return
 
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -86,28 +98,45 @@ def _group_lines(scenario: str, variant: str, rows: list[dict], limit: int) -> l
     lines = [head]
     if len(shown) < len(rows):
         lines.append(f"  ... {len(rows) - len(shown)} older runs not shown (--limit)")
-    table = [("created", "commit", "status", "verdict", "peak allocated", "change",
-              "peak reserved", "duration", "source")]
+    table = [
+        (
+            "created",
+            "commit",
+            "status",
+            "verdict",
+            "peak allocated",
+            "change",
+            "peak reserved",
+            "duration",
+            "source",
+        )
+    ]
     previous = None
-    for r in rows[:len(rows) - len(shown)]:
+    for r in rows[: len(rows) - len(shown)]:
         previous = r["peak_allocated_bytes"] if r["peak_allocated_bytes"] is not None else previous
     for r in shown:
         peak = r["peak_allocated_bytes"]
-        table.append((
-            r["created_at"].replace("T", " "),
-            (r["git_commit"] or "-")[:8],
-            r["status"],
-            {True: "pass", False: "FAIL", None: "-"}[r["passed"]],
-            format_bytes(peak) if peak is not None else "-",
-            _change(previous, peak) if previous is not None and peak is not None else "",
-            format_bytes(r["peak_reserved_bytes"]) if r["peak_reserved_bytes"] is not None else "-",
-            f"{r['duration_s']:.2f} s" if r["duration_s"] is not None else "-",
-            r["source"],
-        ))
+        table.append(
+            (
+                r["created_at"].replace("T", " "),
+                (r["git_commit"] or "-")[:8],
+                r["status"],
+                {True: "pass", False: "FAIL", None: "-"}[r["passed"]],
+                format_bytes(peak) if peak is not None else "-",
+                _change(previous, peak) if previous is not None and peak is not None else "",
+                format_bytes(r["peak_reserved_bytes"])
+                if r["peak_reserved_bytes"] is not None
+                else "-",
+                f"{r['duration_s']:.2f} s" if r["duration_s"] is not None else "-",
+                r["source"],
+            )
+        )
         previous = peak if peak is not None else previous
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
-        lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        lines.append(
+            "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        )
     return lines
 
 

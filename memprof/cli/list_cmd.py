@@ -9,7 +9,9 @@ import typer
 
 
 def list_scenarios(
-    directory: Annotated[Path, typer.Argument(help="Directory to search (recursively).")] = Path("scenarios"),
+    directory: Annotated[Path, typer.Argument(help="Directory to search (recursively).")] = Path(
+        "scenarios"
+    ),
 ) -> None:
     """List scenario files with their names and descriptions."""
     from rich.markup import escape
@@ -20,8 +22,9 @@ def list_scenarios(
     from memprof.scenario import discover
 
     if not directory.is_dir():
-        raise InvalidInput(f"{directory}: no such directory; name the folder of scenario files "
-                           f"(memprof list DIR)")
+        raise InvalidInput(
+            f"{directory}: no such directory; name the folder of scenario files (memprof list DIR)"
+        )
     found = discover(directory)
     console = make_console()
     if not found:

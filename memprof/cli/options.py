@@ -10,6 +10,12 @@ import typer
 DEFAULT_RUNS = Path("memprof-runs")
 
 # `--runs` everywhere; `--out-dir` is accepted as another name for it (run and check used it).
-RunsDir = Annotated[Path, typer.Option(
-    "--runs", "--out-dir", metavar="DIR",
-    help="Runs directory: one <run_id>.json report per run and history.sqlite.")]
+RunsDir = Annotated[
+    Path,
+    typer.Option(
+        "--runs",
+        "--out-dir",
+        metavar="DIR",
+        help="Runs directory: one <run_id>.json report per run and history.sqlite.",
+    ),
+]

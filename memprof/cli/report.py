@@ -45,8 +45,10 @@ def report(
 
         text = render_trace(data)
         write_output(trace, text)
-        typer.echo(f"wrote {trace} ({format_bytes(len(text.encode()))}); "
-                   "open it in https://ui.perfetto.dev")
+        typer.echo(
+            f"wrote {trace} ({format_bytes(len(text.encode()))}); "
+            "open it in https://ui.perfetto.dev"
+        )
     if html is not None or trace is None:
         from memprof.reports.html import render_html
 

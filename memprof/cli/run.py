@@ -11,17 +11,35 @@ from memprof.cli.options import DEFAULT_RUNS, RunsDir
 
 
 def run(
-    scenarios: Annotated[list[Path], typer.Argument(
-        help="Scenario YAML files, or directories of them.", show_default=False)],
-    variant: Annotated[list[str] | None, typer.Option(
-        "--variant", help="Run only this variant (repeat for several).", show_default=False)] = None,
-    device: Annotated[str | None, typer.Option(
-        help="Override the scenario's device: cpu, cuda, meta or auto.", show_default=False)] = None,
-    allocator: Annotated[str | None, typer.Option(
-        help="Override the allocator model: exact or caching.", show_default=False)] = None,
-    json_out: Annotated[str | None, typer.Option(
-        "--json", help="Also write the report JSON to PATH ('-' for stdout; a list for several "
-                       "scenarios).", show_default=False)] = None,
+    scenarios: Annotated[
+        list[Path],
+        typer.Argument(help="Scenario YAML files, or directories of them.", show_default=False),
+    ],
+    variant: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--variant", help="Run only this variant (repeat for several).", show_default=False
+        ),
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            help="Override the scenario's device: cpu, cuda, meta or auto.", show_default=False
+        ),
+    ] = None,
+    allocator: Annotated[
+        str | None,
+        typer.Option(help="Override the allocator model: exact or caching.", show_default=False),
+    ] = None,
+    json_out: Annotated[
+        str | None,
+        typer.Option(
+            "--json",
+            help="Also write the report JSON to PATH ('-' for stdout; a list for several "
+            "scenarios).",
+            show_default=False,
+        ),
+    ] = None,
     runs_dir: RunsDir = DEFAULT_RUNS,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only failures.")] = False,
 ) -> None:
@@ -31,5 +49,12 @@ def run(
     """
     from memprof.cli._runcmd import run_command
 
-    run_command(scenarios, variants=variant, device=device, allocator=allocator, json_out=json_out,
-                runs_dir=runs_dir, quiet=quiet)
+    run_command(
+        scenarios,
+        variants=variant,
+        device=device,
+        allocator=allocator,
+        json_out=json_out,
+        runs_dir=runs_dir,
+        quiet=quiet,
+    )

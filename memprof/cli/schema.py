@@ -9,9 +9,15 @@ import typer
 
 
 def schema(
-    report: Annotated[bool, typer.Option("--report", help="The report format instead of scenarios.")] = False,
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Write to this file instead of stdout.", show_default=False)] = None,
+    report: Annotated[
+        bool, typer.Option("--report", help="The report format instead of scenarios.")
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Write to this file instead of stdout.", show_default=False
+        ),
+    ] = None,
 ) -> None:
     """Print the JSON Schema of the scenario format (editors use it to complete and check files)."""
     from memprof.reports.store import write_output

@@ -39,10 +39,14 @@ def serve(
     from memprof.errors import InvalidInput
     from web.app import create_app
 
-    problems = [f"{path}: is a file; expected {what} directory ({option} DIR)"
-                for path, what, option in ((runs, "the runs", "--runs"),
-                                           (scenarios, "a scenarios", "--scenarios"))
-                if path.exists() and not path.is_dir()]
+    problems = [
+        f"{path}: is a file; expected {what} directory ({option} DIR)"
+        for path, what, option in (
+            (runs, "the runs", "--runs"),
+            (scenarios, "a scenarios", "--scenarios"),
+        )
+        if path.exists() and not path.is_dir()
+    ]
     if problems:
         raise InvalidInput("invalid input", problems)
     try:

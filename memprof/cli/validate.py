@@ -9,8 +9,10 @@ import typer
 
 
 def validate(
-    scenarios: Annotated[list[Path], typer.Argument(
-        help="Scenario YAML files, or directories of them.", show_default=False)],
+    scenarios: Annotated[
+        list[Path],
+        typer.Argument(help="Scenario YAML files, or directories of them.", show_default=False),
+    ],
 ) -> None:
     """Check scenarios (format, names, shapes via a dry run on the meta device) without running them.
 

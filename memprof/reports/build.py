@@ -22,10 +22,32 @@ from memprof import __version__
 from memprof.units import format_bytes
 
 SCHEMA_VERSION = 1
-CATEGORIES = ("input", "parameter", "activation", "gradient", "optimizer_state",
-              "saved_for_backward", "temporary", "other")
-TIMELINE_COLUMNS = ("seq", "time_s", "action", "bytes", "requested", "allocated", "reserved",
-                    "node", "op", "phase", "category", "tensor", "iteration", "storage")
+CATEGORIES = (
+    "input",
+    "parameter",
+    "activation",
+    "gradient",
+    "optimizer_state",
+    "saved_for_backward",
+    "temporary",
+    "other",
+)
+TIMELINE_COLUMNS = (
+    "seq",
+    "time_s",
+    "action",
+    "bytes",
+    "requested",
+    "allocated",
+    "reserved",
+    "node",
+    "op",
+    "phase",
+    "category",
+    "tensor",
+    "iteration",
+    "storage",
+)
 
 
 @dataclass(slots=True)
@@ -91,8 +113,13 @@ def peak(records: Sequence[Record], *, top: int | None = None) -> dict[str, Any]
         if r.action != "oom" and r.allocated > best:
             best, index = r.allocated, i
     if index is None:
-        return {"event_index": None, "allocated_bytes": 0, "reserved_bytes": 0, "live": [],
-                "by_category": {}}
+        return {
+            "event_index": None,
+            "allocated_bytes": 0,
+            "reserved_bytes": 0,
+            "live": [],
+            "by_category": {},
+        }
     live: dict[int, Record] = {}
     for r in records[: index + 1]:
         if r.action == "alloc":
@@ -103,9 +130,18 @@ def peak(records: Sequence[Record], *, top: int | None = None) -> dict[str, Any]
     by_category: dict[str, int] = {}
     for r in rows:
         by_category[r.storage_category] = by_category.get(r.storage_category, 0) + r.bytes
-    entries = [{"tensor": r.tensor, "bytes": r.bytes, "category": r.storage_category,
-                "node": r.node, "op": r.op, "phase": r.phase, "iteration": r.iteration}
-               for r in (rows if top is None else rows[:top])]
+    entries = [
+        {
+            "tensor": r.tensor,
+            "bytes": r.bytes,
+            "category": r.storage_category,
+            "node": r.node,
+            "op": r.op,
+            "phase": r.phase,
+            "iteration": r.iteration,
+        }
+        for r in (rows if top is None else rows[:top])
+    ]
     return {
         "event_index": index,
         "allocated_bytes": records[index].allocated,
@@ -115,9 +151,20 @@ def peak(records: Sequence[Record], *, top: int | None = None) -> dict[str, Any]
     }
 
 
-def op_row(*, node: str, op: str | None, phase: str, iteration: int, records: Iterable[Record],
-           allocated_before: int, duration_s: float, inplace: bool, clone_bytes: int = 0,
-           module: str | None = None, start_s: float | None = None) -> dict[str, Any]:
+def op_row(
+    *,
+    node: str,
+    op: str | None,
+    phase: str,
+    iteration: int,
+    records: Iterable[Record],
+    allocated_before: int,
+    duration_s: float,
+    inplace: bool,
+    clone_bytes: int = 0,
+    module: str | None = None,
+    start_s: float | None = None,
+) -> dict[str, Any]:
     """One row of `ops`: what one node (or phase step) allocated, freed and peaked at.
 
     start_s: when the node started, in seconds since the variant started (the clock of
@@ -132,11 +179,19 @@ def op_row(*, node: str, op: str | None, phase: str, iteration: int, records: It
             freed += r.bytes
         if r.action != "oom":
             peak_bytes = max(peak_bytes, r.allocated)
-    row = {"node": node, "op": op, "phase": phase, "iteration": iteration,
-           "allocated_bytes": alloc, "freed_bytes": freed, "peak_bytes": peak_bytes,
-           "duration_s": round(duration_s, 9), "inplace": inplace,
-           "inplace_cost": ("clone" if clone_bytes else "free") if inplace else None,
-           "clone_bytes": clone_bytes}
+    row = {
+        "node": node,
+        "op": op,
+        "phase": phase,
+        "iteration": iteration,
+        "allocated_bytes": alloc,
+        "freed_bytes": freed,
+        "peak_bytes": peak_bytes,
+        "duration_s": round(duration_s, 9),
+        "inplace": inplace,
+        "inplace_cost": ("clone" if clone_bytes else "free") if inplace else None,
+        "clone_bytes": clone_bytes,
+    }
     if module is not None:
         row["module"] = module
     if start_s is not None:
@@ -146,8 +201,13 @@ def op_row(*, node: str, op: str | None, phase: str, iteration: int, records: It
 
 # --- expectations -----------------------------------------------------------------------------
 
-_OPS = {"==": lambda a, b: a == b, "<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b,
-        "<": lambda a, b: a < b, ">": lambda a, b: a > b}
+_OPS = {
+    "==": lambda a, b: a == b,
+    "<=": lambda a, b: a <= b,
+    ">=": lambda a, b: a >= b,
+    "<": lambda a, b: a < b,
+    ">": lambda a, b: a > b,
+}
 
 SIZE_METRICS = {
     "peak_allocated": "peak_allocated_bytes",
@@ -160,11 +220,19 @@ SIZE_METRICS = {
 def _size_row(metric: str, op: str, expected: int, actual: int | None) -> dict[str, Any]:
     passed = actual is not None and _OPS[op](actual, expected)
     shown = "not measured" if actual is None else format_bytes(actual)
-    return {"metric": metric, "op": op, "expected": expected, "actual": actual, "passed": passed,
-            "message": f"{metric} {op} {format_bytes(expected)} (actual {shown})"}
+    return {
+        "metric": metric,
+        "op": op,
+        "expected": expected,
+        "actual": actual,
+        "passed": passed,
+        "message": f"{metric} {op} {format_bytes(expected)} (actual {shown})",
+    }
 
 
-def evaluate(expect, variant: dict[str, Any], observed_values: dict[str, Any] | None = None) -> list[dict]:
+def evaluate(
+    expect, variant: dict[str, Any], observed_values: dict[str, Any] | None = None
+) -> list[dict]:
     """Check an `Expectation` (scenario model) against a built variant dict.
 
     observed_values: for `values` expectations, tensor name -> (min, max) or an error string.
@@ -180,17 +248,31 @@ def evaluate(expect, variant: dict[str, Any], observed_values: dict[str, Any] | 
         passed = got_type == want.type and (want.message is None or want.message in got_msg)
         expected_text = want.type + (f": ...{want.message}..." if want.message else "")
         actual_text = f"{got_type}: {got_msg}" if err else "no error"
-        rows.append({"metric": "error", "op": "matches", "expected": expected_text, "actual": actual_text,
-                     "passed": passed,
-                     "message": f"expected {expected_text}, found {actual_text}"})
+        rows.append(
+            {
+                "metric": "error",
+                "op": "matches",
+                "expected": expected_text,
+                "actual": actual_text,
+                "passed": passed,
+                "message": f"expected {expected_text}, found {actual_text}",
+            }
+        )
     status_want = expect.status
     if status_want is None and expect.error is not None:
         status_want = "oom" if expect.error.type == "OutOfMemoryError" else "error"
     if status_want is not None:
         actual = variant["status"]
-        rows.append({"metric": "status", "op": "==", "expected": status_want, "actual": actual,
-                     "passed": actual == status_want,
-                     "message": f"status == {status_want} (actual {actual})"})
+        rows.append(
+            {
+                "metric": "status",
+                "op": "==",
+                "expected": status_want,
+                "actual": actual,
+                "passed": actual == status_want,
+                "message": f"status == {status_want} (actual {actual})",
+            }
+        )
     for metric, key in SIZE_METRICS.items():
         check = getattr(expect, metric)
         if check is not None:
@@ -202,38 +284,66 @@ def evaluate(expect, variant: dict[str, Any], observed_values: dict[str, Any] | 
     by_cat = variant["peak"]["by_category"]
     for cat, (op, n) in (expect.peak_by_category or {}).items():
         row = _size_row(f"peak_by_category:{cat}", op, n, by_cat.get(cat, 0))
-        row["message"] = f"{cat} at the peak {op} {format_bytes(n)} (actual {format_bytes(by_cat.get(cat, 0))})"
+        row["message"] = (
+            f"{cat} at the peak {op} {format_bytes(n)} (actual {format_bytes(by_cat.get(cat, 0))})"
+        )
         rows.append(row)
     for name, value in (expect.values or {}).items():
         obs = (observed_values or {}).get(name)
         if isinstance(obs, tuple):
             lo, hi = obs
-            passed = abs(lo - value) <= 1e-6 * max(1.0, abs(value)) and abs(hi - value) <= 1e-6 * max(1.0, abs(value))
+            passed = abs(lo - value) <= 1e-6 * max(1.0, abs(value)) and abs(
+                hi - value
+            ) <= 1e-6 * max(1.0, abs(value))
             actual = lo if lo == hi else [lo, hi]
             shown = f"{lo:g}" if lo == hi else f"{lo:g} .. {hi:g}"
         else:
             passed, actual, shown = False, None, obs or "not available"
-        rows.append({"metric": f"values:{name}", "op": "==", "expected": value, "actual": actual,
-                     "passed": passed, "message": f"every element of {name} == {value:g} (actual {shown})"})
+        rows.append(
+            {
+                "metric": f"values:{name}",
+                "op": "==",
+                "expected": value,
+                "actual": actual,
+                "passed": passed,
+                "message": f"every element of {name} == {value:g} (actual {shown})",
+            }
+        )
     counts: dict[str, int] = {}
     for w in variant.get("warnings", []):
         counts[w["kind"]] = counts.get(w["kind"], 0) + 1
     for kind, n in (expect.warnings or {}).items():
         actual = counts.get(kind, 0)
-        rows.append({"metric": f"warnings:{kind}", "op": "==", "expected": n, "actual": actual,
-                     "passed": actual == n, "message": f"{kind} warnings == {n} (actual {actual})"})
+        rows.append(
+            {
+                "metric": f"warnings:{kind}",
+                "op": "==",
+                "expected": n,
+                "actual": actual,
+                "passed": actual == n,
+                "message": f"{kind} warnings == {n} (actual {actual})",
+            }
+        )
     for node, cost in (expect.inplace or {}).items():
         costs = [r["inplace_cost"] for r in variant.get("ops", []) if r["node"] == node]
         actual = costs[0] if costs else None
         if any(c != actual for c in costs):
             actual = "clone" if "clone" in costs else actual
-        rows.append({"metric": f"inplace:{node}", "op": "==", "expected": cost, "actual": actual,
-                     "passed": actual == cost,
-                     "message": f"in-place cost of node {node} == {cost} (actual {actual or 'not in place'})"})
+        rows.append(
+            {
+                "metric": f"inplace:{node}",
+                "op": "==",
+                "expected": cost,
+                "actual": actual,
+                "passed": actual == cost,
+                "message": f"in-place cost of node {node} == {cost} (actual {actual or 'not in place'})",
+            }
+        )
     return rows
 
 
 # --- the whole report -------------------------------------------------------------------------
+
 
 def comparison(variants: list[dict[str, Any]], baseline: str | None) -> dict[str, Any]:
     """Peak allocated of each variant against the baseline variant: delta, ratio, saving %."""
@@ -249,25 +359,33 @@ def comparison(variants: list[dict[str, Any]], baseline: str | None) -> dict[str
     for v in variants:
         p = v["peak_allocated_bytes"]
         delta = p - b_peak
-        rows.append({
-            "variant": v["name"], "status": v["status"], "is_baseline": v["name"] == baseline,
-            "peak_allocated_bytes": p, "delta_bytes": delta,
-            "ratio": round(p / b_peak, 6) if b_peak else None,
-            "saving_pct": round(-100.0 * delta / b_peak, 3) + 0.0 if b_peak else None,
-            "peak_reserved_bytes": v["peak_reserved_bytes"],
-            "reserved_delta_bytes": v["peak_reserved_bytes"] - base["peak_reserved_bytes"],
-            "duration_s": v["duration_s"],
-            "program_duration_s": v["program_duration_s"],
-            "program_duration_ratio": round(v["program_duration_s"] / b_time, 4) if b_time else None,
-        })
+        rows.append(
+            {
+                "variant": v["name"],
+                "status": v["status"],
+                "is_baseline": v["name"] == baseline,
+                "peak_allocated_bytes": p,
+                "delta_bytes": delta,
+                "ratio": round(p / b_peak, 6) if b_peak else None,
+                "saving_pct": round(-100.0 * delta / b_peak, 3) + 0.0 if b_peak else None,
+                "peak_reserved_bytes": v["peak_reserved_bytes"],
+                "reserved_delta_bytes": v["peak_reserved_bytes"] - base["peak_reserved_bytes"],
+                "duration_s": v["duration_s"],
+                "program_duration_s": v["program_duration_s"],
+                "program_duration_ratio": round(v["program_duration_s"] / b_time, 4)
+                if b_time
+                else None,
+            }
+        )
     return {"baseline": baseline, "rows": rows}
 
 
 def overall_status(variants: list[dict[str, Any]]) -> str:
     """failed: a variant errored without expecting to; expectation_failed: a check failed."""
     for v in variants:
-        if v["status"] != "ok" and not any(e["metric"] in ("error", "status") and e["passed"]
-                                           for e in v["expectations"]):
+        if v["status"] != "ok" and not any(
+            e["metric"] in ("error", "status") and e["passed"] for e in v["expectations"]
+        ):
             return "failed"
     if any(not e["passed"] for v in variants for e in v["expectations"]):
         return "expectation_failed"
@@ -286,9 +404,14 @@ def environment(device: str, backend: str, allocator: str) -> dict[str, Any]:
     if "cupy" in sys.modules:
         cupy_version = getattr(sys.modules["cupy"], "__version__", None)
     return {
-        "device": device, "backend": backend, "allocator": allocator,
-        "python": platform.python_version(), "numpy": numpy.__version__, "cupy": cupy_version,
-        "platform": platform.platform(), "git_commit": git_commit(),
+        "device": device,
+        "backend": backend,
+        "allocator": allocator,
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "cupy": cupy_version,
+        "platform": platform.platform(),
+        "git_commit": git_commit(),
     }
 
 
@@ -334,8 +457,14 @@ class ScenarioInfo:
     warnings: list[str] = field(default_factory=list)
 
 
-def assemble(scenario: ScenarioInfo, env: dict[str, Any], variants: list[dict[str, Any]],
-             baseline: str | None, *, created: _dt.datetime | None = None) -> dict[str, Any]:
+def assemble(
+    scenario: ScenarioInfo,
+    env: dict[str, Any],
+    variants: list[dict[str, Any]],
+    baseline: str | None,
+    *,
+    created: _dt.datetime | None = None,
+) -> dict[str, Any]:
     """The whole report (schema_version 1)."""
     created = created or _dt.datetime.now(_dt.timezone.utc)
     comp = comparison(variants, baseline)
@@ -344,9 +473,13 @@ def assemble(scenario: ScenarioInfo, env: dict[str, Any], variants: list[dict[st
         "tool": {"name": "memprof", "version": __version__},
         "run_id": make_run_id(scenario.name, created),
         "created_at": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "scenario": {"name": scenario.name, "description": scenario.description,
-                     "path": scenario.path, "sha256": scenario.sha256,
-                     "warnings": list(scenario.warnings)},
+        "scenario": {
+            "name": scenario.name,
+            "description": scenario.description,
+            "path": scenario.path,
+            "sha256": scenario.sha256,
+            "warnings": list(scenario.warnings),
+        },
         "environment": env,
         "status": overall_status(variants),
         "baseline_variant": comp["baseline"],

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def compare_reports(before: dict[str, Any], after: dict[str, Any],
-                    max_increase_pct: float | None = None) -> list[dict[str, Any]]:
+def compare_reports(
+    before: dict[str, Any], after: dict[str, Any], max_increase_pct: float | None = None
+) -> list[dict[str, Any]]:
     """One row per variant name in either report, in the order they first appear."""
     a = {v["name"]: v for v in before["variants"]}
     b = {v["name"]: v for v in after["variants"]}
@@ -15,8 +16,15 @@ def compare_reports(before: dict[str, Any], after: dict[str, Any],
     for name in names:
         pa = a[name]["peak_allocated_bytes"] if name in a else None
         pb = b[name]["peak_allocated_bytes"] if name in b else None
-        row: dict[str, Any] = {"variant": name, "before": pa, "after": pb, "delta": None, "pct": None,
-                               "over_limit": False, "note": None}
+        row: dict[str, Any] = {
+            "variant": name,
+            "before": pa,
+            "after": pb,
+            "delta": None,
+            "pct": None,
+            "over_limit": False,
+            "note": None,
+        }
         if pa is None:
             row["note"] = "only in the second report"
         elif pb is None:

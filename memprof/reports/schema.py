@@ -9,8 +9,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Category = Literal["input", "parameter", "activation", "gradient", "optimizer_state",
-                   "saved_for_backward", "temporary", "other"]
+Category = Literal[
+    "input",
+    "parameter",
+    "activation",
+    "gradient",
+    "optimizer_state",
+    "saved_for_backward",
+    "temporary",
+    "other",
+]
 Phase = Literal["setup", "forward", "backward", "optimizer", "release"]
 
 
@@ -28,7 +36,9 @@ class ScenarioRef(_Model):
     description: str = ""
     path: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    warnings: list[str] = Field(default_factory=list, description="`file:line:col: warning: ...` lines")
+    warnings: list[str] = Field(
+        default_factory=list, description="`file:line:col: warning: ...` lines"
+    )
 
 
 class Environment(_Model):
@@ -45,7 +55,9 @@ class Environment(_Model):
 class Error(_Model):
     type: str
     message: str
-    node: str | None = Field(description="the node (or <inputs>, <params>, <backward>, <optimizer>) that failed")
+    node: str | None = Field(
+        description="the node (or <inputs>, <params>, <backward>, <optimizer>) that failed"
+    )
 
 
 class Timeline(_Model):
@@ -58,12 +70,16 @@ class Timeline(_Model):
     requested: list[int] = Field(description="bytes the tensor asked for")
     allocated: list[int] = Field(description="allocated bytes after the event")
     reserved: list[int] = Field(description="reserved bytes after the event")
-    node: list[str | None] = Field(description="where the event happened: a node id, <inputs>, "
-                                               "<params>, <backward>, <optimizer>, <release>")
+    node: list[str | None] = Field(
+        description="where the event happened: a node id, <inputs>, "
+        "<params>, <backward>, <optimizer>, <release>"
+    )
     op: list[str | None]
     phase: list[Phase | None]
     category: list[Category] = Field(description="what the storage is (for a free: what was freed)")
-    tensor: list[str | None] = Field(description="scenario name of the storage, e.g. x, fc1.weight.grad")
+    tensor: list[str | None] = Field(
+        description="scenario name of the storage, e.g. x, fc1.weight.grad"
+    )
     iteration: list[int | None]
     storage: list[int] = Field(description="storage id: links a free to its alloc")
 
@@ -108,8 +124,11 @@ class OpRow(_Model):
     inplace_cost: Literal["free", "clone"] | None
     clone_bytes: int
     module: str | None = None
-    start_s: float | None = Field(None, description="when the node started, in seconds since the "
-                                                    "variant started (as timeline.time_s)")
+    start_s: float | None = Field(
+        None,
+        description="when the node started, in seconds since the "
+        "variant started (as timeline.time_s)",
+    )
 
 
 class Warning_(_Model):
@@ -122,9 +141,11 @@ class Warning_(_Model):
 
 
 class ExpectationRow(_Model):
-    metric: str = Field(description="peak_allocated, peak_reserved, final_allocated, baseline, "
-                                    "peak_over_baseline, status, error, values:NAME, warnings:KIND, "
-                                    "inplace:NODE")
+    metric: str = Field(
+        description="peak_allocated, peak_reserved, final_allocated, baseline, "
+        "peak_over_baseline, status, error, values:NAME, warnings:KIND, "
+        "inplace:NODE"
+    )
     op: str
     expected: Any
     actual: Any

@@ -119,8 +119,10 @@ def find_report(ref: str | os.PathLike, runs_dir: str | os.PathLike = DEFAULT_RU
     if found is None and (path.suffix == ".json" or len(path.parts) > 1):
         raise InvalidInput(f"{ref}: no such report file")
     if found is None:
-        raise InvalidInput(f"{ref}: no such report file, and no run {str(ref)!r} in {runs_dir}/ "
-                           f"(pass a report's path, or its run id with --runs DIR)")
+        raise InvalidInput(
+            f"{ref}: no such report file, and no run {str(ref)!r} in {runs_dir}/ "
+            f"(pass a report's path, or its run id with --runs DIR)"
+        )
     return found
 
 
@@ -135,8 +137,9 @@ def read_report(path: str | os.PathLike) -> dict[str, Any]:
     except IsADirectoryError:
         raise InvalidInput(f"{path}: is a directory; expected a report .json file") from None
     except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{path}:{exc.lineno}:{exc.colno}: cannot read the report: invalid JSON "
-                           f"({exc.msg})") from None
+        raise InvalidInput(
+            f"{path}:{exc.lineno}:{exc.colno}: cannot read the report: invalid JSON ({exc.msg})"
+        ) from None
     except UnicodeDecodeError:
         raise InvalidInput(f"{path}: cannot read the report: not UTF-8 text") from None
     except OSError as exc:

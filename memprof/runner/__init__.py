@@ -49,10 +49,14 @@ def run_loaded(loaded, *, progress=None, runs_dir=None, on_iteration=None) -> di
         results = _run_variants(loaded, progress, on_iteration)
     first = results[0] if results else {"device": "cpu", "allocator": "exact"}
     env = environment(first["device"], backend_of(first["device"]), first["allocator"])
-    info = ScenarioInfo(name=loaded.name, description=loaded.description, path=loaded.path,
-                        sha256=loaded.sha256,
-                        # stale reads are reported per variant, with the iteration, by the run
-                        warnings=[str(w) for w in loaded.warnings if w.kind != "stale_read"])
+    info = ScenarioInfo(
+        name=loaded.name,
+        description=loaded.description,
+        path=loaded.path,
+        sha256=loaded.sha256,
+        # stale reads are reported per variant, with the iteration, by the run
+        warnings=[str(w) for w in loaded.warnings if w.kind != "stale_read"],
+    )
     report = assemble(info, env, results, loaded.baseline)
     if runs_dir is not None:
         from memprof.reports.store import save_report
@@ -71,8 +75,10 @@ def _run_variants(loaded, progress, on_iteration) -> list[dict[str, Any]]:
             progress({"variant": variant.name, "index": i, "total": total, "stage": "start"})
         hook = None
         if on_iteration is not None:
+
             def hook(k, n, _name=variant.name):
                 on_iteration(_name, k, n)
+
         results.append(run_variant(variant, on_iteration=hook))
         if progress is not None:
             progress({"variant": variant.name, "index": i, "total": total, "stage": "done"})

@@ -120,7 +120,11 @@ class _Run:
         state live on)."""
         for i, phase in enumerate(self.spec.phases):
             first, start = len(self.rec.records), _perf_ns()
-            name = phase if phase == "forward" else ("backward" if hasattr(phase, "backward") else "optimizer")
+            name = (
+                phase
+                if phase == "forward"
+                else ("backward" if hasattr(phase, "backward") else "optimizer")
+            )
             try:
                 if name == "forward":
                     self.forward(k)
@@ -169,22 +173,38 @@ class _Run:
             records = rec.records[first:]
             clone = sum(r.bytes for r in records if r.action == "alloc" and r.clone_of)
             is_module = isinstance(node, ModuleCall)
-            self.ops.append(op_row(
-                node=node.id, op=(spec.modules[node.module].type if is_module else node.op),
-                phase="forward", iteration=k, records=records, allocated_before=allocated_before,
-                duration_s=(n1 - n0) / 1e9, start_s=(n0 - self.t0_ns) / 1e9,
-                inplace=wrote or bool(getattr(node, "inplace", False)),
-                clone_bytes=clone, module=node.module if is_module else None))
+            self.ops.append(
+                op_row(
+                    node=node.id,
+                    op=(spec.modules[node.module].type if is_module else node.op),
+                    phase="forward",
+                    iteration=k,
+                    records=records,
+                    allocated_before=allocated_before,
+                    duration_s=(n1 - n0) / 1e9,
+                    start_s=(n0 - self.t0_ns) / 1e9,
+                    inplace=wrote or bool(getattr(node, "inplace", False)),
+                    clone_bytes=clone,
+                    module=node.module if is_module else None,
+                )
+            )
             if clone and (node.id, "clone") not in self._warned:
                 self._warned.add((node.id, "clone"))
                 ops = sorted({r.clone_of for r in records if r.clone_of})
-                self.warnings.append({
-                    "kind": "inplace_clone", "node": node.id, "other_node": None,
-                    "tensor": node.inputs[0] if node.inputs else None, "iteration": k,
-                    "bytes": clone,
-                    "message": (f"node {node.id}'s in-place {', '.join(ops)} kept a {format_bytes(clone)} "
-                                f"clone of its input for backward: it saves no memory"),
-                })
+                self.warnings.append(
+                    {
+                        "kind": "inplace_clone",
+                        "node": node.id,
+                        "other_node": None,
+                        "tensor": node.inputs[0] if node.inputs else None,
+                        "iteration": k,
+                        "bytes": clone,
+                        "message": (
+                            f"node {node.id}'s in-place {', '.join(ops)} kept a {format_bytes(clone)} "
+                            f"clone of its input for backward: it saves no memory"
+                        ),
+                    }
+                )
         self.current_node = None
 
     def backward(self, k: int, phase) -> None:
@@ -205,10 +225,19 @@ class _Run:
             rec.per_op = False
         end = _perf_ns()
         self._name_grads()
-        self.ops.append(op_row(node="<backward>", op="backward", phase="backward", iteration=k,
-                               records=rec.records[t0:], allocated_before=before,
-                               duration_s=(end - start) / 1e9, start_s=(start - self.t0_ns) / 1e9,
-                               inplace=False))
+        self.ops.append(
+            op_row(
+                node="<backward>",
+                op="backward",
+                phase="backward",
+                iteration=k,
+                records=rec.records[t0:],
+                allocated_before=before,
+                duration_s=(end - start) / 1e9,
+                start_s=(start - self.t0_ns) / 1e9,
+                inplace=False,
+            )
+        )
         self.current_node = None
 
     def optimizer_step(self, k: int, index: int, ospec) -> None:
@@ -217,7 +246,9 @@ class _Run:
         rec = self.rec
         t0 = len(rec.records)
         self.current_node = "<optimizer>"
-        with context(phase="optimizer", node="<optimizer>", category="optimizer_state", iteration=k):
+        with context(
+            phase="optimizer", node="<optimizer>", category="optimizer_state", iteration=k
+        ):
             opt = self.optimizers.get(index)
             if opt is None:
                 opt = self.optimizers[index] = make_optimizer(self.engine, ospec, self.modules)
@@ -228,10 +259,19 @@ class _Run:
                 opt.step()
             s1 = _perf_ns()
             self._name_optimizer_state(opt)
-            self.ops.append(op_row(node="<optimizer>", op="step", phase="optimizer", iteration=k,
-                                   records=rec.records[t0:], allocated_before=before,
-                                   duration_s=(s1 - s0) / 1e9, start_s=(s0 - self.t0_ns) / 1e9,
-                                   inplace=False))
+            self.ops.append(
+                op_row(
+                    node="<optimizer>",
+                    op="step",
+                    phase="optimizer",
+                    iteration=k,
+                    records=rec.records[t0:],
+                    allocated_before=before,
+                    duration_s=(s1 - s0) / 1e9,
+                    start_s=(s0 - self.t0_ns) / 1e9,
+                    inplace=False,
+                )
+            )
             if ospec.zero_grad:
                 rec.span += 1
                 z0 = len(rec.records)
@@ -240,10 +280,19 @@ class _Run:
                 with context(op="zero_grad"):
                     opt.zero_grad(set_to_none=True)
                 s1 = _perf_ns()
-                self.ops.append(op_row(node="<optimizer>", op="zero_grad", phase="optimizer",
-                                       iteration=k, records=rec.records[z0:], allocated_before=before,
-                                       duration_s=(s1 - s0) / 1e9, start_s=(s0 - self.t0_ns) / 1e9,
-                                       inplace=False))
+                self.ops.append(
+                    op_row(
+                        node="<optimizer>",
+                        op="zero_grad",
+                        phase="optimizer",
+                        iteration=k,
+                        records=rec.records[z0:],
+                        allocated_before=before,
+                        duration_s=(s1 - s0) / 1e9,
+                        start_s=(s0 - self.t0_ns) / 1e9,
+                        inplace=False,
+                    )
+                )
         self.current_node = None
 
     # --- helpers --------------------------------------------------------------------------------
@@ -254,13 +303,29 @@ class _Run:
         if key in self._warned:
             return
         self._warned.add(key)
-        self.warnings.append({"kind": "stale_read", "node": stale.reader, "other_node": stale.writers[-1],
-                              "tensor": stale.tensor, "iteration": k, "message": stale.message})
+        self.warnings.append(
+            {
+                "kind": "stale_read",
+                "node": stale.reader,
+                "other_node": stale.writers[-1],
+                "tensor": stale.tensor,
+                "iteration": k,
+                "message": stale.message,
+            }
+        )
 
     def _phase(self, name: str, k: int | None, first: int, start_ns: int) -> None:
         end_ns = _perf_ns()
-        self.phases.append({"name": name, "iteration": k, "start_index": first,
-                            "end_index": len(self.rec.records), "start_ns": start_ns, "end_ns": end_ns})
+        self.phases.append(
+            {
+                "name": name,
+                "iteration": k,
+                "start_index": first,
+                "end_index": len(self.rec.records),
+                "start_ns": start_ns,
+                "end_ns": end_ns,
+            }
+        )
 
     def _name_grads(self) -> None:
         named = [(n, t) for n, t in self.inputs.items()] + named_parameters(self.modules)
@@ -364,12 +429,27 @@ def _measure(run: _Run, on_iteration) -> dict[str, Any]:
         "num_ooms": sum(1 for r in records if r.action == "oom"),
         "iterations": spec.iterations,
         "duration_s": round((t1 - t0) / 1e9, 9),
-        "program_duration_s": round(sum(p["end_ns"] - p["start_ns"] for p in run.phases
-                                        if p["name"] not in ("setup", "release")) / 1e9, 9),
+        "program_duration_s": round(
+            sum(
+                p["end_ns"] - p["start_ns"]
+                for p in run.phases
+                if p["name"] not in ("setup", "release")
+            )
+            / 1e9,
+            9,
+        ),
         "timeline": timeline(records, t0),
-        "phases": [{"name": p["name"], "iteration": p["iteration"], "start_index": p["start_index"],
-                    "end_index": p["end_index"], "start_s": round((p["start_ns"] - t0) / 1e9, 9),
-                    "end_s": round((p["end_ns"] - t0) / 1e9, 9)} for p in run.phases],
+        "phases": [
+            {
+                "name": p["name"],
+                "iteration": p["iteration"],
+                "start_index": p["start_index"],
+                "end_index": p["end_index"],
+                "start_s": round((p["start_ns"] - t0) / 1e9, 9),
+                "end_s": round((p["end_ns"] - t0) / 1e9, 9),
+            }
+            for p in run.phases
+        ],
         "peak": peak(records),
         "ops": run.ops,
         "warnings": run.warnings,
@@ -384,7 +464,9 @@ def _measure(run: _Run, on_iteration) -> dict[str, Any]:
         from engine import memory as engine_memory
 
         stats = engine_memory.memory_stats(run.device)
-        entry["cupy_pool"] = {k.split(".", 1)[1]: v for k, v in stats.items() if k.startswith("cupy_pool.")}
+        entry["cupy_pool"] = {
+            k.split(".", 1)[1]: v for k, v in stats.items() if k.startswith("cupy_pool.")
+        }
     exp = variant.expect
     observed = run.observe_values(list(exp.values)) if exp is not None and exp.values else None
     entry["expectations"] = evaluate(exp, entry, observed)

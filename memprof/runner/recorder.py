@@ -32,8 +32,13 @@ class Recorder(MemoryObserver):
         self._op_span = 0
         self._last_op: object = None
         # cuda only: bytes CuPy's pool handed out that are not engine storages
-        self.external = {"num_allocs": 0, "num_frees": 0, "current_bytes": 0, "peak_bytes": 0,
-                         "by_op": {}}
+        self.external = {
+            "num_allocs": 0,
+            "num_frees": 0,
+            "current_bytes": 0,
+            "peak_bytes": 0,
+            "by_op": {},
+        }
 
     def _span_key(self, op) -> tuple | None:
         if not self.per_op:
@@ -48,9 +53,23 @@ class Recorder(MemoryObserver):
     def on_alloc(self, ev: AllocEvent) -> None:
         ctx = ev.context
         op = ctx.get("op")
-        rec = Record(ev.seq, ev.time_ns, "alloc", ev.bytes, ev.requested, ev.allocated, ev.reserved,
-                     ev.storage_id, ctx.get("node"), op, ctx.get("phase"), ctx.get("iteration"),
-                     None, _category(ctx.get("category")), ctx.get("tensor"))
+        rec = Record(
+            ev.seq,
+            ev.time_ns,
+            "alloc",
+            ev.bytes,
+            ev.requested,
+            ev.allocated,
+            ev.reserved,
+            ev.storage_id,
+            ctx.get("node"),
+            op,
+            ctx.get("phase"),
+            ctx.get("iteration"),
+            None,
+            _category(ctx.get("category")),
+            ctx.get("tensor"),
+        )
         self.records.append(rec)
         self._live[ev.storage_id] = (rec, self._span_key(op))
 
@@ -64,9 +83,23 @@ class Recorder(MemoryObserver):
             owner, span = entry
             if key is not None and span == key and owner.phase == ctx.get("phase"):
                 owner.category = "temporary"
-        self.records.append(Record(ev.seq, ev.time_ns, "free", ev.bytes, ev.requested, ev.allocated,
-                                   ev.reserved, ev.storage_id, ctx.get("node"), op, ctx.get("phase"),
-                                   ctx.get("iteration"), owner))
+        self.records.append(
+            Record(
+                ev.seq,
+                ev.time_ns,
+                "free",
+                ev.bytes,
+                ev.requested,
+                ev.allocated,
+                ev.reserved,
+                ev.storage_id,
+                ctx.get("node"),
+                op,
+                ctx.get("phase"),
+                ctx.get("iteration"),
+                owner,
+            )
+        )
 
     def on_external(self, ev: AllocEvent) -> None:
         """CuPy's own pool requests (temporaries inside its kernels), outside tensor storages."""
@@ -83,10 +116,25 @@ class Recorder(MemoryObserver):
 
     def on_oom(self, ev: AllocEvent) -> None:
         ctx = ev.context
-        self.records.append(Record(ev.seq, ev.time_ns, "oom", ev.bytes, ev.requested, ev.allocated,
-                                   ev.reserved, ev.storage_id, ctx.get("node"), ctx.get("op"),
-                                   ctx.get("phase"), ctx.get("iteration"), None,
-                                   _category(ctx.get("category")), ctx.get("tensor")))
+        self.records.append(
+            Record(
+                ev.seq,
+                ev.time_ns,
+                "oom",
+                ev.bytes,
+                ev.requested,
+                ev.allocated,
+                ev.reserved,
+                ev.storage_id,
+                ctx.get("node"),
+                ctx.get("op"),
+                ctx.get("phase"),
+                ctx.get("iteration"),
+                None,
+                _category(ctx.get("category")),
+                ctx.get("tensor"),
+            )
+        )
 
     def on_tag(self, storage_id: int, key: str, value) -> None:
         entry = self._live.get(storage_id)
@@ -98,7 +146,11 @@ class Recorder(MemoryObserver):
                 return  # a named activation that autograd also keeps stays an activation
             rec.category = _category(value)
         elif key == "saved_for_backward":
-            if value and rec.tensor is None and rec.category in (None, "activation", "gradient", "other"):
+            if (
+                value
+                and rec.tensor is None
+                and rec.category in (None, "activation", "gradient", "other")
+            ):
                 rec.category = "saved_for_backward"
         elif key == "inplace_clone":
             rec.clone_of = value

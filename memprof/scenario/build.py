@@ -53,7 +53,9 @@ def make_input(engine, spec: InputSpec, dtype_name: str, device: str):
 def build_module(engine, spec, device: str, dtype_name: str):
     """nn.<type>(**args) on `device` with the scenario's dtype (parameters as PyTorch makes them)."""
     if spec.type == "Sequential":
-        return engine.nn.Sequential(*(build_module(engine, s, device, dtype_name) for s in spec.layers))
+        return engine.nn.Sequential(
+            *(build_module(engine, s, device, dtype_name) for s in spec.layers)
+        )
     cls = getattr(engine.nn, spec.type)
     kwargs = module_kwargs(spec.model_dump(exclude={"type"}, exclude_unset=True))
     params = _init_params(cls)
@@ -127,6 +129,7 @@ def describe_tensor(name: str, t) -> str:
 
 # --- name bindings and stale reads ------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class StaleRead:
     """Node `reader` reads `tensor`, whose storage `writers` overwrote in place after it was bound."""
@@ -142,8 +145,10 @@ class StaleRead:
             by = f"node {who}"
         else:
             by = "nodes " + ", ".join(self.writers)
-        return (f"node {self.reader} reads {self.tensor}, which {by} overwrote in place; "
-                f"it sees {who}'s values")
+        return (
+            f"node {self.reader} reads {self.tensor}, which {by} overwrote in place; "
+            f"it sees {who}'s values"
+        )
 
 
 def storage_key(t) -> int:

@@ -39,7 +39,8 @@ def scenario_paths(directory: str | os.PathLike) -> list[Path]:
     if not root.is_dir():
         return []
     return [
-        path for path in sorted(root.rglob("*"))
+        path
+        for path in sorted(root.rglob("*"))
         if path.suffix.lower() in SUFFIXES
         and not any(part.startswith(".") for part in path.relative_to(root).parts)
         and path.is_file()

@@ -34,8 +34,10 @@ class Problem:
     kind: str | None = None  # e.g. "stale_read", for warnings the runner reports on its own
 
     def __str__(self) -> str:
-        where = self.file if self.position is None else (
-            f"{self.file}:{self.position.line}:{self.position.column}"
+        where = (
+            self.file
+            if self.position is None
+            else (f"{self.file}:{self.position.line}:{self.position.column}")
         )
         prefix = "warning: " if self.severity == "warning" else ""
         return f"{where}: {prefix}{self.message}"
@@ -65,8 +67,15 @@ class Document:
                 return None
             path = path[:-1]
 
-    def problem(self, path: Path, message: str, *, key: bool = False,
-                severity: str = "error", kind: str | None = None) -> Problem:
+    def problem(
+        self,
+        path: Path,
+        message: str,
+        *,
+        key: bool = False,
+        severity: str = "error",
+        kind: str | None = None,
+    ) -> Problem:
         return Problem(self.file, self.position(path, key=key), message, severity, kind)
 
 
@@ -92,7 +101,9 @@ class _Loader(yaml.SafeLoader):
     """SafeLoader that also reads `1e-3` as a float (YAML 1.2 does; PyYAML's 1.1 rules do not)."""
 
 
-_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.yaml_implicit_resolvers = {
+    k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(
@@ -153,15 +164,21 @@ def _convert(loader: _Loader, node, path: Path, doc: Document) -> Any:
             key = loader.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int, float, bool)) or key is None:
                 raise ScenarioYAMLError(
-                    Problem(doc.file, _pos(key_node.start_mark),
-                            f"expected a plain key (a name or number), found {key!r}")
+                    Problem(
+                        doc.file,
+                        _pos(key_node.start_mark),
+                        f"expected a plain key (a name or number), found {key!r}",
+                    )
                 )
             if key in out:
                 first = doc.keys.get(path + (key,))
                 where = f" (first at line {first.line})" if first else ""
                 raise ScenarioYAMLError(
-                    Problem(doc.file, _pos(key_node.start_mark),
-                            f"expected each key once in a mapping, found {key!r} again{where}")
+                    Problem(
+                        doc.file,
+                        _pos(key_node.start_mark),
+                        f"expected each key once in a mapping, found {key!r} again{where}",
+                    )
                 )
             doc.keys[path + (key,)] = _pos(key_node.start_mark)
             out[key] = _convert(loader, value_node, path + (key,), doc)

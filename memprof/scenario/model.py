@@ -32,7 +32,9 @@ NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 VARIANT_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.,=+-]*$"
 PARAM_REF_RE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 SIZE_PATTERN = r"^\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*([kKmMgGtT]([iI]?[bB])?|[bB])?\s*$"
-CHECK_PATTERN = r"^\s*(==|<=|>=|<|>)?\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*([kKmMgGtT]([iI]?[bB])?|[bB])?\s*$"
+CHECK_PATTERN = (
+    r"^\s*(==|<=|>=|<|>)?\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*([kKmMgGtT]([iI]?[bB])?|[bB])?\s*$"
+)
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 
@@ -43,6 +45,7 @@ class Strict(BaseModel):
 
 # --- sizes ------------------------------------------------------------------------------------
 
+
 def _to_size(value: Any) -> Any:
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         return parse_size(value)
@@ -52,10 +55,15 @@ def _to_size(value: Any) -> Any:
 Size = Annotated[
     int,
     BeforeValidator(_to_size),
-    WithJsonSchema({
-        "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": SIZE_PATTERN}],
-        "description": "bytes: a plain integer or a size such as 64 MiB, 1.5 GiB, 512 KiB, 2 GB",
-    }),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": SIZE_PATTERN},
+            ],
+            "description": "bytes: a plain integer or a size such as 64 MiB, 1.5 GiB, 512 KiB, 2 GB",
+        }
+    ),
 ]
 
 _CHECK_RE = re.compile(r"^\s*(==|<=|>=|<|>)?\s*(.*)$")
@@ -63,7 +71,11 @@ _CHECK_RE = re.compile(r"^\s*(==|<=|>=|<|>)?\s*(.*)$")
 
 def parse_check(value: Any) -> tuple[str, int]:
     """``"<= 64 MiB"`` -> ``("<=", 67108864)``; a bare size or integer means ``==``."""
-    if isinstance(value, (list, tuple)) and len(value) == 2 and value[0] in ("==", "<=", ">=", "<", ">"):
+    if (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and value[0] in ("==", "<=", ">=", "<", ">")
+    ):
         return value[0], parse_size(value[1])
     if isinstance(value, str):
         m = _CHECK_RE.match(value)
@@ -81,11 +93,16 @@ def parse_check(value: Any) -> tuple[str, int]:
 SizeCheck = Annotated[
     tuple[str, int],
     BeforeValidator(parse_check),
-    WithJsonSchema({
-        "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": CHECK_PATTERN}],
-        "description": "a size, compared with == unless it starts with <=, >=, < or >: "
-                       "'64 MiB', '<= 1.5 GiB', 67108864",
-    }),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": CHECK_PATTERN},
+            ],
+            "description": "a size, compared with == unless it starts with <=, >=, < or >: "
+            "'64 MiB', '<= 1.5 GiB', 67108864",
+        }
+    ),
 ]
 
 
@@ -96,14 +113,19 @@ def _one_or_many(value: Any) -> Any:
 NameList = Annotated[
     list[Name],
     BeforeValidator(_one_or_many),
-    WithJsonSchema({
-        "anyOf": [{"type": "string", "pattern": NAME_PATTERN},
-                  {"type": "array", "items": {"type": "string", "pattern": NAME_PATTERN}}],
-    }),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": NAME_PATTERN},
+                {"type": "array", "items": {"type": "string", "pattern": NAME_PATTERN}},
+            ],
+        }
+    ),
 ]
 
 
 # --- inputs -----------------------------------------------------------------------------------
+
 
 class InputSpec(Strict):
     """A tensor the program starts from, created before the program runs (category `input`)."""
@@ -112,7 +134,9 @@ class InputSpec(Strict):
     dtype: Literal[DTYPES] | None = Field(None, description="defaults to the scenario's dtype")
     init: Literal[INITS] = Field("randn", description="how the values are made")
     value: float | None = Field(None, description="the fill value for init: full")
-    high: int | None = Field(None, description="exclusive upper bound for init: randint (class labels)")
+    high: int | None = Field(
+        None, description="exclusive upper bound for init: randint (class labels)"
+    )
     requires_grad: bool = False
 
     @model_validator(mode="after")
@@ -120,11 +144,14 @@ class InputSpec(Strict):
         if self.init == "full" and self.value is None:
             raise ValueError("expected a `value` with init: full, found none")
         if self.init == "randint" and self.high is None:
-            raise ValueError("expected `high` (the exclusive upper bound) with init: randint, found none")
+            raise ValueError(
+                "expected `high` (the exclusive upper bound) with init: randint, found none"
+            )
         return self
 
 
 # --- modules ----------------------------------------------------------------------------------
+
 
 def _field_for(arg: Arg):
     default = ... if arg.default is REQUIRED else arg.default
@@ -137,8 +164,9 @@ def _module_model(mdef) -> type[BaseModel]:
         fields[arg.name] = _field_for(arg)
     if mdef.children:
         fields["layers"] = (list["ModuleSpec"], Field(..., min_length=1))
-    return create_model(f"{mdef.name}Spec", __base__=Strict, __doc__=f"nn.{mdef.name}: {mdef.doc}",
-                        **fields)
+    return create_model(
+        f"{mdef.name}Spec", __base__=Strict, __doc__=f"nn.{mdef.name}: {mdef.doc}", **fields
+    )
 
 
 _MODULE_MODELS = {name: _module_model(m) for name, m in MODULES.items()}
@@ -150,11 +178,15 @@ for _name, _m in _MODULE_MODELS.items():
 
 # --- program nodes ----------------------------------------------------------------------------
 
+
 class NodeBase(Strict):
     id: Name = Field(description="the node's name, used in reports and warnings")
-    inputs: NameList = Field(default_factory=list, alias="in",
-                             description="tensor names read by the node, in order")
-    out: Name | None = Field(None, description="the name bound to the result (default: the node id)")
+    inputs: NameList = Field(
+        default_factory=list, alias="in", description="tensor names read by the node, in order"
+    )
+    out: Name | None = Field(
+        None, description="the name bound to the result (default: the node id)"
+    )
 
     @property
     def out_name(self) -> str:
@@ -177,8 +209,9 @@ def _op_node_model(opdef) -> type[BaseModel]:
     }
     if opdef.inplace:
         fields["inplace"] = (bool, Field(False, description=f"call {opdef.name}_ (in place)"))
-    return create_model(f"op_{opdef.name}", __base__=NodeBase, __doc__=f"{opdef.name}: {opdef.doc}",
-                        **fields)
+    return create_model(
+        f"op_{opdef.name}", __base__=NodeBase, __doc__=f"{opdef.name}: {opdef.doc}", **fields
+    )
 
 
 _OP_MODELS = {name: _op_node_model(o) for name, o in OPS.items()}
@@ -197,22 +230,29 @@ def _node_tag(value: Any) -> str | None:
 
 
 Node = Annotated[
-    Union[tuple(Annotated[m, Tag(f"op={n}")] for n, m in _OP_MODELS.items())
-          + (Annotated[ModuleCall, Tag("module call")],)],
+    Union[
+        tuple(Annotated[m, Tag(f"op={n}")] for n, m in _OP_MODELS.items())
+        + (Annotated[ModuleCall, Tag("module call")],)
+    ],
     Discriminator(_node_tag),
 ]
 
 
 # --- phases -----------------------------------------------------------------------------------
 
+
 def _optimizer_model(name: str, args: tuple[Arg, ...]) -> type[BaseModel]:
     fields: dict[str, Any] = {"type": (Literal[name], ...)}
     for arg in args:
         fields[arg.name] = _field_for(arg)
-    fields["params"] = (list[Name] | None, Field(
-        None, description="modules whose parameters it updates (default: every module)"))
-    fields["zero_grad"] = (bool, Field(
-        True, description="zero_grad(set_to_none=True) right after each step"))
+    fields["params"] = (
+        list[Name] | None,
+        Field(None, description="modules whose parameters it updates (default: every module)"),
+    )
+    fields["zero_grad"] = (
+        bool,
+        Field(True, description="zero_grad(set_to_none=True) right after each step"),
+    )
     return create_model(f"{name}Spec", __base__=Strict, __doc__=f"optim.{name}", **fields)
 
 
@@ -259,6 +299,7 @@ Phase = Annotated[
 
 # --- expectations -----------------------------------------------------------------------------
 
+
 class ErrorExpectation(Strict):
     """The variant must fail with this exception type, its message containing `message`."""
 
@@ -275,17 +316,35 @@ class Expectation(Strict):
     final_allocated: SizeCheck | None = None
     baseline: SizeCheck | None = Field(None, description="inputs and parameters before the program")
     peak_over_baseline: SizeCheck | None = Field(
-        None, description="peak allocated minus the baseline: what the program added")
-    peak_by_category: dict[Literal["input", "parameter", "activation", "gradient", "optimizer_state",
-                                   "saved_for_backward", "temporary", "other"], SizeCheck] | None = Field(
-        None, description="bytes of each category live at the peak, e.g. {gradient: 2 MiB}")
+        None, description="peak allocated minus the baseline: what the program added"
+    )
+    peak_by_category: (
+        dict[
+            Literal[
+                "input",
+                "parameter",
+                "activation",
+                "gradient",
+                "optimizer_state",
+                "saved_for_backward",
+                "temporary",
+                "other",
+            ],
+            SizeCheck,
+        ]
+        | None
+    ) = Field(None, description="bytes of each category live at the peak, e.g. {gradient: 2 MiB}")
     error: ErrorExpectation | None = None
-    values: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.grad)?$")], float] | None = Field(
-        None, description="every element of the tensor (or NAME.grad) equals this number")
-    warnings: dict[Literal["stale_read", "inplace_clone"], Annotated[int, Field(ge=0)]] | None = Field(
-        None, description="how many warnings of each kind the variant reports")
+    values: (
+        dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.grad)?$")], float] | None
+    ) = Field(None, description="every element of the tensor (or NAME.grad) equals this number")
+    warnings: dict[Literal["stale_read", "inplace_clone"], Annotated[int, Field(ge=0)]] | None = (
+        Field(None, description="how many warnings of each kind the variant reports")
+    )
     inplace: dict[Name, Literal["free", "clone"]] | None = Field(
-        None, description="per node: whether its in-place call was free or paid a clone for backward")
+        None,
+        description="per node: whether its in-place call was free or paid a clone for backward",
+    )
 
 
 # --- the scenario -----------------------------------------------------------------------------
@@ -302,7 +361,8 @@ class Scenario(Strict):
     dtype: Literal[DTYPES] = "float32"
     seed: int = 0
     allocator: Literal["exact", "caching"] = Field(
-        "exact", description="exact: bytes as requested; caching: PyTorch's CUDA caching allocator")
+        "exact", description="exact: bytes as requested; caching: PyTorch's CUDA caching allocator"
+    )
     memory_limit: Size | None = Field(None, description="allocations past this raise out-of-memory")
     strict: bool = Field(False, description="a stale read after an in-place write is an error")
     inputs: dict[Name, InputSpec] = Field(default_factory=dict)
@@ -310,14 +370,16 @@ class Scenario(Strict):
     program: list[Node] = Field(..., min_length=1)
     phases: list[Phase] = Field(default_factory=lambda: ["forward"])
     iterations: Annotated[int, Field(ge=1)] = 1
-    variants: dict[Annotated[str, Field(pattern=VARIANT_NAME_PATTERN)],
-                   dict[Name, ParamValue]] | None = Field(
-        None, description="named variants: each maps parameter names to values")
+    variants: (
+        dict[Annotated[str, Field(pattern=VARIANT_NAME_PATTERN)], dict[Name, ParamValue]] | None
+    ) = Field(None, description="named variants: each maps parameter names to values")
     matrix: dict[Name, Annotated[list[ParamValue], Field(min_length=1)]] | None = Field(
-        None, description="every combination of these parameter values is a variant")
+        None, description="every combination of these parameter values is a variant"
+    )
     baseline: str | None = Field(None, description="the variant others are compared against")
     expect: dict[str, Expectation] = Field(
-        default_factory=dict, description="per variant name ('*' for all): what it must measure")
+        default_factory=dict, description="per variant name ('*' for all): what it must measure"
+    )
 
 
 def scenario_json_schema() -> dict:

@@ -133,11 +133,17 @@ def _one(doc: Document, data: Any, err: dict) -> Problem:
     path, rest = _resolve(loc, data)
 
     if rest and rest[0] == "[key]":
-        return doc.problem(path, f"expected a name of letters, digits and _ (not starting with a digit), "
-                                 f"found {found(path[-1])}", key=True)
+        return doc.problem(
+            path,
+            f"expected a name of letters, digits and _ (not starting with a digit), "
+            f"found {found(path[-1])}",
+            key=True,
+        )
     if kind == "missing":
         name = rest[-1] if rest else loc[-1]
-        return doc.problem(path, f"expected field {name!r} in {_what(path, data)}, found no such field")
+        return doc.problem(
+            path, f"expected field {name!r} in {_what(path, data)}, found no such field"
+        )
     if kind == "extra_forbidden":
         model = _model_at(path[:-1], data)
         key = path[-1]
@@ -145,13 +151,22 @@ def _one(doc: Document, data: Any, err: dict) -> Problem:
             allowed = _field_names(model)
             hint = suggest(key, allowed)
             if path[0] == "program" and len(path) == 2 and key in ("op", "module"):
-                return doc.problem(path, "expected either `op` or `module` in a node, found both", key=True)
+                return doc.problem(
+                    path, "expected either `op` or `module` in a node, found both", key=True
+                )
             if path[0] == "program" and len(path) == 2 and key == "inplace":
-                return doc.problem(path, "expected `inplace` only on ops with an in-place form "
-                                         "(for a module, set it on the module: ReLU(inplace: true)), "
-                                         f"found it on {_what(path[:2], data)}", key=True)
-            return doc.problem(path, f"expected one of the fields {', '.join(allowed)}{hint}, "
-                                     f"found {key!r}", key=True)
+                return doc.problem(
+                    path,
+                    "expected `inplace` only on ops with an in-place form "
+                    "(for a module, set it on the module: ReLU(inplace: true)), "
+                    f"found it on {_what(path[:2], data)}",
+                    key=True,
+                )
+            return doc.problem(
+                path,
+                f"expected one of the fields {', '.join(allowed)}{hint}, found {key!r}",
+                key=True,
+            )
         return doc.problem(path, f"unexpected field {key!r}", key=True)
     if kind == "union_tag_invalid":
         tag = ctx.get("tag", value)
@@ -160,44 +175,69 @@ def _one(doc: Document, data: Any, err: dict) -> Problem:
             hint = suggest(op, OPS) or " (`memprof schema` lists them)"
             return doc.problem(path + ("op",), f"expected a known op{hint}, found {found(op)}")
         if path[:1] == ("modules",):
-            return doc.problem(path + ("type",), f"expected a module type such as Linear, Conv2d or "
-                                                 f"ReLU{suggest(tag, MODULES)}, found {found(tag)}")
+            return doc.problem(
+                path + ("type",),
+                f"expected a module type such as Linear, Conv2d or "
+                f"ReLU{suggest(tag, MODULES)}, found {found(tag)}",
+            )
         if path[:1] == ("phases",) and len(path) == 3:
-            return doc.problem(path + ("type",), f"expected an optimizer type ({', '.join(OPTIMIZERS)})"
-                                                 f"{suggest(tag, OPTIMIZERS)}, found {found(tag)}")
+            return doc.problem(
+                path + ("type",),
+                f"expected an optimizer type ({', '.join(OPTIMIZERS)})"
+                f"{suggest(tag, OPTIMIZERS)}, found {found(tag)}",
+            )
         if path[:1] == ("phases",):
-            return doc.problem(path, "expected forward, {backward: LOSS} or {optimizer: {type: SGD, ...}}"
-                                     f"{suggest(tag, ['forward'])}, found {found(value)}")
+            return doc.problem(
+                path,
+                "expected forward, {backward: LOSS} or {optimizer: {type: SGD, ...}}"
+                f"{suggest(tag, ['forward'])}, found {found(value)}",
+            )
         return doc.problem(path, f"expected one of {ctx.get('expected_tags')}, found {found(tag)}")
     if kind == "union_tag_not_found":
         if path[:1] == ("program",):
-            return doc.problem(path, "expected `op: NAME` or `module: NAME` in a node, found neither")
+            return doc.problem(
+                path, "expected `op: NAME` or `module: NAME` in a node, found neither"
+            )
         if path[:1] == ("modules",) or path[:1] == ("phases",) and len(path) == 3:
             return doc.problem(path, f"expected a `type` field in {_what(path, data)}, found none")
         if path[:1] == ("phases",):
-            return doc.problem(path, "expected forward, {backward: LOSS} or {optimizer: {type: SGD, ...}}, "
-                                     f"found {found(value)}")
+            return doc.problem(
+                path,
+                "expected forward, {backward: LOSS} or {optimizer: {type: SGD, ...}}, "
+                f"found {found(value)}",
+            )
         return doc.problem(path, f"expected a tagged mapping, found {found(value)}")
     if kind == "literal_error":
         return doc.problem(path, f"expected {ctx.get('expected')}, found {found(value)}")
     if kind == "string_pattern_mismatch":
-        return doc.problem(path, "expected a name of letters, digits and _ (not starting with a digit), "
-                                 f"found {found(value)}")
+        return doc.problem(
+            path,
+            "expected a name of letters, digits and _ (not starting with a digit), "
+            f"found {found(value)}",
+        )
     if kind == "value_error":
         msg = str(ctx.get("error", err["msg"]))
         if msg.startswith("expected"):
             return doc.problem(path, msg)
         return doc.problem(path, f"{msg} (in {_what(path, data)})")
     if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return doc.problem(path, f"expected a mapping for {_what(path, data)}, found {found(value)}")
+        return doc.problem(
+            path, f"expected a mapping for {_what(path, data)}, found {found(value)}"
+        )
     if kind == "too_short":
-        return doc.problem(path, f"expected at least {ctx.get('min_length', 1)} item(s), found {found(value)}")
+        return doc.problem(
+            path, f"expected at least {ctx.get('min_length', 1)} item(s), found {found(value)}"
+        )
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         bound = next(iter(ctx.values()), "")
-        sign = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=",
-                "less_than": "<"}[kind]
+        sign = {
+            "greater_than_equal": ">=",
+            "greater_than": ">",
+            "less_than_equal": "<=",
+            "less_than": "<",
+        }[kind]
         return doc.problem(path, f"expected a number {sign} {bound}, found {found(value)}")
     msg = err["msg"]
     if msg.startswith("Input should be "):
-        msg = "expected " + msg[len("Input should be "):]
+        msg = "expected " + msg[len("Input should be ") :]
     return doc.problem(path, f"{msg}, found {found(value)}")

@@ -36,15 +36,23 @@ def dry_run(variant, doc: Document) -> list[Problem]:
             try:
                 inputs[name] = make_input(engine, ispec, spec.dtype, "meta")
             except Exception as exc:
-                return [doc.problem(("inputs", name), f"expected an input the engine can make, found "
-                                                      f"{_error(exc)}")]
+                return [
+                    doc.problem(
+                        ("inputs", name),
+                        f"expected an input the engine can make, found {_error(exc)}",
+                    )
+                ]
         modules = {}
         for name, mspec in spec.modules.items():
             try:
                 modules[name] = build_module(engine, mspec, "meta", spec.dtype)
             except Exception as exc:
-                return [doc.problem(("modules", name), f"expected arguments nn.{mspec.type} accepts, "
-                                                       f"found {_error(exc)}")]
+                return [
+                    doc.problem(
+                        ("modules", name),
+                        f"expected arguments nn.{mspec.type} accepts, found {_error(exc)}",
+                    )
+                ]
         state = Bindings()
         for name, t in inputs.items():
             state.bind(name, t)
@@ -55,11 +63,17 @@ def dry_run(variant, doc: Document) -> list[Problem]:
                 for name in node.inputs:
                     stale = state.stale(node.id, name)
                     if stale is not None:
-                        problems.append(doc.problem(
-                            ("program", i), stale.message + (" (strict: true makes this an error)"
-                                                             if spec.strict else ""),
-                            severity="error" if spec.strict and not allowed_to_fail else "warning",
-                            kind="stale_read"))
+                        problems.append(
+                            doc.problem(
+                                ("program", i),
+                                stale.message
+                                + (" (strict: true makes this an error)" if spec.strict else ""),
+                                severity="error"
+                                if spec.strict and not allowed_to_fail
+                                else "warning",
+                                kind="stale_read",
+                            )
+                        )
                 tensors = [state.values[n] for n in node.inputs]
                 before = state.versions(tensors)
                 try:
@@ -68,39 +82,75 @@ def dry_run(variant, doc: Document) -> list[Problem]:
                     if allowed_to_fail:
                         return dedupe(problems)
                     if _meta_limitation(engine, exc):
-                        problems.append(doc.problem(("program", i), (
-                            f"shapes from node {node.id!r} on are not checked: the meta device "
-                            f"cannot run it ({_error(exc)}); they are checked when it runs"),
-                            severity="warning"))
+                        problems.append(
+                            doc.problem(
+                                ("program", i),
+                                (
+                                    f"shapes from node {node.id!r} on are not checked: the meta device "
+                                    f"cannot run it ({_error(exc)}); they are checked when it runs"
+                                ),
+                                severity="warning",
+                            )
+                        )
                         return dedupe(problems)
-                    shown = ", ".join(describe_tensor(n, t) for n, t in zip(node.inputs, tensors, strict=True))
-                    what = (f"module {node.module} ({spec.modules[node.module].type})"
-                            if isinstance(node, ModuleCall) else f"op {node.op}")
-                    problems.append(doc.problem(
-                        ("program", i), f"node {node.id!r} ({what}) cannot run on "
-                                        f"{shown or 'no inputs'}: {_error(exc)}"))
+                    shown = ", ".join(
+                        describe_tensor(n, t) for n, t in zip(node.inputs, tensors, strict=True)
+                    )
+                    what = (
+                        f"module {node.module} ({spec.modules[node.module].type})"
+                        if isinstance(node, ModuleCall)
+                        else f"op {node.op}"
+                    )
+                    problems.append(
+                        doc.problem(
+                            ("program", i),
+                            f"node {node.id!r} ({what}) cannot run on "
+                            f"{shown or 'no inputs'}: {_error(exc)}",
+                        )
+                    )
                     return dedupe(problems)
                 state.note_writes(node.id, tensors, before)
                 if not _is_tensor(engine, out):
-                    problems.append(doc.problem(("program", i), f"expected node {node.id!r} to return a "
-                                                                f"tensor, found {type(out).__name__}"))
+                    problems.append(
+                        doc.problem(
+                            ("program", i),
+                            f"expected node {node.id!r} to return a "
+                            f"tensor, found {type(out).__name__}",
+                        )
+                    )
                     return dedupe(problems)
                 state.bind(node.out_name, out)
         for i, phase in enumerate(spec.phases):
             if hasattr(phase, "backward"):
                 loss = state.values[phase.backward]
                 if loss.numel() != 1:
-                    problems.append(doc.problem(("phases", i, "backward"), (
-                        f"expected a scalar (one element) to call backward on, found "
-                        f"{describe_tensor(phase.backward, loss)}; reduce it with op sum or mean")))
+                    problems.append(
+                        doc.problem(
+                            ("phases", i, "backward"),
+                            (
+                                f"expected a scalar (one element) to call backward on, found "
+                                f"{describe_tensor(phase.backward, loss)}; reduce it with op sum or mean"
+                            ),
+                        )
+                    )
                 elif not loss.requires_grad and not allowed_to_fail:
-                    problems.append(doc.problem(("phases", i, "backward"), (
-                        f"expected a tensor that requires grad, found {phase.backward!r}, which does "
-                        f"not (no module parameter or requires_grad input reaches it)")))
+                    problems.append(
+                        doc.problem(
+                            ("phases", i, "backward"),
+                            (
+                                f"expected a tensor that requires grad, found {phase.backward!r}, which does "
+                                f"not (no module parameter or requires_grad input reaches it)"
+                            ),
+                        )
+                    )
             elif hasattr(phase, "optimizer"):
                 if not module_parameters(modules, phase.optimizer.params):
-                    problems.append(doc.problem(("phases", i, "optimizer"), (
-                        "expected modules with parameters for the optimizer, found none")))
+                    problems.append(
+                        doc.problem(
+                            ("phases", i, "optimizer"),
+                            ("expected modules with parameters for the optimizer, found none"),
+                        )
+                    )
         return dedupe(problems)
     finally:
         alloc.set_limit(saved_limit)

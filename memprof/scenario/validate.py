@@ -75,8 +75,10 @@ def read_scenario_text(path: str | os.PathLike) -> tuple[str, bytes]:
     try:
         return raw.decode("utf-8"), raw
     except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{path}: expected UTF-8 text, found a byte 0x{raw[exc.start]:02x} "
-                           f"at offset {exc.start}") from None
+        raise InvalidInput(
+            f"{path}: expected UTF-8 text, found a byte 0x{raw[exc.start]:02x} "
+            f"at offset {exc.start}"
+        ) from None
 
 
 def load_scenario(
@@ -99,8 +101,17 @@ def load_scenario(
     except ScenarioYAMLError as exc:
         raise InvalidInput(f"{path}: invalid YAML", [str(exc.problem)]) from None
     if not isinstance(doc.data, dict):
-        raise InvalidInput(f"{path}: not a scenario", [str(doc.problem(
-            (), f"expected a mapping with name, inputs, program, ..., found {_kind(doc.data)}"))])
+        raise InvalidInput(
+            f"{path}: not a scenario",
+            [
+                str(
+                    doc.problem(
+                        (),
+                        f"expected a mapping with name, inputs, program, ..., found {_kind(doc.data)}",
+                    )
+                )
+            ],
+        )
 
     defs, problems = expand_variants(doc)
     if problems:
@@ -109,10 +120,15 @@ def load_scenario(
 
     refs = references(doc)
     all_params = {k for d in defs for k in d.params}
-    warnings = [doc.problem(("variants",) if "variants" in doc.data else ("matrix",),
-                            f"parameter {name!r} is set by the variants but no value uses ${name}",
-                            key=True, severity="warning")
-                for name in sorted(all_params - set(refs))]
+    warnings = [
+        doc.problem(
+            ("variants",) if "variants" in doc.data else ("matrix",),
+            f"parameter {name!r} is set by the variants but no value uses ${name}",
+            key=True,
+            severity="warning",
+        )
+        for name in sorted(all_params - set(refs))
+    ]
 
     collected: dict[str, list[str]] = {}  # problem line -> variants it occurs in
     order: list[Problem] = []
@@ -120,10 +136,15 @@ def load_scenario(
     names = [d.name for d in defs]
     for vdef in defs:
         data, missing = substitute(doc, vdef.params)
-        vproblems = [doc.problem(p, f"expected a parameter the variants define "
-                                    f"({', '.join(sorted(all_params)) or 'none defined'}){suggest(n, all_params)}, "
-                                    f"found ${n}")
-                     for p, n in missing]
+        vproblems = [
+            doc.problem(
+                p,
+                f"expected a parameter the variants define "
+                f"({', '.join(sorted(all_params)) or 'none defined'}){suggest(n, all_params)}, "
+                f"found ${n}",
+            )
+            for p, n in missing
+        ]
         spec = None
         if not missing:
             try:
@@ -145,21 +166,41 @@ def load_scenario(
 
     baseline = loaded[0].spec.baseline
     if baseline is not None and baseline not in names:
-        _fail(path, [doc.problem(("baseline",), f"expected a variant name ({', '.join(names)})"
-                                                f"{suggest(baseline, names)}, found {baseline!r}")])
+        _fail(
+            path,
+            [
+                doc.problem(
+                    ("baseline",),
+                    f"expected a variant name ({', '.join(names)})"
+                    f"{suggest(baseline, names)}, found {baseline!r}",
+                )
+            ],
+        )
     expect = loaded[0].spec.expect
     bad = [k for k in expect if k != "*" and k not in names]
     if bad:
-        _fail(path, [doc.problem(("expect", k), f"expected a variant name ({', '.join(names)}) or '*'"
-                                                f"{suggest(k, names)}, found {k!r}", key=True) for k in bad])
+        _fail(
+            path,
+            [
+                doc.problem(
+                    ("expect", k),
+                    f"expected a variant name ({', '.join(names)}) or '*'"
+                    f"{suggest(k, names)}, found {k!r}",
+                    key=True,
+                )
+                for k in bad
+            ],
+        )
     for v in loaded:
         v.expect = _merge_expect(v.spec.expect.get("*"), v.spec.expect.get(v.name))
 
     if variants:
         unknown = [n for n in variants if n not in names]
         if unknown:
-            raise InvalidInput(f"{path}: unknown variant {unknown[0]!r}{suggest(unknown[0], names)}; "
-                               f"the scenario defines: {', '.join(names)}")
+            raise InvalidInput(
+                f"{path}: unknown variant {unknown[0]!r}{suggest(unknown[0], names)}; "
+                f"the scenario defines: {', '.join(names)}"
+            )
         loaded = [v for v in loaded if v.name in variants]
     if device or allocator:
         update = {k: val for k, val in (("device", device), ("allocator", allocator)) if val}
@@ -170,9 +211,15 @@ def load_scenario(
         from engine.device import cuda_available
 
         if not cuda_available():
-            where = "--device cuda" if device == "cuda" else str(doc.problem(("device",), "device cuda"))
-            raise InvalidInput(f"{where}: expected a GPU that CuPy can see, found none; "
-                               f"use cpu, meta, or auto (cuda when there is a GPU)")
+            where = (
+                "--device cuda"
+                if device == "cuda"
+                else str(doc.problem(("device",), "device cuda"))
+            )
+            raise InvalidInput(
+                f"{where}: expected a GPU that CuPy can see, found none; "
+                f"use cpu, meta, or auto (cuda when there is a GPU)"
+            )
     meta_problems = [p for v in loaded for p in check_meta(v, doc)]
     if meta_problems:
         _fail(path, meta_problems)
@@ -195,8 +242,16 @@ def load_scenario(
         if order:
             _fail(path, order, collected, len(loaded))
 
-    return LoadedScenario(path=path, text=text, sha256=hashlib.sha256(raw).hexdigest(), doc=doc,
-                          variants=loaded, variant_names=names, baseline=baseline, warnings=warnings)
+    return LoadedScenario(
+        path=path,
+        text=text,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        doc=doc,
+        variants=loaded,
+        variant_names=names,
+        baseline=baseline,
+        warnings=warnings,
+    )
 
 
 def load_scenarios(
@@ -216,7 +271,9 @@ def load_scenarios(
     loaded = []
     for path in files:
         try:
-            loaded.append(load_scenario(path, variants=variants, device=device, allocator=allocator))
+            loaded.append(
+                load_scenario(path, variants=variants, device=device, allocator=allocator)
+            )
         except InvalidInput as exc:
             problems += exc.problems or [str(exc)]
     return loaded, problems
@@ -230,19 +287,25 @@ def _kind(value: Any) -> str:
 
 def check_overrides(device: str | None = None, allocator: str | None = None) -> None:
     """Raise InvalidInput with one line per bad `--device` / `--allocator` value."""
-    problems = [f"--{what}: expected one of {', '.join(allowed)}{suggest(value, allowed)}, "
-                f"found {value!r}"
-                for what, value, allowed in (("device", device, DEVICES),
-                                             ("allocator", allocator, ALLOCATORS))
-                if value is not None and value not in allowed]
+    problems = [
+        f"--{what}: expected one of {', '.join(allowed)}{suggest(value, allowed)}, found {value!r}"
+        for what, value, allowed in (
+            ("device", device, DEVICES),
+            ("allocator", allocator, ALLOCATORS),
+        )
+        if value is not None and value not in allowed
+    ]
     if problems:
         raise InvalidInput("invalid option", problems)
 
 
-def _fail(path: str, problems: list[Problem], where: dict[str, list[str]] | None = None,
-          total: int = 1) -> None:
+def _fail(
+    path: str, problems: list[Problem], where: dict[str, list[str]] | None = None, total: int = 1
+) -> None:
     lines = []
-    problems = sorted(problems, key=lambda p: (p.position.line, p.position.column) if p.position else (0, 0))
+    problems = sorted(
+        problems, key=lambda p: (p.position.line, p.position.column) if p.position else (0, 0)
+    )
     for p in problems:
         line = str(p)
         names = (where or {}).get(line)
@@ -268,6 +331,7 @@ def _merge_expect(general: Expectation | None, specific: Expectation | None) -> 
 
 # --- names, arities, phases -------------------------------------------------------------------
 
+
 def check_semantics(spec: Scenario, doc: Document, variant_names: list[str]) -> list[Problem]:
     """Problems a pydantic model cannot see: undefined or duplicate names, wrong input counts."""
     problems: list[Problem] = []
@@ -276,37 +340,59 @@ def check_semantics(spec: Scenario, doc: Document, variant_names: list[str]) -> 
     for name, inp in spec.inputs.items():
         bound[name] = ("inputs", name)
         if inp.requires_grad and not _is_float(inp.dtype or spec.dtype):
-            problems.append(doc.problem(("inputs", name, "requires_grad"),
-                            f"expected a floating dtype for requires_grad: true, found "
-                            f"{inp.dtype or spec.dtype}"))
+            problems.append(
+                doc.problem(
+                    ("inputs", name, "requires_grad"),
+                    f"expected a floating dtype for requires_grad: true, found "
+                    f"{inp.dtype or spec.dtype}",
+                )
+            )
     node_ids: dict[str, int] = {}
     for i, node in enumerate(spec.program):
         here = ("program", i)
         if node.id in node_ids:
             first = doc.position(("program", node_ids[node.id]))
-            problems.append(doc.problem(here + ("id",), f"expected a unique node id, found {node.id!r} "
-                                                        f"again (first at line {first.line if first else '?'})"))
+            problems.append(
+                doc.problem(
+                    here + ("id",),
+                    f"expected a unique node id, found {node.id!r} "
+                    f"again (first at line {first.line if first else '?'})",
+                )
+            )
         node_ids.setdefault(node.id, i)
         for j, name in enumerate(node.inputs):
             if name not in bound:
-                ipath = here + ("in", j) if isinstance(_raw(doc, here + ("in",)), list) else here + ("in",)
+                ipath = (
+                    here + ("in", j)
+                    if isinstance(_raw(doc, here + ("in",)), list)
+                    else here + ("in",)
+                )
                 if name in later:
                     lpos = doc.position(later[name])
-                    msg = (f"expected a tensor defined before this node, found {name!r}, which node "
-                           f"{spec.program[later[name][1]].id!r} makes later (line {lpos.line if lpos else '?'})")
+                    msg = (
+                        f"expected a tensor defined before this node, found {name!r}, which node "
+                        f"{spec.program[later[name][1]].id!r} makes later (line {lpos.line if lpos else '?'})"
+                    )
                 else:
                     known = list(bound)
-                    msg = (f"expected a defined tensor ({', '.join(known) or 'none defined yet'})"
-                           f"{suggest(name, known)}, found {name!r}")
+                    msg = (
+                        f"expected a defined tensor ({', '.join(known) or 'none defined yet'})"
+                        f"{suggest(name, known)}, found {name!r}"
+                    )
                 problems.append(doc.problem(ipath, msg))
         problems += _check_call(spec, node, here, doc)
         out = node.out_name
         if out in bound:
             first = doc.position(bound[out], key=bound[out][0] == "inputs")
             opath = here + ("out",) if node.out else here + ("id",)
-            problems.append(doc.problem(opath, f"expected a new tensor name (each name is bound once), "
-                                               f"found {out!r}, already bound at line "
-                                               f"{first.line if first else '?'}"))
+            problems.append(
+                doc.problem(
+                    opath,
+                    f"expected a new tensor name (each name is bound once), "
+                    f"found {out!r}, already bound at line "
+                    f"{first.line if first else '?'}",
+                )
+            )
         else:
             bound[out] = here
 
@@ -317,33 +403,54 @@ def check_semantics(spec: Scenario, doc: Document, variant_names: list[str]) -> 
             has_forward = True
             continue
         if not has_forward:
-            problems.append(doc.problem(here, "expected `forward` before this phase, found it first"))
+            problems.append(
+                doc.problem(here, "expected `forward` before this phase, found it first")
+            )
         if hasattr(phase, "backward"):
             loss = phase.backward
             if loss not in bound:
-                problems.append(doc.problem(here + ("backward",), f"expected a tensor of the program to "
-                                            f"call backward on{suggest(loss, bound)}, found {loss!r}"))
+                problems.append(
+                    doc.problem(
+                        here + ("backward",),
+                        f"expected a tensor of the program to "
+                        f"call backward on{suggest(loss, bound)}, found {loss!r}",
+                    )
+                )
         else:
             opt = phase.optimizer
             for j, name in enumerate(opt.params or []):
                 if name not in spec.modules:
-                    problems.append(doc.problem(here + ("optimizer", "params", j),
-                                    f"expected a module name ({', '.join(spec.modules) or 'none declared'})"
-                                    f"{suggest(name, spec.modules)}, found {name!r}"))
+                    problems.append(
+                        doc.problem(
+                            here + ("optimizer", "params", j),
+                            f"expected a module name ({', '.join(spec.modules) or 'none declared'})"
+                            f"{suggest(name, spec.modules)}, found {name!r}",
+                        )
+                    )
     if "forward" not in spec.phases:
         problems.append(doc.problem(("phases",), "expected a `forward` phase, found none"))
 
     node_names = set(node_ids)
     for vname, exp in spec.expect.items():
-        for key in (exp.values or {}):
+        for key in exp.values or {}:
             base = key.split(".")[0]
             if base not in bound:
-                problems.append(doc.problem(("expect", vname, "values", key),
-                                f"expected a tensor name{suggest(base, bound)}, found {base!r}", key=True))
-        for node in (exp.inplace or {}):
+                problems.append(
+                    doc.problem(
+                        ("expect", vname, "values", key),
+                        f"expected a tensor name{suggest(base, bound)}, found {base!r}",
+                        key=True,
+                    )
+                )
+        for node in exp.inplace or {}:
             if node not in node_names:
-                problems.append(doc.problem(("expect", vname, "inplace", node),
-                                f"expected a node id{suggest(node, node_names)}, found {node!r}", key=True))
+                problems.append(
+                    doc.problem(
+                        ("expect", vname, "inplace", node),
+                        f"expected a node id{suggest(node, node_names)}, found {node!r}",
+                        key=True,
+                    )
+                )
     return problems
 
 
@@ -352,10 +459,14 @@ def check_meta(variant: Variant, doc: Document) -> list[Problem]:
     problems = []
     exp = variant.expect
     if exp is not None and exp.values and variant.spec.device == "meta":
-        problems.append(doc.problem(("expect", variant.name if variant.name in variant.spec.expect else "*",
-                                     "values"),
-                        f"expected a device with data (cpu or cuda) to check values, found device meta "
-                        f"(variant {variant.name})", key=True))
+        problems.append(
+            doc.problem(
+                ("expect", variant.name if variant.name in variant.spec.expect else "*", "values"),
+                f"expected a device with data (cpu or cuda) to check values, found device meta "
+                f"(variant {variant.name})",
+                key=True,
+            )
+        )
     return problems
 
 
@@ -364,13 +475,23 @@ def _check_call(spec: Scenario, node, here: tuple, doc: Document) -> list[Proble
     if isinstance(node, ModuleCall):
         mod = spec.modules.get(node.module)
         if mod is None:
-            return [doc.problem(here + ("module",), f"expected a module declared under `modules:` "
-                                f"({', '.join(spec.modules) or 'none declared'}){suggest(node.module, spec.modules)}, "
-                                f"found {node.module!r}")]
+            return [
+                doc.problem(
+                    here + ("module",),
+                    f"expected a module declared under `modules:` "
+                    f"({', '.join(spec.modules) or 'none declared'}){suggest(node.module, spec.modules)}, "
+                    f"found {node.module!r}",
+                )
+            ]
         roles = MODULES[mod.type].inputs
         if n != len(roles):
-            return [doc.problem(here + ("in",), f"expected {len(roles)} input tensor(s) for {mod.type} "
-                                f"({', '.join(roles)}), found {n}")]
+            return [
+                doc.problem(
+                    here + ("in",),
+                    f"expected {len(roles)} input tensor(s) for {mod.type} "
+                    f"({', '.join(roles)}), found {n}",
+                )
+            ]
         return []
     opdef = OPS[node.op]
     lo, hi = opdef.min_inputs, opdef.max_inputs
@@ -379,16 +500,29 @@ def _check_call(spec: Scenario, node, here: tuple, doc: Document) -> list[Proble
         want = f"{lo}" if hi == lo else (f"{lo} or more" if hi is None else f"{lo} to {hi}")
         if opdef.variadic:
             roles = "tensors to join"
-        return [doc.problem(here + ("in",), f"expected {want} input tensor(s) for {node.op} ({roles}), "
-                                            f"found {n}")]
+        return [
+            doc.problem(
+                here + ("in",),
+                f"expected {want} input tensor(s) for {node.op} ({roles}), found {n}",
+            )
+        ]
     if node.op in ("add", "sub", "mul", "div"):
         other = node.args.other
         if n == 1 and other is None:
-            return [doc.problem(here + ("in",), f"expected a second input tensor or args.other for "
-                                                f"{node.op}, found neither")]
+            return [
+                doc.problem(
+                    here + ("in",),
+                    f"expected a second input tensor or args.other for {node.op}, found neither",
+                )
+            ]
         if n == 2 and other is not None:
-            return [doc.problem(here + ("args", "other"), f"expected either a second input tensor or "
-                                                          f"args.other for {node.op}, found both")]
+            return [
+                doc.problem(
+                    here + ("args", "other"),
+                    f"expected either a second input tensor or "
+                    f"args.other for {node.op}, found both",
+                )
+            ]
     return []
 
 

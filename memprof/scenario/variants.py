@@ -43,42 +43,72 @@ def expand_variants(doc: Document) -> tuple[list[VariantDef], list[Problem]]:
     raw = data.get("variants")
     if raw is not None:
         if not isinstance(raw, dict) or not raw:
-            problems.append(doc.problem(("variants",),
-                            f"expected a mapping of variant names to parameters, found {_short(raw)}"))
+            problems.append(
+                doc.problem(
+                    ("variants",),
+                    f"expected a mapping of variant names to parameters, found {_short(raw)}",
+                )
+            )
         else:
             for name, params in raw.items():
                 if not isinstance(name, str) or not _VARIANT_RE.match(name):
-                    problems.append(doc.problem(("variants", name),
-                                    f"expected a variant name of letters, digits and _.,=+-, found {name!r}",
-                                    key=True))
+                    problems.append(
+                        doc.problem(
+                            ("variants", name),
+                            f"expected a variant name of letters, digits and _.,=+-, found {name!r}",
+                            key=True,
+                        )
+                    )
                     continue
                 if params is None:
                     params = {}
                 if not isinstance(params, dict):
-                    problems.append(doc.problem(("variants", name),
-                                    f"expected a mapping of parameter names to values, found {_short(params)}"))
+                    problems.append(
+                        doc.problem(
+                            ("variants", name),
+                            f"expected a mapping of parameter names to values, found {_short(params)}",
+                        )
+                    )
                     continue
                 bad = [k for k in params if not isinstance(k, str) or not _NAME_RE.match(k)]
                 for k in bad:
-                    problems.append(doc.problem(("variants", name, k),
-                                    f"expected a parameter name (letters, digits, _), found {k!r}", key=True))
+                    problems.append(
+                        doc.problem(
+                            ("variants", name, k),
+                            f"expected a parameter name (letters, digits, _), found {k!r}",
+                            key=True,
+                        )
+                    )
                 named.append(VariantDef(name, dict(params)))
     combos: list[dict[str, Any]] = [{}]
     raw_matrix = data.get("matrix")
     if raw_matrix is not None:
         if not isinstance(raw_matrix, dict) or not raw_matrix:
-            problems.append(doc.problem(("matrix",),
-                            f"expected a mapping of parameter names to lists of values, found {_short(raw_matrix)}"))
+            problems.append(
+                doc.problem(
+                    ("matrix",),
+                    f"expected a mapping of parameter names to lists of values, found {_short(raw_matrix)}",
+                )
+            )
         else:
             axes = []
             for key, values in raw_matrix.items():
                 if not isinstance(key, str) or not _NAME_RE.match(key):
-                    problems.append(doc.problem(("matrix", key),
-                                    f"expected a parameter name (letters, digits, _), found {key!r}", key=True))
+                    problems.append(
+                        doc.problem(
+                            ("matrix", key),
+                            f"expected a parameter name (letters, digits, _), found {key!r}",
+                            key=True,
+                        )
+                    )
                     continue
                 if not isinstance(values, list) or not values:
-                    problems.append(doc.problem(("matrix", key),
-                                    f"expected a non-empty list of values, found {_short(values)}"))
+                    problems.append(
+                        doc.problem(
+                            ("matrix", key),
+                            f"expected a non-empty list of values, found {_short(values)}",
+                        )
+                    )
                     continue
                 axes.append([(key, v) for v in values])
             combos = [dict(c) for c in itertools.product(*axes)] if axes else [{}]
@@ -93,14 +123,20 @@ def expand_variants(doc: Document) -> tuple[list[VariantDef], list[Problem]]:
             name = base.name if not suffix else (f"{base.name}/{suffix}" if base.name else suffix)
             overlap = set(base.params) & set(combo)
             for key in sorted(overlap):
-                problems.append(doc.problem(("matrix", key),
-                                f"expected each parameter in either variants or matrix, found {key!r} in both",
-                                key=True))
+                problems.append(
+                    doc.problem(
+                        ("matrix", key),
+                        f"expected each parameter in either variants or matrix, found {key!r} in both",
+                        key=True,
+                    )
+                )
             result.append(VariantDef(name, {**base.params, **combo}))
     seen: set[str] = set()
     for v in result:
         if v.name in seen:
-            problems.append(doc.problem(("matrix",), f"expected distinct variant names, found {v.name!r} twice"))
+            problems.append(
+                doc.problem(("matrix",), f"expected distinct variant names, found {v.name!r} twice")
+            )
         seen.add(v.name)
     return result, dedupe(problems)
 
@@ -111,8 +147,10 @@ def substitute(doc: Document, params: dict[str, Any]) -> tuple[Any, list[tuple[t
 
     def walk(value: Any, path: tuple) -> Any:
         if isinstance(value, dict):
-            return {k: (v if path == () and k in ("variants", "matrix") else walk(v, path + (k,)))
-                    for k, v in value.items()}
+            return {
+                k: (v if path == () and k in ("variants", "matrix") else walk(v, path + (k,)))
+                for k, v in value.items()
+            }
         if isinstance(value, list):
             return [walk(v, path + (i,)) for i, v in enumerate(value)]
         if isinstance(value, str):

@@ -35,4 +35,6 @@ def write_all(directory: str | Path | None = None) -> list[Path]:
     from memprof.reports.store import atomic_write_text
 
     directory = Path(directory or Path(__file__).parent)
-    return [atomic_write_text(directory / name, dump(schema)) for name, schema in generate().items()]
+    return [
+        atomic_write_text(directory / name, dump(schema)) for name, schema in generate().items()
+    ]

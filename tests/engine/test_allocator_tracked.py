@@ -56,7 +56,11 @@ def test_alloc_and_free_events_carry_op_context_and_totals(recorder):
     alloc, relu, free = recorder.events
     assert alloc.action == "alloc" and alloc.requested == 40 and alloc.bytes == 40
     assert alloc.allocated == 40 and alloc.context == {}
-    assert relu.action == "alloc" and relu.context == {"node": "act", "phase": "forward", "op": "relu"}
+    assert relu.action == "alloc" and relu.context == {
+        "node": "act",
+        "phase": "forward",
+        "op": "relu",
+    }
     assert relu.allocated == 80 and relu.reserved == 80
     assert free.action == "free" and free.storage_id == relu.storage_id and free.allocated == 40
     assert [e.seq for e in recorder.events] == sorted(e.seq for e in recorder.events)
@@ -102,8 +106,10 @@ def test_record_locations_points_at_user_code(recorder):
         x = engine.empty(3)  # this line
     finally:
         alloc.record_locations = False
-    assert recorder.events[0].location.endswith("test_allocator_tracked.py:" + str(
-        test_record_locations_points_at_user_code.__code__.co_firstlineno + 4))
+    assert recorder.events[0].location.endswith(
+        "test_allocator_tracked.py:"
+        + str(test_record_locations_points_at_user_code.__code__.co_firstlineno + 4)
+    )
     del x
 
 

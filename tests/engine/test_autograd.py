@@ -42,8 +42,14 @@ def _scalarize(y, weights):
 
 def gradcheck(fn, arrays, *, layout="contiguous", torch=None, rtol=1e-6, atol=1e-7):
     """Check engine grads of fn(engine, *tensors) against central differences and PyTorch."""
-    leaves = [(_noncontig(engine, a) if layout == "transposed"
-               else engine.tensor(a, dtype=engine.float64, requires_grad=True)) for a in arrays]
+    leaves = [
+        (
+            _noncontig(engine, a)
+            if layout == "transposed"
+            else engine.tensor(a, dtype=engine.float64, requires_grad=True)
+        )
+        for a in arrays
+    ]
     y = fn(engine, *leaves)
     out = y[0] if isinstance(y, tuple) else y
     w = _sample(out.shape, "any", 99)
@@ -67,20 +73,30 @@ def gradcheck(fn, arrays, *, layout="contiguous", torch=None, rtol=1e-6, atol=1e
                 fm = _scalarize(fn(engine, *values), engine.tensor(w)).item()
                 arr[idx] = orig
                 num[idx] = (fp - fm) / (2 * EPS)
-            np.testing.assert_allclose(analytic[i], num, rtol=1e-5, atol=1e-6,
-                                       err_msg=f"input {i}: analytic vs numeric")
+            np.testing.assert_allclose(
+                analytic[i], num, rtol=1e-5, atol=1e-6, err_msg=f"input {i}: analytic vs numeric"
+            )
 
     if torch is not None:
-        tleaves = [(_noncontig(torch, a) if layout == "transposed"
-                    else torch.tensor(a, dtype=torch.float64, requires_grad=True)) for a in arrays]
+        tleaves = [
+            (
+                _noncontig(torch, a)
+                if layout == "transposed"
+                else torch.tensor(a, dtype=torch.float64, requires_grad=True)
+            )
+            for a in arrays
+        ]
         ty = fn(torch, *tleaves)
         tout = ty[0] if isinstance(ty, tuple) else ty
-        np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=rtol, atol=atol)
+        np.testing.assert_allclose(
+            out.detach().numpy(), tout.detach().numpy(), rtol=rtol, atol=atol
+        )
         _scalarize(ty, torch.tensor(w)).backward()
         for i, t in enumerate(tleaves):
             tg = t.grad.numpy() if t.grad is not None else np.zeros(t.shape)
-            np.testing.assert_allclose(analytic[i], tg, rtol=rtol, atol=atol,
-                                       err_msg=f"input {i}: engine vs torch")
+            np.testing.assert_allclose(
+                analytic[i], tg, rtol=rtol, atol=atol, err_msg=f"input {i}: engine vs torch"
+            )
     return analytic
 
 
@@ -116,19 +132,23 @@ CASES = {
     "sigmoid": (lambda m, x: m.sigmoid(x), [(3, 4)], "any"),
     "relu": (lambda m, x: m.relu(x), [(3, 4)], "spread"),
     "erf": (lambda m, x: m.erf(x), [(3, 4)], "any"),
-    "pow2": (lambda m, x: x ** 2, [(3, 4)], "any"),
+    "pow2": (lambda m, x: x**2, [(3, 4)], "any"),
     "pow3": (lambda m, x: x.pow(3), [(3, 4)], "any"),
-    "pow_half": (lambda m, x: x ** 0.5, [(3, 4)], "positive"),
-    "pow_neg": (lambda m, x: x ** -1.5, [(3, 4)], "positive"),
-    "pow_0": (lambda m, x: x ** 0 + x, [(3, 4)], "positive"),
-    "pow_tt": (lambda m, x, y: x ** y, [(3, 4), (4,)], "positive"),
-    "rpow": (lambda m, x: 2.0 ** x, [(3, 4)], "any"),
+    "pow_half": (lambda m, x: x**0.5, [(3, 4)], "positive"),
+    "pow_neg": (lambda m, x: x**-1.5, [(3, 4)], "positive"),
+    "pow_0": (lambda m, x: x**0 + x, [(3, 4)], "positive"),
+    "pow_tt": (lambda m, x, y: x**y, [(3, 4), (4,)], "positive"),
+    "rpow": (lambda m, x: 2.0**x, [(3, 4)], "any"),
     "square_rsqrt": (lambda m, x: x.square() + x.rsqrt(), [(3, 4)], "positive"),
     "clamp": (lambda m, x: x.clamp(-0.5, 0.7), [(3, 4)], "spread"),
     "clamp_min": (lambda m, x: m.clamp(x, min=0.2), [(3, 4)], "spread"),
     "clamp_max": (lambda m, x: x.clamp(max=-0.1), [(3, 4)], "spread"),
     "clamp_tensor": (lambda m, x, lo: x.clamp(min=lo + 0.05), [(3, 4), (4,)], "spread"),
-    "clamp_tensors": (lambda m, x, lo, hi: m.clamp(x, lo - 0.05, hi + 0.51), [(3, 4), (4,), (3, 1)], "spread"),
+    "clamp_tensors": (
+        lambda m, x, lo, hi: m.clamp(x, lo - 0.05, hi + 0.51),
+        [(3, 4), (4,), (3, 1)],
+        "spread",
+    ),
     "clamp_tensor_max": (lambda m, x, hi: x.clamp(max=hi + 0.05), [(3, 4), (3, 4)], "spread"),
     "scale": (_scale, [(3, 4)], "any"),
     "add": (lambda m, x, y: x + y, [(3, 4), (3, 4)], "any"),
@@ -173,7 +193,11 @@ CASES = {
     "permute": (lambda m, x: x.permute(2, 0, 1).sin(), [(2, 3, 4)], "any"),
     "transpose": (lambda m, x: x.transpose(0, 1).exp(), [(3, 4)], "any"),
     "t": (lambda m, x, y: x.t() @ y, [(3, 4), (3, 2)], "any"),
-    "squeeze_unsqueeze": (lambda m, x: x.unsqueeze(1).squeeze(1).unsqueeze(-1) * 2, [(3, 4)], "any"),
+    "squeeze_unsqueeze": (
+        lambda m, x: x.unsqueeze(1).squeeze(1).unsqueeze(-1) * 2,
+        [(3, 4)],
+        "any",
+    ),
     "expand": (lambda m, x: x.expand(2, 3, 4).exp(), [(3, 1)], "any"),
     "flatten": (lambda m, x: x.flatten(1).sin(), [(2, 3, 4)], "any"),
     "slice": (lambda m, x: x[1:, ::2].exp(), [(3, 4)], "any"),
@@ -221,9 +245,14 @@ def test_gradient_through_a_dtype_cast_matches_torch(torch):
 
 
 def test_gradients_of_0d_and_broadcast_scalars(torch):
-    gradcheck(lambda m, x, y: x * y + y, [_sample((), "any", 0), _sample((3,), "any", 1)], torch=torch)
-    gradcheck(lambda m, x, y: (x / y).sum(0), [_sample((2, 3), "any", 0), _sample((), "positive", 1)],
-              torch=torch)
+    gradcheck(
+        lambda m, x, y: x * y + y, [_sample((), "any", 0), _sample((3,), "any", 1)], torch=torch
+    )
+    gradcheck(
+        lambda m, x, y: (x / y).sum(0),
+        [_sample((2, 3), "any", 0), _sample((), "positive", 1)],
+        torch=torch,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,7 +393,10 @@ def test_seed_000_scale_then_scale_():
 def test_seed_000_scale_on_the_leaf_raises_and_leaves_it_unchanged():
     a = engine.randn(3, 4, requires_grad=True)
     before = a.detach().numpy().copy()
-    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place operation."):
+    with pytest.raises(
+        RuntimeError,
+        match="a leaf Variable that requires grad is being used in an in-place operation.",
+    ):
         a.scale_(2.0)
     np.testing.assert_array_equal(a.detach().numpy(), before)
     assert a._version == 0
@@ -373,11 +405,19 @@ def test_seed_000_scale_on_the_leaf_raises_and_leaves_it_unchanged():
 @pytest.mark.parametrize(
     "call",
     [
-        lambda a: a.relu_(), lambda a: a.add_(1), lambda a: a.sin_(), lambda a: a.zero_(),
-        lambda a: a.fill_(1.0), lambda a: a.copy_(engine.ones(3, 4)), lambda a: a.t_(),
-        lambda a: a.__setitem__(0, 4.0), lambda a: a.__setitem__(engine.tensor([0]), 4.0),
-        lambda a: engine.add(a, 1, out=a), lambda a: engine.exp(engine.ones(3, 4), out=a),
-        lambda a: a.__iadd__(1), lambda a: a.masked_fill_(a > 0, 0.0),
+        lambda a: a.relu_(),
+        lambda a: a.add_(1),
+        lambda a: a.sin_(),
+        lambda a: a.zero_(),
+        lambda a: a.fill_(1.0),
+        lambda a: a.copy_(engine.ones(3, 4)),
+        lambda a: a.t_(),
+        lambda a: a.__setitem__(0, 4.0),
+        lambda a: a.__setitem__(engine.tensor([0]), 4.0),
+        lambda a: engine.add(a, 1, out=a),
+        lambda a: engine.exp(engine.ones(3, 4), out=a),
+        lambda a: a.__iadd__(1),
+        lambda a: a.masked_fill_(a > 0, 0.0),
     ],
 )
 def test_leaf_checks_run_before_the_kernel(call):
@@ -423,7 +463,10 @@ def test_seed_sin_then_relu_raises_the_version_error(torch):
         ts.sum().backward()
     ours, theirs = str(info.value), str(tinfo.value)
     assert ours.split("Hint")[0] == theirs.split("Hint")[0].replace("torch.", "engine.")
-    assert "[engine.FloatTensor [3, 4]], which is output 0 of Relu, is at version 1; expected version 0 instead" in ours
+    assert (
+        "[engine.FloatTensor [3, 4]], which is output 0 of Relu, is at version 1; expected version 0 instead"
+        in ours
+    )
 
 
 def _version_error(lib, program) -> str:
@@ -484,8 +527,8 @@ def test_setitem_gives_the_overwritten_row_a_zero_gradient():
 def test_seed_004_clone_detach_and_accumulation():
     a = engine.tensor(1.0, requires_grad=True)
     a_ = a.clone()
-    y = a ** 2
-    z = a ** 2 + a_ * 3
+    y = a**2
+    z = a**2 + a_ * 3
     y.backward()
     assert a.grad.item() == 2
     z.backward()
@@ -498,7 +541,7 @@ def test_seed_004_clone_detach_and_accumulation():
     c = engine.tensor(1.0)
     c_ = c.clone()
     c_.requires_grad_()
-    (c_ ** 2).backward()
+    (c_**2).backward()
     assert c.grad is None and c_.grad.item() == 2
 
 
@@ -523,9 +566,13 @@ def test_requires_grad_grad_fn_is_leaf():
     assert c.requires_grad and not c.is_leaf and c.grad_fn.name() == "MulBackward0"
     d = b * 2
     assert not d.requires_grad and d.is_leaf
-    with pytest.raises(RuntimeError, match="only Tensors of floating point dtype can require gradients"):
+    with pytest.raises(
+        RuntimeError, match="only Tensors of floating point dtype can require gradients"
+    ):
         engine.ones(2, dtype=engine.int64).requires_grad_()
-    with pytest.raises(RuntimeError, match="you can only change requires_grad flags of leaf variables"):
+    with pytest.raises(
+        RuntimeError, match="you can only change requires_grad flags of leaf variables"
+    ):
         c.requires_grad_(False)
     assert (a > 0).requires_grad is False
 
@@ -533,11 +580,16 @@ def test_requires_grad_grad_fn_is_leaf():
 def test_backward_on_non_scalar_needs_gradient():
     a = engine.ones(2, 3, requires_grad=True)
     y = a * 3
-    with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar outputs"):
+    with pytest.raises(
+        RuntimeError, match="grad can be implicitly created only for scalar outputs"
+    ):
         y.backward()
     y.backward(gradient=engine.full((2, 3), 2.0))
     assert (a.grad.numpy() == 6).all()
-    with pytest.raises(RuntimeError, match=r"Mismatch in shape: grad_output\[0\] has a shape of \[3\] and output\[0\] has a shape of \[2, 3\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"Mismatch in shape: grad_output\[0\] has a shape of \[3\] and output\[0\] has a shape of \[2, 3\]",
+    ):
         (a * 2).backward(engine.ones(3))
 
 
@@ -566,7 +618,9 @@ def test_retain_grad_keeps_a_non_leaf_gradient():
     assert b.grad.tolist() == [4, 4, 4]
     d = a * 3
     assert d.grad is None
-    with pytest.raises(RuntimeError, match="can't retain_grad on Tensor that has requires_grad=False"):
+    with pytest.raises(
+        RuntimeError, match="can't retain_grad on Tensor that has requires_grad=False"
+    ):
         engine.ones(2).retain_grad()
 
 
@@ -624,10 +678,15 @@ def test_errors_for_views_made_under_no_grad_and_multi_output_views():
     b = a * 2
     with engine.no_grad():
         v = b[0]
-    with pytest.raises(RuntimeError, match="A view was created in no_grad mode and is being modified inplace with grad mode enabled"):
+    with pytest.raises(
+        RuntimeError,
+        match="A view was created in no_grad mode and is being modified inplace with grad mode enabled",
+    ):
         v.mul_(2)
     for parts in (b.split(2), b.unbind(0), b.chunk(2)):
-        with pytest.raises(RuntimeError, match="This view is the output of a function that returns multiple views"):
+        with pytest.raises(
+            RuntimeError, match="This view is the output of a function that returns multiple views"
+        ):
             parts[1].add_(1)
     assert b._version == 0
 

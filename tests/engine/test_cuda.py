@@ -72,8 +72,13 @@ def test_cuda_values_match_cpu():
     y = engine.randn(4)
     gx, gy = x.cuda(), y.cuda()
     assert gx.device == "cuda:0" and gx.is_cuda
-    for f in (lambda a, b: a + b, lambda a, b: (a * b).relu(), lambda a, b: a.exp() / b.abs(),
-              lambda a, b: (a @ b).softmax(0), lambda a, b: a.sum(1) - b[:3]):
+    for f in (
+        lambda a, b: a + b,
+        lambda a, b: (a * b).relu(),
+        lambda a, b: a.exp() / b.abs(),
+        lambda a, b: (a @ b).softmax(0),
+        lambda a, b: a.sum(1) - b[:3],
+    ):
         np.testing.assert_allclose(f(gx, gy).cpu().numpy(), f(x, y).numpy(), rtol=1e-5, atol=1e-6)
 
 

@@ -156,8 +156,14 @@ def test_full_sum_matches_torch(shape, dtype, torch):
 
 @pytest.mark.parametrize(
     "shape, expected",
-    [((2, 6), (2, 6)), ((-1, 3), (4, 3)), ((np.int64(3), 4), (3, 4)), (([12],), (12,)),
-     (((2, 2, 3),), (2, 2, 3)), ((12,), (12,))],
+    [
+        ((2, 6), (2, 6)),
+        ((-1, 3), (4, 3)),
+        ((np.int64(3), 4), (3, 4)),
+        (([12],), (12,)),
+        (((2, 2, 3),), (2, 2, 3)),
+        ((12,), (12,)),
+    ],
     ids=str,
 )
 def test_view_shapes(shape, expected):
@@ -167,8 +173,11 @@ def test_view_shapes(shape, expected):
 
 @pytest.mark.parametrize(
     "shape, message",
-    [((-2, -6), "invalid shape dimension"), ((5, 3), "is invalid for input of size 12"),
-     ((-1, -1), "only one dimension can be inferred")],
+    [
+        ((-2, -6), "invalid shape dimension"),
+        ((5, 3), "is invalid for input of size 12"),
+        ((-1, -1), "only one dimension can be inferred"),
+    ],
     ids=str,
 )
 def test_view_refuses_bad_shapes(shape, message):

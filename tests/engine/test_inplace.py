@@ -30,12 +30,20 @@ INPLACE = {
     "abs_": (lambda: engine.randn(3, 4), lambda x: x.abs_(), lambda x: x.abs()),
     "sign_": (lambda: engine.randn(3, 4), lambda x: x.sign_(), lambda x: x.sign()),
     "erf_": (lambda: engine.randn(3, 4), lambda x: x.erf_(), lambda x: x.erf()),
-    "clamp_": (lambda: engine.randn(3, 4), lambda x: x.clamp_(-0.5, 0.5), lambda x: x.clamp(-0.5, 0.5)),
+    "clamp_": (
+        lambda: engine.randn(3, 4),
+        lambda x: x.clamp_(-0.5, 0.5),
+        lambda x: x.clamp(-0.5, 0.5),
+    ),
     "clip_": (lambda: engine.randn(3, 4), lambda x: x.clip_(max=0.1), lambda x: x.clip(max=0.1)),
     "pow_": (POS, lambda x: x.pow_(2), lambda x: x.pow(2)),
     "pow_tensor": (POS, lambda x: x.pow_(OTHER_T), lambda x: x.pow(OTHER_T)),
     "add_": (POS, lambda x: x.add_(2.0), lambda x: x.add(2.0)),
-    "add_tensor_alpha": (POS, lambda x: x.add_(OTHER_T, alpha=2), lambda x: x.add(OTHER_T, alpha=2)),
+    "add_tensor_alpha": (
+        POS,
+        lambda x: x.add_(OTHER_T, alpha=2),
+        lambda x: x.add(OTHER_T, alpha=2),
+    ),
     "sub_": (POS, lambda x: x.sub_(OTHER_T), lambda x: x.sub(OTHER_T)),
     "subtract_": (POS, lambda x: x.subtract_(OTHER_T, alpha=2), lambda x: x - OTHER_T * 2),
     "mul_": (POS, lambda x: x.mul_(3.0), lambda x: x.mul(3.0)),
@@ -79,8 +87,22 @@ def test_inplace_returns_self_allocates_nothing_bumps_version(name, grad, other)
     if grad:  # a non-leaf in a graph: ops that keep their result for backward stay free
         leaf = engine.ones(1, requires_grad=True)
         x = x * leaf
-        if name in ("sin_", "cos_", "log_", "abs_", "pow_", "pow_tensor", "clamp_", "clip_",
-                    "erf_", "maximum_", "mul_tensor", "div_", "imul", "masked_fill_"):
+        if name in (
+            "sin_",
+            "cos_",
+            "log_",
+            "abs_",
+            "pow_",
+            "pow_tensor",
+            "clamp_",
+            "clip_",
+            "erf_",
+            "maximum_",
+            "mul_tensor",
+            "div_",
+            "imul",
+            "masked_fill_",
+        ):
             pytest.skip("this op clones its input for backward (tested in test_autograd)")
     v = x._version
     memory.reset_peak_memory_stats()
@@ -155,9 +177,13 @@ def test_int_tensor_inplace_ops():
     assert x.tolist() == [4, 0, 8] and x.dtype is engine.int64
     x.fill_(2.7)
     assert x.tolist() == [2, 2, 2]
-    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+    with pytest.raises(
+        RuntimeError, match="result type Float can't be cast to the desired output type Long"
+    ):
         x.div_(2)
-    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+    with pytest.raises(
+        RuntimeError, match="result type Float can't be cast to the desired output type Long"
+    ):
         x.mul_(2.5)
     with pytest.raises(RuntimeError, match="can't be cast"):
         x.exp_()
@@ -180,8 +206,18 @@ def test_int_tensor_inplace_ops():
         ((2, 3, 4), lambda x, o: x.__iadd__(o)),
         ((4, 3), lambda x, o: x.__setitem__(slice(None), o)),
     ],
-    ids=["add_", "mul_", "sub_", "copy_", "pow_", "add_out", "maximum_", "masked_fill_", "+=",
-         "setitem"],
+    ids=[
+        "add_",
+        "mul_",
+        "sub_",
+        "copy_",
+        "pow_",
+        "add_out",
+        "maximum_",
+        "masked_fill_",
+        "+=",
+        "setitem",
+    ],
 )
 def test_unbroadcastable_inplace_raises_naming_shapes_and_changes_nothing(shape, call):
     x = engine.rand(3, 4)
@@ -230,7 +266,7 @@ def test_seed_002_relu_peak_halves_in_place(device):
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_seed_004_caching_model_relu_vs_relu_(device):
     memory.set_allocator_model("caching", device)
-    mib = 1024 ** 2
+    mib = 1024**2
     start = memory.memory_allocated(device)
     t = engine.randn(10000, 10000, device=device)
     assert memory.memory_allocated(device) - start == 400556032

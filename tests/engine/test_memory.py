@@ -59,10 +59,19 @@ def test_from_numpy_charges_the_adopted_array_once():
 def test_memory_stats_has_torchs_keys():
     a = engine.empty(N)
     stats = memory.memory_stats()
-    for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
-                "active_bytes.all.current", "requested_bytes.all.current", "allocation.all.current",
-                "segment.all.current", "num_alloc_retries", "num_ooms",
-                "allocated_bytes.small_pool.current", "allocated_bytes.large_pool.current"):
+    for key in (
+        "allocated_bytes.all.current",
+        "allocated_bytes.all.peak",
+        "reserved_bytes.all.current",
+        "active_bytes.all.current",
+        "requested_bytes.all.current",
+        "allocation.all.current",
+        "segment.all.current",
+        "num_alloc_retries",
+        "num_ooms",
+        "allocated_bytes.small_pool.current",
+        "allocated_bytes.large_pool.current",
+    ):
         assert key in stats, key
     assert stats["allocated_bytes.all.current"] == NB and stats["allocation.all.current"] == 1
     del a
@@ -73,9 +82,9 @@ def test_caching_model_rounds_and_caches():
     assert memory.get_allocator_model() == "caching"
     a = engine.empty(1)  # 4 bytes -> one 512-byte block in a 2 MiB segment
     assert memory.memory_allocated() == 512
-    assert memory.memory_reserved() == 2 * 1024 ** 2
+    assert memory.memory_reserved() == 2 * 1024**2
     del a
-    assert memory.memory_allocated() == 0 and memory.memory_reserved() == 2 * 1024 ** 2
+    assert memory.memory_allocated() == 0 and memory.memory_reserved() == 2 * 1024**2
     memory.empty_cache()
     assert memory.memory_reserved() == 0
 
@@ -104,13 +113,19 @@ def test_oom_is_worded_like_torch_and_changes_nothing():
     keep = engine.empty(8 * N)
     x = engine.empty(2 * N)
     before = memory.memory_stats()
-    with pytest.raises(OutOfMemoryError, match=r"out of memory\. Tried to allocate 7\.81 KiB") as info:
+    with pytest.raises(
+        OutOfMemoryError, match=r"out of memory\. Tried to allocate 7\.81 KiB"
+    ) as info:
         engine.relu(x)  # the input fits; the result does not
     assert "total capacity of 39.06 KiB" in str(info.value)
     assert "of which 0 bytes is free" in str(info.value)
     after = memory.memory_stats()
     assert after["num_ooms"] == before["num_ooms"] + 1
-    for key in ("allocated_bytes.all.current", "reserved_bytes.all.current", "allocation.all.current"):
+    for key in (
+        "allocated_bytes.all.current",
+        "reserved_bytes.all.current",
+        "allocation.all.current",
+    ):
         assert after[key] == before[key], key
     assert isinstance(info.value, RuntimeError)
     del keep, x
@@ -141,10 +156,20 @@ def test_failed_ops_leave_counts_unchanged(device):
     mask = engine.empty(3, 4, dtype=engine.bool_, device=device)
     allocated = memory.memory_allocated(device)
     count = memory.memory_stats(device)["allocation.all.allocated"]
-    for bad in (lambda: a + b, lambda: a @ b, lambda: a.view(5), lambda: a.add_(b),
-                lambda: engine.where(mask, a, b), lambda: a.sum(3), lambda: a.softmax(4),
-                lambda: a.expand(2, 4), lambda: a.masked_fill(b > 0, 1.0), lambda: a.max(2),
-                lambda: engine.add(a, b, out=a), lambda: a.clamp(b)):
+    for bad in (
+        lambda: a + b,
+        lambda: a @ b,
+        lambda: a.view(5),
+        lambda: a.add_(b),
+        lambda: engine.where(mask, a, b),
+        lambda: a.sum(3),
+        lambda: a.softmax(4),
+        lambda: a.expand(2, 4),
+        lambda: a.masked_fill(b > 0, 1.0),
+        lambda: a.max(2),
+        lambda: engine.add(a, b, out=a),
+        lambda: a.clamp(b),
+    ):
         with pytest.raises((RuntimeError, IndexError)):
             bad()
     gc.collect()
@@ -282,7 +307,9 @@ def test_free_inplace_ops_clone_nothing(name, operands):
 def test_inplace_ops_that_need_their_input_clone_it_once(name, operands):
     grown, peak, tags = _run_inplace(CLONING[name])
     assert grown == NB and peak == NB
-    assert [t for t in tags if t[0] == "inplace_clone"] == [("inplace_clone", CLONING_OPNAME.get(name, name))]
+    assert [t for t in tags if t[0] == "inplace_clone"] == [
+        ("inplace_clone", CLONING_OPNAME.get(name, name))
+    ]
 
 
 CLONING_OPNAME = {"mul_grad_tensor": "mul_", "div_grad_tensor": "div_", "imul_grad_tensor": "mul_"}

@@ -67,8 +67,10 @@ def torch_peak(fn) -> int:
     finally:
         os.unlink(path)
     del torch
-    memory = sorted((e for e in events if e.get("name") == "[memory]"
-                     and e["args"].get("Device Type") == 0), key=lambda e: e["ts"])
+    memory = sorted(
+        (e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
+        key=lambda e: e["ts"],
+    )
     live: dict[int, list[int]] = {}
     total = peak = 0
     for e in memory:
@@ -121,26 +123,40 @@ def _step(m, model, x, target, loss_fn, opt):
 def mlp_sgd_step(m, inplace):
     model = _mlp(m, inplace)
     opt = m.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    return _step(m, model, _input(m, (64, 512)), _input(m, (64, 512), 1), m.nn.functional.mse_loss, opt)
+    return _step(
+        m, model, _input(m, (64, 512)), _input(m, (64, 512), 1), m.nn.functional.mse_loss, opt
+    )
 
 
 def mlp_adam_step(m, inplace=True):
     model = _mlp(m, inplace)
     opt = m.optim.Adam(model.parameters(), lr=1e-3)
-    return _step(m, model, _input(m, (64, 512)), _input(m, (64, 512), 1), m.nn.functional.mse_loss, opt)
+    return _step(
+        m, model, _input(m, (64, 512)), _input(m, (64, 512), 1), m.nn.functional.mse_loss, opt
+    )
 
 
 def cnn_step(m, inplace=True):
     nn = m.nn
-    model = nn.Sequential(nn.Conv2d(3, 64, 11, stride=4, padding=2), nn.ReLU(inplace=inplace),
-                          nn.MaxPool2d(3, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    model = nn.Sequential(
+        nn.Conv2d(3, 64, 11, stride=4, padding=2),
+        nn.ReLU(inplace=inplace),
+        nn.MaxPool2d(3, 2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
+    )
     opt = m.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    return _step(m, model, _input(m, (8, 3, 224, 224)), _labels(m, 8, 10), m.nn.functional.cross_entropy, opt)
+    return _step(
+        m, model, _input(m, (8, 3, 224, 224)), _labels(m, 8, 10), m.nn.functional.cross_entropy, opt
+    )
 
 
 def cnn_head_step(m, inplace=True):
     nn = m.nn
-    model = nn.Sequential(nn.MaxPool2d(3, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    model = nn.Sequential(
+        nn.MaxPool2d(3, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)
+    )
     x = _input(m, (8, 64, 55, 55)).requires_grad_(True)
     opt = m.optim.SGD([*model.parameters(), x], lr=0.01, momentum=0.9)
     return _step(m, model, x, _labels(m, 8, 10), m.nn.functional.cross_entropy, opt)
@@ -148,18 +164,33 @@ def cnn_head_step(m, inplace=True):
 
 def norm_gelu_adamw_step(m, inplace=True):
     nn = m.nn
-    model = nn.Sequential(nn.Linear(256, 512), nn.LayerNorm(512), nn.GELU(), nn.Linear(512, 256),
-                          nn.Tanh(), nn.Linear(256, 10))
+    model = nn.Sequential(
+        nn.Linear(256, 512),
+        nn.LayerNorm(512),
+        nn.GELU(),
+        nn.Linear(512, 256),
+        nn.Tanh(),
+        nn.Linear(256, 10),
+    )
     opt = m.optim.AdamW(model.parameters())
-    return _step(m, model, _input(m, (32, 256)), _labels(m, 32, 10), m.nn.functional.cross_entropy, opt)
+    return _step(
+        m, model, _input(m, (32, 256)), _labels(m, 32, 10), m.nn.functional.cross_entropy, opt
+    )
 
 
 def batchnorm_pool_step(m, inplace=True):
     nn = m.nn
-    model = nn.Sequential(nn.BatchNorm2d(16), nn.ReLU(inplace=inplace), nn.AvgPool2d(2), nn.Flatten(),
-                          nn.Linear(16 * 8 * 8, 10))
+    model = nn.Sequential(
+        nn.BatchNorm2d(16),
+        nn.ReLU(inplace=inplace),
+        nn.AvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * 8 * 8, 10),
+    )
     opt = m.optim.SGD(model.parameters(), lr=0.01)
-    return _step(m, model, _input(m, (8, 16, 16, 16)), _labels(m, 8, 10), m.nn.functional.cross_entropy, opt)
+    return _step(
+        m, model, _input(m, (8, 16, 16, 16)), _labels(m, 8, 10), m.nn.functional.cross_entropy, opt
+    )
 
 
 def embedding_step(m, inplace=True):

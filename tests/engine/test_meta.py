@@ -50,8 +50,10 @@ def test_meta_accounts_exactly_like_cpu(program):
         keep = program(device)
         stats = memory.memory_stats(device)
         results[device] = (
-            memory.memory_allocated(device), memory.max_memory_allocated(device),
-            stats["allocation.all.allocated"], stats["allocated_bytes.all.allocated"],
+            memory.memory_allocated(device),
+            memory.max_memory_allocated(device),
+            stats["allocation.all.allocated"],
+            stats["allocated_bytes.all.allocated"],
         )
         del keep
         assert memory.memory_allocated(device) == 0, device
@@ -91,8 +93,16 @@ def test_meta_storages_get_distinct_nonzero_addresses():
 
 @pytest.mark.parametrize(
     "read",
-    [lambda t: t.item(), lambda t: t.tolist(), lambda t: t.numpy(), lambda t: float(t),
-     lambda t: bool(t), lambda t: int(t), lambda t: np.asarray(t._data), lambda t: t.to("cpu")],
+    [
+        lambda t: t.item(),
+        lambda t: t.tolist(),
+        lambda t: t.numpy(),
+        lambda t: float(t),
+        lambda t: bool(t),
+        lambda t: int(t),
+        lambda t: np.asarray(t._data),
+        lambda t: t.to("cpu"),
+    ],
 )
 def test_reading_meta_values_raises_a_clear_error(read):
     t = engine.ones(1, device="meta")

@@ -37,7 +37,9 @@ def _sample(shape, domain, seed):
 def _leaf(m, arr, layout):
     """A float64 input that requires grad; 'transposed' hands the op a non-contiguous view."""
     if layout == "transposed" and arr.ndim >= 2:
-        base = m.tensor(np.ascontiguousarray(arr.swapaxes(-1, -2)), dtype=m.float64, requires_grad=True)
+        base = m.tensor(
+            np.ascontiguousarray(arr.swapaxes(-1, -2)), dtype=m.float64, requires_grad=True
+        )
         return base, base.transpose(-1, -2)
     t = m.tensor(arr, dtype=m.float64, requires_grad=True)
     return t, t
@@ -82,8 +84,13 @@ def gradcheck(fn, arrays, layout="contiguous", torch=None, rtol=1e-6, atol=1e-7)
                 fm = _loss(engine, fn(engine, *values), w).item()
                 arr[idx] = orig
                 num[idx] = (fp - fm) / (2 * EPS)
-            np.testing.assert_allclose(analytic[i], num, rtol=1e-4, atol=1e-5,
-                                       err_msg=f"input {i}: analytic vs central differences")
+            np.testing.assert_allclose(
+                analytic[i],
+                num,
+                rtol=1e-4,
+                atol=1e-5,
+                err_msg=f"input {i}: analytic vs central differences",
+            )
     if torch is not None:
         t_out, t_grads, _ = _run(torch, fn, arrays, layout)
         np.testing.assert_allclose(out, t_out, rtol=rtol, atol=atol, err_msg="forward vs torch")
@@ -114,55 +121,190 @@ CASES = {
     "linear": (lambda m, x, w, b: F(m).linear(x, w, b), [(4, 5), (3, 5), (3,)], "normal", True),
     "linear_3d_no_bias": (lambda m, x, w: F(m).linear(x, w), [(2, 3, 5), (4, 5)], "normal", True),
     "linear_1d": (lambda m, x, w, b: F(m).linear(x, w, b), [(5,), (3, 5), (3,)], "normal", True),
-    "conv2d": (lambda m, x, w, b: F(m).conv2d(x, w, b, padding=1), [(2, 3, 6, 5), (4, 3, 3, 3), (4,)],
-               "normal", True),
-    "conv2d_strided_grouped": (lambda m, x, w: F(m).conv2d(x, w, None, stride=2, padding=(1, 0), groups=2),
-                               [(2, 4, 7, 6), (4, 2, 3, 2)], "normal", True),
-    "conv2d_dilated_1x1_same": (lambda m, x, w1, w2: F(m).conv2d(F(m).conv2d(x, w1), w2, padding="same", dilation=2),
-                                [(1, 2, 6, 6), (3, 2, 1, 1), (2, 3, 2, 3)], "normal", True),
-    "conv2d_stem_like": (lambda m, x, w, b: F(m).conv2d(x, w, b, stride=4, padding=2),
-                         [(1, 3, 15, 14), (2, 3, 5, 5), (2,)], "normal", True),
-    "max_pool2d": (lambda m, x: F(m).max_pool2d(x, 3, 2, padding=1), [(2, 2, 7, 6)], "spread", True),
-    "max_pool2d_ceil_dilated": (lambda m, x: F(m).max_pool2d(x, (3, 2), (2, 1), dilation=(1, 2), ceil_mode=True),
-                                [(1, 3, 8, 7)], "spread", True),
-    "avg_pool2d": (lambda m, x: F(m).avg_pool2d(x, 3, 2, padding=1), [(2, 2, 7, 6)], "normal", True),
-    "avg_pool2d_exclude_pad_ceil": (lambda m, x: F(m).avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
-                                    [(1, 2, 6, 7)], "normal", True),
-    "adaptive_avg_pool2d": (lambda m, x: F(m).adaptive_avg_pool2d(x, (3, 2)), [(2, 2, 7, 5)], "normal", True),
-    "adaptive_avg_pool2d_global": (lambda m, x: F(m).adaptive_avg_pool2d(x, 1), [(2, 3, 4, 5)], "normal", True),
+    "conv2d": (
+        lambda m, x, w, b: F(m).conv2d(x, w, b, padding=1),
+        [(2, 3, 6, 5), (4, 3, 3, 3), (4,)],
+        "normal",
+        True,
+    ),
+    "conv2d_strided_grouped": (
+        lambda m, x, w: F(m).conv2d(x, w, None, stride=2, padding=(1, 0), groups=2),
+        [(2, 4, 7, 6), (4, 2, 3, 2)],
+        "normal",
+        True,
+    ),
+    "conv2d_dilated_1x1_same": (
+        lambda m, x, w1, w2: F(m).conv2d(F(m).conv2d(x, w1), w2, padding="same", dilation=2),
+        [(1, 2, 6, 6), (3, 2, 1, 1), (2, 3, 2, 3)],
+        "normal",
+        True,
+    ),
+    "conv2d_stem_like": (
+        lambda m, x, w, b: F(m).conv2d(x, w, b, stride=4, padding=2),
+        [(1, 3, 15, 14), (2, 3, 5, 5), (2,)],
+        "normal",
+        True,
+    ),
+    "max_pool2d": (
+        lambda m, x: F(m).max_pool2d(x, 3, 2, padding=1),
+        [(2, 2, 7, 6)],
+        "spread",
+        True,
+    ),
+    "max_pool2d_ceil_dilated": (
+        lambda m, x: F(m).max_pool2d(x, (3, 2), (2, 1), dilation=(1, 2), ceil_mode=True),
+        [(1, 3, 8, 7)],
+        "spread",
+        True,
+    ),
+    "avg_pool2d": (
+        lambda m, x: F(m).avg_pool2d(x, 3, 2, padding=1),
+        [(2, 2, 7, 6)],
+        "normal",
+        True,
+    ),
+    "avg_pool2d_exclude_pad_ceil": (
+        lambda m, x: F(m).avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        [(1, 2, 6, 7)],
+        "normal",
+        True,
+    ),
+    "adaptive_avg_pool2d": (
+        lambda m, x: F(m).adaptive_avg_pool2d(x, (3, 2)),
+        [(2, 2, 7, 5)],
+        "normal",
+        True,
+    ),
+    "adaptive_avg_pool2d_global": (
+        lambda m, x: F(m).adaptive_avg_pool2d(x, 1),
+        [(2, 3, 4, 5)],
+        "normal",
+        True,
+    ),
     "mse_loss": (lambda m, x, t: F(m).mse_loss(x, t), [(4, 5), (4, 5)], "normal", True),
-    "mse_loss_sum_broadcast": (lambda m, x, t: F(m).mse_loss(x, t, reduction="sum"), [(4, 5), (5,)], "normal", False),
-    "mse_loss_none": (lambda m, x, t: F(m).mse_loss(x, t, reduction="none"), [(3, 4), (3, 4)], "normal", True),
+    "mse_loss_sum_broadcast": (
+        lambda m, x, t: F(m).mse_loss(x, t, reduction="sum"),
+        [(4, 5), (5,)],
+        "normal",
+        False,
+    ),
+    "mse_loss_none": (
+        lambda m, x, t: F(m).mse_loss(x, t, reduction="none"),
+        [(3, 4), (3, 4)],
+        "normal",
+        True,
+    ),
     "nll_loss": (lambda m, x: F(m).nll_loss(x, _int(m, [1, 0, 3, 1])), [(4, 5)], "normal", True),
-    "nll_loss_weight_ignore": (lambda m, x: F(m).nll_loss(x, _int(m, [1, -100, 3, 4]), _float(m, [1, 2, 0.5, 1, 3]),
-                                                          reduction="mean"), [(4, 5)], "normal", True),
-    "nll_loss_2d_none": (lambda m, x: F(m).nll_loss(x, _int(m, [[0, 2, 1], [2, 2, 0]]), reduction="none"),
-                         [(2, 3, 3)], "normal", True),
-    "cross_entropy": (lambda m, x: F(m).cross_entropy(x, _int(m, [2, 0, 1])), [(3, 4)], "normal", True),
-    "cross_entropy_smoothing_weight": (lambda m, x: F(m).cross_entropy(
-        x, _int(m, [2, 0, -100, 1]), _float(m, [1.0, 2.0, 0.5]), label_smoothing=0.2), [(4, 3)], "normal", True),
-    "cross_entropy_probabilities": (lambda m, x, t: F(m).cross_entropy(x, t.softmax(1)), [(3, 4), (3, 4)],
-                                    "normal", True),
-    "gather": (lambda m, x: x.gather(1, _int(m, [[0, 2], [1, 1], [3, 0]])), [(3, 4)], "normal", True),
+    "nll_loss_weight_ignore": (
+        lambda m, x: F(m).nll_loss(
+            x, _int(m, [1, -100, 3, 4]), _float(m, [1, 2, 0.5, 1, 3]), reduction="mean"
+        ),
+        [(4, 5)],
+        "normal",
+        True,
+    ),
+    "nll_loss_2d_none": (
+        lambda m, x: F(m).nll_loss(x, _int(m, [[0, 2, 1], [2, 2, 0]]), reduction="none"),
+        [(2, 3, 3)],
+        "normal",
+        True,
+    ),
+    "cross_entropy": (
+        lambda m, x: F(m).cross_entropy(x, _int(m, [2, 0, 1])),
+        [(3, 4)],
+        "normal",
+        True,
+    ),
+    "cross_entropy_smoothing_weight": (
+        lambda m, x: F(m).cross_entropy(
+            x, _int(m, [2, 0, -100, 1]), _float(m, [1.0, 2.0, 0.5]), label_smoothing=0.2
+        ),
+        [(4, 3)],
+        "normal",
+        True,
+    ),
+    "cross_entropy_probabilities": (
+        lambda m, x, t: F(m).cross_entropy(x, t.softmax(1)),
+        [(3, 4), (3, 4)],
+        "normal",
+        True,
+    ),
+    "gather": (
+        lambda m, x: x.gather(1, _int(m, [[0, 2], [1, 1], [3, 0]])),
+        [(3, 4)],
+        "normal",
+        True,
+    ),
     "index_select": (lambda m, x: x.index_select(0, _int(m, [2, 0, 2])), [(3, 4)], "normal", True),
-    "embedding": (lambda m, w: F(m).embedding(_int(m, [[1, 3], [3, 0]]), w), [(4, 3)], "normal", True),
+    "embedding": (
+        lambda m, w: F(m).embedding(_int(m, [[1, 3], [3, 0]]), w),
+        [(4, 3)],
+        "normal",
+        True,
+    ),
     "dropout": (_seeded_dropout, [(4, 6)], "normal", False),
-    "dropout_inplace": (lambda m, x: _seeded_dropout(m, x, 0.5, inplace=True), [(3, 5)], "normal", False),
-    "batch_norm_train": (lambda m, x, w, b: F(m).batch_norm(x, m.zeros(3, dtype=m.float64), m.ones(3, dtype=m.float64),
-                                                            w, b, training=True), [(4, 3, 2, 3), (3,), (3,)], "normal", True),
-    "batch_norm_eval": (lambda m, x, w, b: F(m).batch_norm(x, _float(m, [0.1, -0.2, 0.3]), _float(m, [1.5, 0.7, 2.0]),
-                                                           w, b, training=False), [(4, 3, 2, 2), (3,), (3,)], "normal", True),
-    "batch_norm_1d_no_affine": (lambda m, x: F(m).batch_norm(x, None, None, training=True), [(6, 4)], "normal", True),
-    "layer_norm": (lambda m, x, w, b: F(m).layer_norm(x, (3, 4), w, b), [(2, 3, 4), (3, 4), (3, 4)], "normal", True),
+    "dropout_inplace": (
+        lambda m, x: _seeded_dropout(m, x, 0.5, inplace=True),
+        [(3, 5)],
+        "normal",
+        False,
+    ),
+    "batch_norm_train": (
+        lambda m, x, w, b: F(m).batch_norm(
+            x, m.zeros(3, dtype=m.float64), m.ones(3, dtype=m.float64), w, b, training=True
+        ),
+        [(4, 3, 2, 3), (3,), (3,)],
+        "normal",
+        True,
+    ),
+    "batch_norm_eval": (
+        lambda m, x, w, b: F(m).batch_norm(
+            x, _float(m, [0.1, -0.2, 0.3]), _float(m, [1.5, 0.7, 2.0]), w, b, training=False
+        ),
+        [(4, 3, 2, 2), (3,), (3,)],
+        "normal",
+        True,
+    ),
+    "batch_norm_1d_no_affine": (
+        lambda m, x: F(m).batch_norm(x, None, None, training=True),
+        [(6, 4)],
+        "normal",
+        True,
+    ),
+    "layer_norm": (
+        lambda m, x, w, b: F(m).layer_norm(x, (3, 4), w, b),
+        [(2, 3, 4), (3, 4), (3, 4)],
+        "normal",
+        True,
+    ),
     "layer_norm_no_affine": (lambda m, x: F(m).layer_norm(x, (5,)), [(4, 5)], "normal", True),
     "gelu": (lambda m, x: F(m).gelu(x), [(4, 5)], "normal", True),
     "gelu_tanh": (lambda m, x: F(m).gelu(x, approximate="tanh"), [(4, 5)], "normal", True),
-    "addcmul_broadcast": (lambda m, a, b, c: a.addcmul(b, c, value=0.7), [(3, 4), (4,), (3, 1)], "normal", True),
-    "addcdiv": (lambda m, a, b, c: m.addcdiv(a, b, c, value=-0.5), [(3, 4), (3, 4), (3, 4)], "positive", True),
+    "addcmul_broadcast": (
+        lambda m, a, b, c: a.addcmul(b, c, value=0.7),
+        [(3, 4), (4,), (3, 1)],
+        "normal",
+        True,
+    ),
+    "addcdiv": (
+        lambda m, a, b, c: m.addcdiv(a, b, c, value=-0.5),
+        [(3, 4), (3, 4), (3, 4)],
+        "positive",
+        True,
+    ),
     "lerp_scalar": (lambda m, a, b: a.lerp(b, 0.3), [(3, 4), (3, 4)], "normal", True),
-    "lerp_tensor_weight": (lambda m, a, b, w: m.lerp(a, b, w), [(3, 4), (3, 4), (4,)], "normal", True),
-    "inplace_chain": (lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25), [(3, 4), (3, 4)],
-                      "normal", True),
+    "lerp_tensor_weight": (
+        lambda m, a, b, w: m.lerp(a, b, w),
+        [(3, 4), (3, 4), (4,)],
+        "normal",
+        True,
+    ),
+    "inplace_chain": (
+        lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25),
+        [(3, 4), (3, 4)],
+        "normal",
+        True,
+    ),
 }
 
 # torch can't compute these with double targets/broadcast warnings identically
@@ -188,7 +330,9 @@ def test_gradients_match_central_differences_and_torch(name, layout):
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=True))
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=True)
+        )
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.head = nn.Linear(4, 2)
 
@@ -198,8 +342,14 @@ class Net(nn.Module):
 
 def test_named_parameters_follow_registration_order():
     names = [n for n, _ in Net().named_parameters()]
-    assert names == ["features.0.weight", "features.0.bias", "features.1.weight", "features.1.bias",
-                     "head.weight", "head.bias"]
+    assert names == [
+        "features.0.weight",
+        "features.0.bias",
+        "features.1.weight",
+        "features.1.bias",
+        "head.weight",
+        "head.bias",
+    ]
 
 
 def test_parameters_are_leaf_parameters_that_require_grad():
@@ -216,8 +366,11 @@ def test_shared_module_counts_its_parameters_once():
 
 def test_buffers_are_registered_and_in_state_dict():
     net = Net()
-    assert [n for n, _ in net.named_buffers()] == ["features.1.running_mean", "features.1.running_var",
-                                                   "features.1.num_batches_tracked"]
+    assert [n for n, _ in net.named_buffers()] == [
+        "features.1.running_mean",
+        "features.1.running_var",
+        "features.1.num_batches_tracked",
+    ]
     assert "features.1.num_batches_tracked" in net.state_dict()
 
 
@@ -232,8 +385,15 @@ def test_non_persistent_buffer_is_left_out_of_state_dict():
 def test_children_and_modules():
     net = Net()
     assert [n for n, _ in net.named_children()] == ["features", "pool", "head"]
-    assert [n for n, _ in net.named_modules()] == ["", "features", "features.0", "features.1", "features.2",
-                                                   "pool", "head"]
+    assert [n for n, _ in net.named_modules()] == [
+        "",
+        "features",
+        "features.0",
+        "features.1",
+        "features.2",
+        "pool",
+        "head",
+    ]
 
 
 def test_train_and_eval_propagate_to_submodules():
@@ -423,7 +583,9 @@ def test_flatten_and_identity():
 
 def test_losses_as_modules():
     x, t = engine.randn(4, 3), engine.randn(4, 3)
-    np.testing.assert_allclose(nn.MSELoss()(x, t).item(), ((x.numpy() - t.numpy()) ** 2).mean(), rtol=1e-6)
+    np.testing.assert_allclose(
+        nn.MSELoss()(x, t).item(), ((x.numpy() - t.numpy()) ** 2).mean(), rtol=1e-6
+    )
     logits, target = engine.randn(4, 3), engine.tensor([0, 2, 1, 2])
     logp = logits.numpy() - np.log(np.exp(logits.numpy()).sum(1, keepdims=True))
     expected = -logp[np.arange(4), target.numpy()].mean()
@@ -439,7 +601,9 @@ def test_mse_loss_scalar_keeps_the_full_result_buffer_like_pytorch():
 def test_forward_hooks_see_module_input_and_output():
     seen = []
     lin = nn.Linear(2, 2)
-    handle = lin.register_forward_hook(lambda mod, args, out: seen.append((mod, args[0].shape, out.shape)))
+    handle = lin.register_forward_hook(
+        lambda mod, args, out: seen.append((mod, args[0].shape, out.shape))
+    )
     lin(engine.randn(3, 2))
     handle.remove()
     lin(engine.randn(3, 2))
@@ -464,8 +628,13 @@ def test_module_to_double_converts_parameters_in_place():
 
 
 def test_meta_device_model_allocates_shapes_only():
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-                          nn.Flatten(), nn.Linear(8 * 4 * 4, 10, device="meta"))
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(8 * 4 * 4, 10, device="meta"),
+    )
     model[0].to(device="meta")
     y = model(engine.empty(2, 3, 8, 8, device="meta"))
     assert y.shape == (2, 10) and y.device.type == "meta"
@@ -475,7 +644,9 @@ def test_linear_and_conv_refuse_mixed_dtypes_like_pytorch():
     with pytest.raises(RuntimeError, match="same dtype"):
         nn.functional.linear(engine.randn(2, 3, dtype=engine.float64), engine.randn(4, 3))
     with pytest.raises(RuntimeError, match="same dtype"):
-        nn.functional.conv2d(engine.randn(1, 2, 5, 5), engine.randn(3, 2, 3, 3, dtype=engine.float64))
+        nn.functional.conv2d(
+            engine.randn(1, 2, 5, 5), engine.randn(3, 2, 3, 3, dtype=engine.float64)
+        )
 
 
 def test_backward_of_linear_allocates_each_gradient_once():

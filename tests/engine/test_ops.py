@@ -59,13 +59,21 @@ def check(result, expected, dtype_name, torch_result=None):
     rtol, atol = TOL.get(dtype_name, (0, 0))
     got = values_of(result)
     assert got.shape == np.shape(expected), (got.shape, np.shape(expected))
-    np.testing.assert_allclose(got.astype(np.float64), np.asarray(expected, dtype=np.float64),
-                               rtol=rtol, atol=atol, equal_nan=True)
+    np.testing.assert_allclose(
+        got.astype(np.float64),
+        np.asarray(expected, dtype=np.float64),
+        rtol=rtol,
+        atol=atol,
+        equal_nan=True,
+    )
     if torch_result is not None:
-        assert str(result.dtype).removeprefix("engine.") == str(torch_result.dtype).removeprefix("torch.")
+        assert str(result.dtype).removeprefix("engine.") == str(torch_result.dtype).removeprefix(
+            "torch."
+        )
         tv = torch_result.detach().numpy()
-        np.testing.assert_allclose(got.astype(np.float64), tv.astype(np.float64), rtol=rtol,
-                                   atol=atol, equal_nan=True)
+        np.testing.assert_allclose(
+            got.astype(np.float64), tv.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True
+        )
 
 
 def maybe_torch():
@@ -136,7 +144,7 @@ def test_pow_scalar_exponent(dtype, exponent):
         pytest.skip("integers to negative integer powers are an error (tested below)")
     x = sample((3, 4), dtype, domain="positive")
     t = engine.tensor(x)
-    result = t ** exponent
+    result = t**exponent
     expected = np.power(x.astype(np.float64), exponent)
     tr = t_of(x) ** exponent if TORCH is not None else None
     check(result, expected, str(result.dtype).removeprefix("engine."), tr)
@@ -226,10 +234,18 @@ def test_binary_broadcasting(name, sa, sb, kind, device):
 
 
 OPERATORS = [
-    ("+", lambda a, b: a + b), ("-", lambda a, b: a - b), ("*", lambda a, b: a * b),
-    ("/", lambda a, b: a / b), ("**", lambda a, b: a ** b), ("//", lambda a, b: a // b),
-    ("==", lambda a, b: a == b), ("!=", lambda a, b: a != b), ("<", lambda a, b: a < b),
-    ("<=", lambda a, b: a <= b), (">", lambda a, b: a > b), (">=", lambda a, b: a >= b),
+    ("+", lambda a, b: a + b),
+    ("-", lambda a, b: a - b),
+    ("*", lambda a, b: a * b),
+    ("/", lambda a, b: a / b),
+    ("**", lambda a, b: a**b),
+    ("//", lambda a, b: a // b),
+    ("==", lambda a, b: a == b),
+    ("!=", lambda a, b: a != b),
+    ("<", lambda a, b: a < b),
+    ("<=", lambda a, b: a <= b),
+    (">", lambda a, b: a > b),
+    (">=", lambda a, b: a >= b),
 ]
 
 
@@ -238,7 +254,11 @@ OPERATORS = [
 def test_python_operators_both_sides(sym, op, other):
     a = sample((3, 4), "float32", domain="positive")
     ta = engine.tensor(a)
-    o = engine.tensor(sample((4,), "float32", domain="positive", seed=3)) if other == "tensor" else other
+    o = (
+        engine.tensor(sample((4,), "float32", domain="positive", seed=3))
+        if other == "tensor"
+        else other
+    )
     on = values_of(o) if other == "tensor" else other
     if sym == "-" and other is True:
         with pytest.raises(RuntimeError, match="with a bool tensor is not supported"):
@@ -249,7 +269,9 @@ def test_python_operators_both_sides(sym, op, other):
         check(op(o, ta), op(on, a), "float32")
         if TORCH is not None:
             tr = op(on, TORCH.from_numpy(a))
-            assert str(op(o, ta).dtype).removeprefix("engine.") == str(tr.dtype).removeprefix("torch.")
+            assert str(op(o, ta).dtype).removeprefix("engine.") == str(tr.dtype).removeprefix(
+                "torch."
+            )
 
 
 PROMOTION = ["bool", "uint8", "int32", "int64", "float16", "float32", "float64"]
@@ -269,8 +291,9 @@ def test_type_promotion_matches_torch(da, db, zero_d, torch):
             continue
         r, tr = getattr(engine, name)(ta, tb), getattr(torch, name)(pa, pb)
         assert str(r.dtype).removeprefix("engine.") == str(tr.dtype).removeprefix("torch."), name
-        np.testing.assert_allclose(values_of(r).astype(np.float64), tr.numpy().astype(np.float64),
-                                   rtol=2e-3)
+        np.testing.assert_allclose(
+            values_of(r).astype(np.float64), tr.numpy().astype(np.float64), rtol=2e-3
+        )
 
 
 @pytest.mark.parametrize("dt", PROMOTION)
@@ -285,8 +308,9 @@ def test_scalar_promotion_matches_torch(dt, scalar, torch):
             continue
         r, tr = getattr(engine, name)(ta, scalar), getattr(torch, name)(pa, scalar)
         assert str(r.dtype).removeprefix("engine.") == str(tr.dtype).removeprefix("torch."), name
-        np.testing.assert_allclose(values_of(r).astype(np.float64), tr.numpy().astype(np.float64),
-                                   rtol=2e-3)
+        np.testing.assert_allclose(
+            values_of(r).astype(np.float64), tr.numpy().astype(np.float64), rtol=2e-3
+        )
 
 
 @pytest.mark.parametrize("alpha", [1, 2, -0.5])
@@ -328,7 +352,9 @@ def test_logical_ops():
     assert (engine.logical_not(engine.tensor([0.0, 2.0])).numpy() == [True, False]).all()
 
 
-@pytest.mark.parametrize("sc, sx, sy", [((3, 4),) * 3, ((3, 1), (4,), ()), ((4,), (3, 4), (3, 1))], ids=str)
+@pytest.mark.parametrize(
+    "sc, sx, sy", [((3, 4),) * 3, ((3, 1), (4,), ()), ((4,), (3, 4), (3, 1))], ids=str
+)
 def test_where(sc, sx, sy):
     c = sample(sc, "bool")
     x, y = sample(sx, "float32"), sample(sy, "float32", seed=1)
@@ -446,8 +472,14 @@ def test_softmax_of_0d_and_large_values():
 
 
 MATMUL = [
-    ((3,), (3,)), ((2, 3), (3,)), ((3,), (3, 4)), ((2, 3), (3, 4)), ((5, 2, 3), (3, 4)),
-    ((5, 2, 3), (5, 3, 4)), ((2, 1, 2, 3), (4, 3, 2)), ((3,), (2, 3, 4)),
+    ((3,), (3,)),
+    ((2, 3), (3,)),
+    ((3,), (3, 4)),
+    ((2, 3), (3, 4)),
+    ((5, 2, 3), (3, 4)),
+    ((5, 2, 3), (5, 3, 4)),
+    ((2, 1, 2, 3), (4, 3, 2)),
+    ((3,), (2, 3, 4)),
 ]
 
 
@@ -465,7 +497,9 @@ def test_matmul(sa, sb, kind, dtype, device):
 
 
 def test_matmul_shape_error_names_both_shapes():
-    with pytest.raises(RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied \(2x3 and 4x5\)"):
+    with pytest.raises(
+        RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied \(2x3 and 4x5\)"
+    ):
         engine.ones(2, 3) @ engine.ones(4, 5)
     with pytest.raises(RuntimeError, match=r"\[5, 2, 3\].*\[5, 4, 3\]"):
         engine.ones(5, 2, 3) @ engine.ones(5, 4, 3)
@@ -525,5 +559,7 @@ def test_out_with_wrong_shape_names_both_shapes():
 
 
 def test_out_of_lower_category_dtype_raises():
-    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+    with pytest.raises(
+        RuntimeError, match="result type Float can't be cast to the desired output type Long"
+    ):
         engine.add(engine.ones(3), 1.5, out=engine.zeros(3, dtype=engine.int64))

@@ -73,7 +73,9 @@ def test_adam_and_adamw_match_pytorch(cls, config):
     for e, t in zip(e_params, t_params, strict=True):
         es, ts = e_opt.state[e], t_opt.state[t]
         assert es["step"].item() == ts["step"].item() == 4
-        np.testing.assert_allclose(es["exp_avg_sq"].numpy(), ts["exp_avg_sq"].numpy(), rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(
+            es["exp_avg_sq"].numpy(), ts["exp_avg_sq"].numpy(), rtol=1e-6, atol=1e-9
+        )
 
 
 def test_sgd_momentum_by_hand():

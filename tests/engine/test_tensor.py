@@ -55,9 +55,18 @@ def test_size_as_tuple_or_varargs_and_zero_sizes():
 
 
 def test_tensor_infers_dtypes_like_torch(torch):
-    for data in ([1, 2], [1.0, 2], [True, False], 3, 2.5, True, [[1, 2], [3, 4]],
-                 np.array([1, 2], dtype=np.int32), np.array([1.0], dtype=np.float64),
-                 np.float16(1.5)):
+    for data in (
+        [1, 2],
+        [1.0, 2],
+        [True, False],
+        3,
+        2.5,
+        True,
+        [[1, 2], [3, 4]],
+        np.array([1, 2], dtype=np.int32),
+        np.array([1.0], dtype=np.float64),
+        np.float16(1.5),
+    ):
         t, tt = engine.tensor(data), torch.tensor(data)
         assert str(t.dtype) == str(tt.dtype).replace("torch", "engine"), data
         assert t.shape == tuple(tt.shape)
@@ -109,7 +118,9 @@ def test_rand_of_int_dtype_raises():
 # dtypes and devices
 def test_dtype_names_and_aliases():
     assert engine.float is engine.float32 and engine.double is engine.float64
-    assert engine.half is engine.float16 and engine.long is engine.int64 and engine.int is engine.int32
+    assert (
+        engine.half is engine.float16 and engine.long is engine.int64 and engine.int is engine.int32
+    )
     assert engine.bool is engine.bool_
     assert repr(engine.float32) == "engine.float32"
     assert engine.float32.itemsize == 4 and engine.float32.is_floating_point
@@ -168,7 +179,10 @@ def test_metadata():
     assert t[1].storage_offset() == 12
     assert len(t) == 2
     assert t.is_floating_point() and not engine.zeros(1, dtype=engine.int64).is_floating_point()
-    with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be in range of \[-3, 2\], but got 3\)"):
+    with pytest.raises(
+        IndexError,
+        match=r"Dimension out of range \(expected to be in range of \[-3, 2\], but got 3\)",
+    ):
         t.size(3)
 
 
@@ -179,7 +193,9 @@ def test_item_and_conversions():
     assert float(engine.tensor(1.5)) == 1.5 and int(engine.tensor(3)) == 3
     assert bool(engine.tensor([True]))
     assert [1, 2, 3][engine.tensor(1)] == 2
-    with pytest.raises(RuntimeError, match="a Tensor with 2 elements cannot be converted to Scalar"):
+    with pytest.raises(
+        RuntimeError, match="a Tensor with 2 elements cannot be converted to Scalar"
+    ):
         engine.tensor([1, 2]).item()
     with pytest.raises(RuntimeError, match="ambiguous"):
         bool(engine.tensor([1, 2]))

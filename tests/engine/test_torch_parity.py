@@ -70,24 +70,45 @@ def _cases():
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 10, 16)
     return {
-        "linear": (lambda m, x, w, b: F(m).linear(x, w, b), [_f32(rng, 64, 128), _f32(rng, 96, 128), _f32(rng, 96)]),
-        "conv2d_stem": (lambda m, x, w, b: F(m).conv2d(x, w, b, stride=4, padding=2),
-                        [_f32(rng, 2, 3, 64, 64), _f32(rng, 16, 3, 11, 11) * 0.05, _f32(rng, 16)]),
-        "conv2d_3x3_grouped": (lambda m, x, w: F(m).conv2d(x, w, padding=1, groups=4),
-                               [_f32(rng, 2, 8, 17, 15), _f32(rng, 12, 2, 3, 3)]),
+        "linear": (
+            lambda m, x, w, b: F(m).linear(x, w, b),
+            [_f32(rng, 64, 128), _f32(rng, 96, 128), _f32(rng, 96)],
+        ),
+        "conv2d_stem": (
+            lambda m, x, w, b: F(m).conv2d(x, w, b, stride=4, padding=2),
+            [_f32(rng, 2, 3, 64, 64), _f32(rng, 16, 3, 11, 11) * 0.05, _f32(rng, 16)],
+        ),
+        "conv2d_3x3_grouped": (
+            lambda m, x, w: F(m).conv2d(x, w, padding=1, groups=4),
+            [_f32(rng, 2, 8, 17, 15), _f32(rng, 12, 2, 3, 3)],
+        ),
         "max_pool2d": (lambda m, x: F(m).max_pool2d(x, 3, 2), [_f32(rng, 4, 8, 27, 27)]),
-        "avg_pool2d": (lambda m, x: F(m).avg_pool2d(x, 2, padding=1, count_include_pad=False),
-                       [_f32(rng, 4, 8, 15, 14)]),
-        "adaptive_avg_pool2d": (lambda m, x: F(m).adaptive_avg_pool2d(x, (6, 6)), [_f32(rng, 4, 8, 13, 13)]),
-        "cross_entropy": (lambda m, x: F(m).cross_entropy(x, m.tensor(labels)), [_f32(rng, 16, 10)]),
+        "avg_pool2d": (
+            lambda m, x: F(m).avg_pool2d(x, 2, padding=1, count_include_pad=False),
+            [_f32(rng, 4, 8, 15, 14)],
+        ),
+        "adaptive_avg_pool2d": (
+            lambda m, x: F(m).adaptive_avg_pool2d(x, (6, 6)),
+            [_f32(rng, 4, 8, 13, 13)],
+        ),
+        "cross_entropy": (
+            lambda m, x: F(m).cross_entropy(x, m.tensor(labels)),
+            [_f32(rng, 16, 10)],
+        ),
         "mse_loss": (lambda m, x, t: F(m).mse_loss(x, t), [_f32(rng, 64, 512), _f32(rng, 64, 512)]),
-        "batch_norm": (lambda m, x, w, b: F(m).batch_norm(x, None, None, w, b, training=True),
-                       [_f32(rng, 8, 16, 9, 9) * 3 + 1, _f32(rng, 16), _f32(rng, 16)]),
-        "layer_norm": (lambda m, x, w, b: F(m).layer_norm(x, (64,), w, b),
-                       [_f32(rng, 4, 32, 64) * 2 + 0.5, _f32(rng, 64), _f32(rng, 64)]),
+        "batch_norm": (
+            lambda m, x, w, b: F(m).batch_norm(x, None, None, w, b, training=True),
+            [_f32(rng, 8, 16, 9, 9) * 3 + 1, _f32(rng, 16), _f32(rng, 16)],
+        ),
+        "layer_norm": (
+            lambda m, x, w, b: F(m).layer_norm(x, (64,), w, b),
+            [_f32(rng, 4, 32, 64) * 2 + 0.5, _f32(rng, 64), _f32(rng, 64)],
+        ),
         "gelu": (lambda m, x: F(m).gelu(x), [_f32(rng, 64, 256) * 3]),
-        "embedding": (lambda m, w: F(m).embedding(m.tensor(labels.reshape(4, 4)), w, padding_idx=3),
-                      [_f32(rng, 10, 8)]),
+        "embedding": (
+            lambda m, w: F(m).embedding(m.tensor(labels.reshape(4, 4)), w, padding_idx=3),
+            [_f32(rng, 10, 8)],
+        ),
     }
 
 
@@ -128,10 +149,12 @@ MODULES = [
 @pytest.mark.parametrize("cls,args,kwargs", MODULES, ids=lambda v: str(v))
 def test_modules_have_torchs_parameters_and_state_dict(cls, args, kwargs):
     e, t = getattr(engine.nn, cls)(*args, **kwargs), getattr(torch.nn, cls)(*args, **kwargs)
-    assert [(n, tuple(p.shape)) for n, p in e.named_parameters()] == \
-        [(n, tuple(p.shape)) for n, p in t.named_parameters()]
-    assert [(k, tuple(v.shape)) for k, v in e.state_dict().items()] == \
-        [(k, tuple(v.shape)) for k, v in t.state_dict().items()]
+    assert [(n, tuple(p.shape)) for n, p in e.named_parameters()] == [
+        (n, tuple(p.shape)) for n, p in t.named_parameters()
+    ]
+    assert [(k, tuple(v.shape)) for k, v in e.state_dict().items()] == [
+        (k, tuple(v.shape)) for k, v in t.state_dict().items()
+    ]
     assert repr(e) == repr(t)
 
 
@@ -156,14 +179,22 @@ def _mlp(m):
 
 def _cnn(m):
     nn = m.nn
-    return nn.Sequential(nn.Conv2d(3, 64, 11, stride=4, padding=2), nn.ReLU(inplace=True),
-                         nn.MaxPool2d(3, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 11, stride=4, padding=2),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
+    )
 
 
 def _data(kind):
     rng = np.random.default_rng(42)
     if kind == "mlp":
-        return rng.standard_normal((64, 512)).astype(np.float32), rng.standard_normal((64, 512)).astype(np.float32)
+        return rng.standard_normal((64, 512)).astype(np.float32), rng.standard_normal(
+            (64, 512)
+        ).astype(np.float32)
     return rng.standard_normal((4, 3, 67, 67)).astype(np.float32), rng.integers(0, 10, 4)
 
 
@@ -175,7 +206,9 @@ def _train(m, model, kind, make_opt, steps=3):
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
         y = model(x)
-        loss = m.nn.functional.mse_loss(y, t) if kind == "mlp" else m.nn.functional.cross_entropy(y, t)
+        loss = (
+            m.nn.functional.mse_loss(y, t) if kind == "mlp" else m.nn.functional.cross_entropy(y, t)
+        )
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -203,5 +236,9 @@ def test_three_training_steps_end_with_torchs_parameters(kind, opt_name):
     # Then losses and final parameters agree (float32; Adam's normalised steps amplify the last
     # bits of tiny gradients, hence its absolute tolerance of 1e-5 on weights of size ~0.05)
     np.testing.assert_allclose(e_losses, t_losses, rtol=1e-4)
-    for (name, ev), (_, tv) in zip(e_model.state_dict().items(), t_model.state_dict().items(), strict=True):
-        np.testing.assert_allclose(ev.numpy(), tv.detach().numpy(), rtol=1e-4, atol=atol, err_msg=name)
+    for (name, ev), (_, tv) in zip(
+        e_model.state_dict().items(), t_model.state_dict().items(), strict=True
+    ):
+        np.testing.assert_allclose(
+            ev.numpy(), tv.detach().numpy(), rtol=1e-4, atol=atol, err_msg=name
+        )

@@ -57,8 +57,9 @@ def test_view_shares_memory_version_and_base(name):
     np.testing.assert_array_equal(v.numpy(), expected + 100)
 
 
-@pytest.mark.parametrize("name", ["view", "reshape", "transpose", "slice", "int_index", "detach",
-                                  "unsqueeze", "flatten"])
+@pytest.mark.parametrize(
+    "name", ["view", "reshape", "transpose", "slice", "int_index", "detach", "unsqueeze", "flatten"]
+)
 def test_write_through_a_view_shows_in_the_base(name):
     b = base()
     v = VIEWS[name](b)
@@ -104,7 +105,9 @@ def test_view_shape_errors_name_the_sizes():
         base().view(5, 5)
     with pytest.raises(RuntimeError, match="only one dimension can be inferred"):
         base().view(-1, -1)
-    with pytest.raises(RuntimeError, match=r"expanded size of the tensor \(5\) must match the existing size \(3\)"):
+    with pytest.raises(
+        RuntimeError, match=r"expanded size of the tensor \(5\) must match the existing size \(3\)"
+    ):
         base().expand(2, 5, 4)
 
 

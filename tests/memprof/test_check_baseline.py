@@ -18,8 +18,10 @@ def _write(path, data):
 
 
 def test_a_run_report_is_a_baseline(tmp_path):
-    file = _write(tmp_path / "run.json", make_report("relu", [make_variant("a", 64 * MiB),
-                                                              make_variant("b", 32 * MiB)]))
+    file = _write(
+        tmp_path / "run.json",
+        make_report("relu", [make_variant("a", 64 * MiB), make_variant("b", 32 * MiB)]),
+    )
 
     base = load_baseline(file)
 
@@ -41,11 +43,15 @@ def test_a_check_result_is_a_baseline(tmp_path):
 
 
 def test_in_a_directory_the_newest_report_of_a_variant_wins(tmp_path):
-    _write(tmp_path / "old.json", make_report("relu", [make_variant("a", 64 * MiB)],
-                                              created_at="2026-01-01T00:00:00Z"))
+    _write(
+        tmp_path / "old.json",
+        make_report("relu", [make_variant("a", 64 * MiB)], created_at="2026-01-01T00:00:00Z"),
+    )
     (tmp_path / "sub").mkdir()
-    _write(tmp_path / "sub" / "new.json",
-           make_report("relu", [make_variant("a", 48 * MiB)], created_at="2026-02-01T00:00:00Z"))
+    _write(
+        tmp_path / "sub" / "new.json",
+        make_report("relu", [make_variant("a", 48 * MiB)], created_at="2026-02-01T00:00:00Z"),
+    )
     _write(tmp_path / "other.json", make_report("conv", [make_variant("a", 1 * MiB)]))
     (tmp_path / "history.sqlite").write_bytes(b"SQLite format 3\0")
     (tmp_path / ".run.json.123.tmp").write_text("{half a fi")
@@ -59,8 +65,12 @@ def test_in_a_directory_the_newest_report_of_a_variant_wins(tmp_path):
 
 def test_variants_that_errored_are_kept_with_their_status_and_no_peak(tmp_path):
     err = {"type": "RuntimeError", "message": "boom", "node": "act"}
-    file = _write(tmp_path / "run.json", make_report("relu", [
-        make_variant("a", None, status="error", error=err), make_variant("b", 8 * MiB)]))
+    file = _write(
+        tmp_path / "run.json",
+        make_report(
+            "relu", [make_variant("a", None, status="error", error=err), make_variant("b", 8 * MiB)]
+        ),
+    )
 
     base = load_baseline(file)
 
@@ -73,7 +83,10 @@ def test_a_missing_baseline_is_invalid_input_naming_the_path(tmp_path):
     with pytest.raises(InvalidInput) as info:
         load_baseline(tmp_path / "nope.json")
 
-    assert str(info.value) == f"{tmp_path / 'nope.json'}: baseline not found (no such file or directory)"
+    assert (
+        str(info.value)
+        == f"{tmp_path / 'nope.json'}: baseline not found (no such file or directory)"
+    )
     assert info.value.exit_code == 2
 
 
@@ -87,23 +100,40 @@ def test_malformed_json_is_reported_with_file_line_and_column(tmp_path):
     assert info.value.problems == [f"{file}:3:16: invalid JSON: Expecting value"]
 
 
-@pytest.mark.parametrize("content, problem", [
-    ("", "empty file; expected a memprof run report or check result (JSON)"),
-    ("[1, 2]", "expected a memprof run report or check result (a JSON object), found a list of 2 item(s)"),
-    ('{"name": "x"}', "expected a memprof run report (with `scenario` and `variants`) or a "
-                      '`memprof check --json` result (`"kind": "memprof-check"`), found an object '
-                      "with keys name"),
-    ('{"schema_version": 2, "scenario": {"name": "s"}, "variants": []}',
-     "expected a report with schema_version 1, found 2 (written by a newer memprof?)"),
-    ('{"schema_version": 1, "scenario": {"name": "s"}, "variants": [{"name": "v", "status": "ok", '
-     '"peak_allocated_bytes": "64 MiB"}]}',
-     "expected variants[0].peak_allocated_bytes to be a number of bytes, found a string ('64 MiB')"),
-    ('{"kind": "memprof-check", "schema_version": 1, "results": {}}',
-     "expected `results` to be a list, found an object"),
-    ('{"kind": "memprof-check", "schema_version": 1, "results": [{"scenario": "s", "status": "ok", '
-     '"peak_allocated_bytes": 1}]}',
-     "expected results[0].variant to be a string, found nothing (null or missing)"),
-])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("", "empty file; expected a memprof run report or check result (JSON)"),
+        (
+            "[1, 2]",
+            "expected a memprof run report or check result (a JSON object), found a list of 2 item(s)",
+        ),
+        (
+            '{"name": "x"}',
+            "expected a memprof run report (with `scenario` and `variants`) or a "
+            '`memprof check --json` result (`"kind": "memprof-check"`), found an object '
+            "with keys name",
+        ),
+        (
+            '{"schema_version": 2, "scenario": {"name": "s"}, "variants": []}',
+            "expected a report with schema_version 1, found 2 (written by a newer memprof?)",
+        ),
+        (
+            '{"schema_version": 1, "scenario": {"name": "s"}, "variants": [{"name": "v", "status": "ok", '
+            '"peak_allocated_bytes": "64 MiB"}]}',
+            "expected variants[0].peak_allocated_bytes to be a number of bytes, found a string ('64 MiB')",
+        ),
+        (
+            '{"kind": "memprof-check", "schema_version": 1, "results": {}}',
+            "expected `results` to be a list, found an object",
+        ),
+        (
+            '{"kind": "memprof-check", "schema_version": 1, "results": [{"scenario": "s", "status": "ok", '
+            '"peak_allocated_bytes": 1}]}',
+            "expected results[0].variant to be a string, found nothing (null or missing)",
+        ),
+    ],
+)
 def test_a_file_that_is_not_a_baseline_says_why(tmp_path, content, problem):
     file = tmp_path / "base.json"
     file.write_text(content)
@@ -122,8 +152,10 @@ def test_every_bad_file_in_a_directory_is_named(tmp_path):
     with pytest.raises(InvalidInput) as info:
         load_baseline(tmp_path)
 
-    assert [p.split(":")[0] for p in info.value.problems] == [str(tmp_path / "a.json"),
-                                                              str(tmp_path / "b.json")]
+    assert [p.split(":")[0] for p in info.value.problems] == [
+        str(tmp_path / "a.json"),
+        str(tmp_path / "b.json"),
+    ]
 
 
 def test_a_directory_without_reports_is_invalid_input(tmp_path):

@@ -76,20 +76,33 @@ def test_a_broken_budget_exits_1_with_the_explanation_and_the_tensors_at_the_pea
 
 def test_a_regression_against_an_earlier_json_result_exits_1(tmp_path):
     runs = tmp_path / "runs"
-    first = invoke(scenario(tmp_path / "before"), "--json", tmp_path / "main.json", "--out-dir", runs)
+    first = invoke(
+        scenario(tmp_path / "before"), "--json", tmp_path / "main.json", "--out-dir", runs
+    )
     assert first.exit_code == 0, first.output
     # the same scenario, with an input twice as large and budgets loose enough to pass
     grown = scenario(tmp_path / "after", rows=512, budget="<= 4 MiB").read_text()
     (tmp_path / "after" / "relu.yaml").write_text(grown.replace('"<= 256 KiB"', '"<= 4 MiB"'))
 
-    result = invoke(tmp_path / "after", "--baseline", tmp_path / "main.json", "--max-increase", "5%",
-                    "--out-dir", runs)
+    result = invoke(
+        tmp_path / "after",
+        "--baseline",
+        tmp_path / "main.json",
+        "--max-increase",
+        "5%",
+        "--out-dir",
+        runs,
+    )
 
     assert result.exit_code == 1
-    assert ("relu-block/out_of_place peaked at 1.00 MiB, 100.0% above its baseline of 512.00 KiB "
-            "(allowed: +5%)") in result.stdout
-    assert ("relu-block/inplace peaked at 512.00 KiB, 100.0% above its baseline of 256.00 KiB "
-            "(allowed: +5%)") in result.stdout
+    assert (
+        "relu-block/out_of_place peaked at 1.00 MiB, 100.0% above its baseline of 512.00 KiB "
+        "(allowed: +5%)"
+    ) in result.stdout
+    assert (
+        "relu-block/inplace peaked at 512.00 KiB, 100.0% above its baseline of 256.00 KiB "
+        "(allowed: +5%)"
+    ) in result.stdout
 
 
 def test_an_unchanged_run_passes_against_its_own_runs_directory(tmp_path):
@@ -97,7 +110,9 @@ def test_an_unchanged_run_passes_against_its_own_runs_directory(tmp_path):
     path = scenario(tmp_path)
     assert invoke(path, "--out-dir", runs).exit_code == 0
 
-    result = invoke(path, "--baseline", runs, "--max-increase", "0", "--out-dir", tmp_path / "runs2")
+    result = invoke(
+        path, "--baseline", runs, "--max-increase", "0", "--out-dir", tmp_path / "runs2"
+    )
 
     assert result.exit_code == 0, result.output
     assert "peak_allocated" in result.stdout and "(2 checks)" in result.stdout
@@ -106,21 +121,35 @@ def test_an_unchanged_run_passes_against_its_own_runs_directory(tmp_path):
 def test_json_and_junit_are_written_and_the_json_is_a_baseline(tmp_path):
     path = scenario(tmp_path, budget="<= 256 KiB")
 
-    result = invoke(path, "--json", tmp_path / "out" / "check.json", "--junit",
-                    tmp_path / "out" / "junit.xml", "--out-dir", tmp_path / "runs")
+    result = invoke(
+        path,
+        "--json",
+        tmp_path / "out" / "check.json",
+        "--junit",
+        tmp_path / "out" / "junit.xml",
+        "--out-dir",
+        tmp_path / "runs",
+    )
 
     assert result.exit_code == 1
     combined = json.loads((tmp_path / "out" / "check.json").read_text())
     assert combined["kind"] == "memprof-check" and combined["passed"] is False
     assert combined["summary"] == {"variants": 2, "passed": 1, "failed": 1}
-    assert [(r["variant"], r["passed"]) for r in combined["results"]] == [("out_of_place", False),
-                                                                          ("inplace", True)]
+    assert [(r["variant"], r["passed"]) for r in combined["results"]] == [
+        ("out_of_place", False),
+        ("inplace", True),
+    ]
     root = ET.parse(tmp_path / "out" / "junit.xml").getroot()
     assert [c.get("name") for c in root.iter("testcase")] == ["out_of_place", "inplace"]
     [failure] = root.iter("failure")
-    assert failure.get("message") == "relu-block/out_of_place was limited to 256.00 KiB but peaked at 512.00 KiB"
+    assert (
+        failure.get("message")
+        == "relu-block/out_of_place was limited to 256.00 KiB but peaked at 512.00 KiB"
+    )
 
-    again = invoke(path, "--baseline", tmp_path / "out" / "check.json", "--out-dir", tmp_path / "runs")
+    again = invoke(
+        path, "--baseline", tmp_path / "out" / "check.json", "--out-dir", tmp_path / "runs"
+    )
 
     lines = again.stdout.splitlines()
     assert lines[0].startswith("FAIL") and lines[0].endswith("(1 of 2 checks failed)")
@@ -149,8 +178,11 @@ def test_html_reports_are_written_on_request(tmp_path):
 
 # --- invalid input: exit 2, the file and the problem named, no traceback -----------------------
 
+
 def test_a_missing_baseline_exits_2_with_the_reason(tmp_path):
-    result = invoke(scenario(tmp_path), "--baseline", tmp_path / "gone.json", "--out-dir", tmp_path / "r")
+    result = invoke(
+        scenario(tmp_path), "--baseline", tmp_path / "gone.json", "--out-dir", tmp_path / "r"
+    )
 
     assert result.exit_code == 2
     assert f"{tmp_path / 'gone.json'}: baseline not found" in result.stderr
@@ -160,7 +192,9 @@ def test_a_missing_baseline_exits_2_with_the_reason(tmp_path):
 def test_a_malformed_baseline_exits_2_with_file_line_and_column(tmp_path):
     (tmp_path / "base.json").write_text('{"kind": "memprof-check",\n "results": [}')
 
-    result = invoke(scenario(tmp_path), "--baseline", tmp_path / "base.json", "--out-dir", tmp_path / "r")
+    result = invoke(
+        scenario(tmp_path), "--baseline", tmp_path / "base.json", "--out-dir", tmp_path / "r"
+    )
 
     assert result.exit_code == 2
     assert result.stderr.strip() == f"{tmp_path / 'base.json'}:2:14: invalid JSON: Expecting value"
@@ -179,13 +213,21 @@ def test_an_invalid_scenario_exits_2_before_anything_runs(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--max-increase", "lots"], "error: --max-increase: expected a percentage such as 5%, found 'lots'"),
-    (["--allocator", "buddy"], "--allocator: expected one of exact, caching, found 'buddy'"),
-    (["--device", "gpu", "--allocator", "buddy"],
-     "--device: expected one of cpu, cuda, meta, auto (did you mean 'cpu'?), found 'gpu'\n"
-     "--allocator: expected one of exact, caching, found 'buddy'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--max-increase", "lots"],
+            "error: --max-increase: expected a percentage such as 5%, found 'lots'",
+        ),
+        (["--allocator", "buddy"], "--allocator: expected one of exact, caching, found 'buddy'"),
+        (
+            ["--device", "gpu", "--allocator", "buddy"],
+            "--device: expected one of cpu, cuda, meta, auto (did you mean 'cpu'?), found 'gpu'\n"
+            "--allocator: expected one of exact, caching, found 'buddy'",
+        ),
+    ],
+)
 def test_bad_options_exit_2(tmp_path, args, message):
     result = invoke(scenario(tmp_path), *args)
 
@@ -214,9 +256,13 @@ def test_two_scenarios_with_one_name_exit_2(tmp_path):
 def test_the_exit_code_is_real_in_a_subprocess(tmp_path):
     path = scenario(tmp_path, budget="<= 256 KiB")
 
-    done = subprocess.run([sys.executable, "-m", "memprof", "check", str(path), "--out-dir",
-                           str(tmp_path / "runs")], capture_output=True, text=True, cwd=tmp_path,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "memprof", "check", str(path), "--out-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
 
     assert done.returncode == 1, done.stderr
     assert "was limited to 256.00 KiB but peaked at 512.00 KiB" in done.stdout
@@ -237,10 +283,15 @@ def test_an_unwritable_output_exits_2_naming_it(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
 
-    result = invoke(scenario(tmp_path), "--junit", blocker / "junit.xml", "--out-dir", tmp_path / "runs")
+    result = invoke(
+        scenario(tmp_path), "--junit", blocker / "junit.xml", "--out-dir", tmp_path / "runs"
+    )
 
     assert result.exit_code == 2
-    assert result.stderr.strip() == f"{blocker / 'junit.xml'}: cannot write: {blocker} is a file, not a directory"
+    assert (
+        result.stderr.strip()
+        == f"{blocker / 'junit.xml'}: cannot write: {blocker} is a file, not a directory"
+    )
     assert result.stdout == ""  # found before anything ran
     assert not (tmp_path / "runs").exists()
 
@@ -252,7 +303,10 @@ def test_a_runs_directory_that_is_a_file_exits_2_before_anything_runs(tmp_path):
     result = invoke(scenario(tmp_path), "--runs", blocker)
 
     assert result.exit_code == 2
-    assert result.stderr.strip() == f"{blocker}: cannot write reports there: it is a file, not a directory"
+    assert (
+        result.stderr.strip()
+        == f"{blocker}: cannot write reports there: it is a file, not a directory"
+    )
     assert result.stdout == ""
 
 
@@ -262,17 +316,36 @@ SHIPPED_RELU = Path(__file__).resolve().parents[2] / "scenarios" / "relu.yaml"
 
 
 def test_the_shipped_relu_scenario_passes_and_then_serves_as_its_own_baseline(tmp_path):
-    first = invoke(SHIPPED_RELU, "--json", tmp_path / "check.json", "--junit", tmp_path / "junit.xml",
-                   "--out-dir", tmp_path / "runs")
+    first = invoke(
+        SHIPPED_RELU,
+        "--json",
+        tmp_path / "check.json",
+        "--junit",
+        tmp_path / "junit.xml",
+        "--out-dir",
+        tmp_path / "runs",
+    )
     assert first.exit_code == 0, first.output
     assert [ln.split()[:2] for ln in first.stdout.splitlines()[:2]] == [
-        ["PASS", "relu-block/inplace"], ["PASS", "relu-block/out_of_place"]]
+        ["PASS", "relu-block/inplace"],
+        ["PASS", "relu-block/out_of_place"],
+    ]
 
-    again = invoke(SHIPPED_RELU, "--baseline", tmp_path / "check.json", "--max-increase", "0%",
-                   "--out-dir", tmp_path / "runs")
+    again = invoke(
+        SHIPPED_RELU,
+        "--baseline",
+        tmp_path / "check.json",
+        "--max-increase",
+        "0%",
+        "--out-dir",
+        tmp_path / "runs",
+    )
 
     assert again.exit_code == 0, again.output
     root = ET.parse(tmp_path / "junit.xml").getroot()
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("2", "0", "0")
-    peaks = {r["variant"]: r["peak_allocated_bytes"] for r in history.query(tmp_path / "runs", "relu-block")}
+    peaks = {
+        r["variant"]: r["peak_allocated_bytes"]
+        for r in history.query(tmp_path / "runs", "relu-block")
+    }
     assert peaks == {"inplace": 64 * 1024**2, "out_of_place": 128 * 1024**2}

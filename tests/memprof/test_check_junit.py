@@ -15,15 +15,29 @@ from tests.memprof.test_check_evaluate import (
 
 
 def _results():
-    relu = make_report("relu", [
-        make_variant("out_of_place", 128 * MiB, duration_s=0.5, expectations=[
-            size_expectation("peak_allocated", "<=", 64 * MiB, 128 * MiB)]),
-        make_variant("inplace", 64 * MiB, duration_s=0.25, expectations=[
-            size_expectation("peak_allocated", "<=", 64 * MiB, 64 * MiB)]),
-    ], path="scenarios/relu.yaml")
+    relu = make_report(
+        "relu",
+        [
+            make_variant(
+                "out_of_place",
+                128 * MiB,
+                duration_s=0.5,
+                expectations=[size_expectation("peak_allocated", "<=", 64 * MiB, 128 * MiB)],
+            ),
+            make_variant(
+                "inplace",
+                64 * MiB,
+                duration_s=0.25,
+                expectations=[size_expectation("peak_allocated", "<=", 64 * MiB, 64 * MiB)],
+            ),
+        ],
+        path="scenarios/relu.yaml",
+    )
     err = {"type": "RuntimeError", "message": "shape mismatch \x1b[31m", "node": "mm"}
-    mlp = make_report("mlp", [make_variant("big", 8 * MiB, status="error", error=err),
-                              make_variant("small", 4 * MiB)])
+    mlp = make_report(
+        "mlp",
+        [make_variant("big", 8 * MiB, status="error", error=err), make_variant("small", 4 * MiB)],
+    )
     base = baseline_of(make_report("mlp", [make_variant("small", 2 * MiB)]))
     return evaluate_report(relu) + evaluate_report(mlp, base, max_increase_pct=5.0)
 
@@ -33,7 +47,12 @@ def test_junit_parses_and_has_one_testcase_per_variant():
 
     assert root.tag == "testsuites"
     cases = [(c.get("classname"), c.get("name")) for c in root.iter("testcase")]
-    assert cases == [("relu", "out_of_place"), ("relu", "inplace"), ("mlp", "big"), ("mlp", "small")]
+    assert cases == [
+        ("relu", "out_of_place"),
+        ("relu", "inplace"),
+        ("mlp", "big"),
+        ("mlp", "small"),
+    ]
     assert [s.get("name") for s in root.iter("testsuite")] == ["relu", "mlp"]
 
 
@@ -54,7 +73,10 @@ def test_a_broken_budget_is_a_failure_carrying_the_explanation():
 
     failure = case.find("failure")
     assert failure.get("type") == "budget"
-    assert failure.get("message") == "relu/out_of_place was limited to 64.00 MiB but peaked at 128.00 MiB"
+    assert (
+        failure.get("message")
+        == "relu/out_of_place was limited to 64.00 MiB but peaked at 128.00 MiB"
+    )
     assert "live at the peak (128.00 MiB):" in failure.text
     assert "node act (relu)" in failure.text
     assert root.find(".//testcase[@name='inplace']/failure") is None
@@ -65,9 +87,14 @@ def test_a_regression_is_a_failure_and_an_unexpected_error_is_an_error():
 
     regression = root.find(".//testcase[@name='small']/failure")
     assert regression.get("type") == "regression"
-    assert regression.get("message").startswith("mlp/small peaked at 4.00 MiB, 100.0% above its baseline")
+    assert regression.get("message").startswith(
+        "mlp/small peaked at 4.00 MiB, 100.0% above its baseline"
+    )
     error = root.find(".//testcase[@name='big']/error")
-    assert error.get("message") == "mlp/big failed at node mm (error): RuntimeError: shape mismatch ?[31m"
+    assert (
+        error.get("message")
+        == "mlp/big failed at node mm (error): RuntimeError: shape mismatch ?[31m"
+    )
 
 
 def test_no_variants_is_an_empty_but_valid_document():

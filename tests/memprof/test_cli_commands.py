@@ -45,31 +45,59 @@ def good(tmp_path, peak="128 KiB"):
 def test_run_prints_the_table_and_saves_the_report(tmp_path):
     res = runner.invoke(app, ["run", str(good(tmp_path)), "--out-dir", str(tmp_path / "runs")])
     assert res.exit_code == 0, res.output
-    for text in ("relu-cli", "inplace", "out_of_place", "64.00 KiB", "128.00 KiB", "64.00 KiB 50.0%",
-                 "baseline", "at peak: x 64.00 KiB (input)", "in place: act free"):
+    for text in (
+        "relu-cli",
+        "inplace",
+        "out_of_place",
+        "64.00 KiB",
+        "128.00 KiB",
+        "64.00 KiB 50.0%",
+        "baseline",
+        "at peak: x 64.00 KiB (input)",
+        "in place: act free",
+    ):
         assert text in res.output
     [saved] = (tmp_path / "runs").glob("*.json")
     assert json.loads(saved.read_text())["scenario"]["name"] == "relu-cli"
 
 
 def test_run_exits_1_when_an_expectation_fails(tmp_path):
-    res = runner.invoke(app, ["run", str(good(tmp_path, peak="100 KiB")), "--out-dir", str(tmp_path / "r")])
+    res = runner.invoke(
+        app, ["run", str(good(tmp_path, peak="100 KiB")), "--out-dir", str(tmp_path / "r")]
+    )
     assert res.exit_code == 1
-    assert "expectation failed (out_of_place): peak_allocated == 100.00 KiB (actual 128.00 KiB)" in res.output
+    assert (
+        "expectation failed (out_of_place): peak_allocated == 100.00 KiB (actual 128.00 KiB)"
+        in res.output
+    )
 
 
 def test_run_exits_2_on_invalid_input_with_no_traceback(tmp_path):
     bad = write(tmp_path, RELU.replace("op: relu", "op: rleu").replace("$peak", "128 KiB"))
     res = runner.invoke(app, ["run", str(bad), "--out-dir", str(tmp_path / "r")])
     assert res.exit_code == 2
-    assert res.output.strip() == f"{bad}:7:19: expected a known op (did you mean 'relu'?), found 'rleu'"
+    assert (
+        res.output.strip()
+        == f"{bad}:7:19: expected a known op (did you mean 'relu'?), found 'rleu'"
+    )
     assert "Traceback" not in res.output
     assert not (tmp_path / "r").exists()
 
 
 def test_run_json_to_stdout_is_pure_json(tmp_path):
-    res = runner.invoke(app, ["run", str(good(tmp_path)), "--json", "-", "--variant", "inplace",
-                              "--out-dir", str(tmp_path / "runs")])
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            str(good(tmp_path)),
+            "--json",
+            "-",
+            "--variant",
+            "inplace",
+            "--out-dir",
+            str(tmp_path / "runs"),
+        ],
+    )
     assert res.exit_code == 0
     report = json.loads(res.stdout)
     assert [v["name"] for v in report["variants"]] == ["inplace"]
@@ -77,8 +105,18 @@ def test_run_json_to_stdout_is_pure_json(tmp_path):
 
 def test_run_json_file_and_quiet(tmp_path):
     out = tmp_path / "out.json"
-    res = runner.invoke(app, ["run", str(good(tmp_path)), "--json", str(out), "--quiet",
-                              "--out-dir", str(tmp_path / "runs")])
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            str(good(tmp_path)),
+            "--json",
+            str(out),
+            "--quiet",
+            "--out-dir",
+            str(tmp_path / "runs"),
+        ],
+    )
     assert res.exit_code == 0 and res.output == ""
     assert json.loads(out.read_text())["status"] == "ok"
 
@@ -94,8 +132,11 @@ def test_run_option_errors_exit_2(tmp_path):
 def test_validate(tmp_path):
     res = runner.invoke(app, ["validate", str(good(tmp_path))])
     assert res.exit_code == 0 and "ok (relu-cli, 2 variants)" in res.output
-    bad = write(tmp_path, RELU.replace("shape: [1, 4, 64, 64]", "shape: [1, 4, 64, -1]")
-                .replace("$peak", "128 KiB"), "bad.yaml")
+    bad = write(
+        tmp_path,
+        RELU.replace("shape: [1, 4, 64, 64]", "shape: [1, 4, 64, -1]").replace("$peak", "128 KiB"),
+        "bad.yaml",
+    )
     res = runner.invoke(app, ["validate", str(bad)])
     assert res.exit_code == 2
     assert res.output.strip() == f"{bad}:5:25: expected a number >= 0, found -1"
@@ -133,33 +174,59 @@ def test_compare_shows_delta_and_fails_past_the_limit(tmp_path):
     b = report_with(tmp_path, "b.json", {"inplace": 1040, "out_of_place": 2200, "new": 7})
     res = runner.invoke(app, ["compare", str(a), str(b)])
     assert res.exit_code == 0
-    assert "+4.0%" in res.output and "+10.0%" in res.output and "only in the first report" in res.output
+    assert (
+        "+4.0%" in res.output
+        and "+10.0%" in res.output
+        and "only in the first report" in res.output
+    )
     res = runner.invoke(app, ["compare", str(a), str(b), "--max-increase", "5%"])
     assert res.exit_code == 1
-    assert "out_of_place (+10.0%)" in res.output and "inplace (+4.0%)" not in res.output.split("error:")[-1]
+    assert (
+        "out_of_place (+10.0%)" in res.output
+        and "inplace (+4.0%)" not in res.output.split("error:")[-1]
+    )
 
 
 def test_compare_rejects_what_is_not_a_report(tmp_path):
     (tmp_path / "x.json").write_text("{not json")
     res = runner.invoke(app, ["compare", str(tmp_path / "x.json"), str(tmp_path / "x.json")])
     assert res.exit_code == 2
-    assert res.output.strip() == (f"error: {tmp_path / 'x.json'}:1:2: cannot read the report: "
-                                  "invalid JSON (Expecting property name enclosed in double quotes)")
+    assert res.output.strip() == (
+        f"error: {tmp_path / 'x.json'}:1:2: cannot read the report: "
+        "invalid JSON (Expecting property name enclosed in double quotes)"
+    )
     a = report_with(tmp_path, "a.json", {"v": 1})
     res = runner.invoke(app, ["compare", str(a), str(a), "--max-increase", "lots"])
     assert res.exit_code == 2 and "expected a percentage" in res.output
 
 
 def test_help_imports_no_engine_numpy_yaml_or_pydantic():
-    code = ("import sys; from memprof.cli.app import app; "
-            "print(sorted(m for m in ('engine', 'numpy', 'yaml', 'pydantic', 'fastapi') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    code = (
+        "import sys; from memprof.cli.app import app; "
+        "print(sorted(m for m in ('engine', 'numpy', 'yaml', 'pydantic', 'fastapi') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
 def test_module_entry_point_runs_a_scenario(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "memprof", "run", str(good(tmp_path)), "--quiet",
-                          "--out-dir", str(tmp_path / "runs")], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memprof",
+            "run",
+            str(good(tmp_path)),
+            "--quiet",
+            "--out-dir",
+            str(tmp_path / "runs"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     assert len(list((tmp_path / "runs").glob("*.json"))) == 1
 
@@ -171,6 +238,7 @@ def test_help_works(args):
 
 # --- directories, shared options and outputs that cannot be written --------------------------
 
+
 def test_run_and_validate_take_a_directory_of_scenarios(tmp_path):
     (tmp_path / "s").mkdir()
     good(tmp_path / "s")
@@ -181,7 +249,9 @@ def test_run_and_validate_take_a_directory_of_scenarios(tmp_path):
     assert res.exit_code == 0, res.output
     assert res.output.strip() == f"{tmp_path / 's' / 'relu.yaml'}: ok (relu-cli, 2 variants)"
 
-    res = runner.invoke(app, ["run", str(tmp_path / "s"), "--quiet", "--runs", str(tmp_path / "runs")])
+    res = runner.invoke(
+        app, ["run", str(tmp_path / "s"), "--quiet", "--runs", str(tmp_path / "runs")]
+    )
     assert res.exit_code == 0, res.output
     assert len(list((tmp_path / "runs").glob("*.json"))) == 1
 
@@ -202,11 +272,23 @@ def test_run_refuses_an_unwritable_json_path_before_running(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
 
-    res = runner.invoke(app, ["run", str(good(tmp_path)), "--json", str(blocker / "out.json"),
-                              "--runs", str(tmp_path / "runs")])
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            str(good(tmp_path)),
+            "--json",
+            str(blocker / "out.json"),
+            "--runs",
+            str(tmp_path / "runs"),
+        ],
+    )
 
     assert res.exit_code == 2
-    assert res.output.strip() == f"{blocker / 'out.json'}: cannot write: {blocker} is a file, not a directory"
+    assert (
+        res.output.strip()
+        == f"{blocker / 'out.json'}: cannot write: {blocker} is a file, not a directory"
+    )
     assert not (tmp_path / "runs").exists()
 
 
@@ -225,11 +307,14 @@ def test_a_run_whose_history_cannot_be_written_still_shows_and_writes_what_it_me
     assert "Traceback" not in res.output
 
 
-@pytest.mark.parametrize("command", [
-    ["report", "{report}", "--html", "{blocker}/page.html"],
-    ["report", "{report}", "--trace", "{blocker}/t.json"],
-    ["schema", "-o", "{blocker}/schema.json"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["report", "{report}", "--html", "{blocker}/page.html"],
+        ["report", "{report}", "--trace", "{blocker}/t.json"],
+        ["schema", "-o", "{blocker}/schema.json"],
+    ],
+)
 def test_an_output_that_cannot_be_written_is_exit_2_naming_it(tmp_path, command):
     report = report_with(tmp_path, "a.json", {"inplace": 1})
     blocker = tmp_path / "file"
@@ -255,16 +340,21 @@ def test_compare_finds_run_ids_in_the_runs_directory(tmp_path):
     assert "128.00 KiB   128.00 KiB" in res.output
     res = runner.invoke(app, ["compare", "no-such-run", str(saved), "--runs", str(runs)])
     assert res.exit_code == 2
-    assert res.output.strip() == (f"error: no-such-run: no such report file, and no run 'no-such-run' "
-                                  f"in {runs}/ (pass a report's path, or its run id with --runs DIR)")
+    assert res.output.strip() == (
+        f"error: no-such-run: no such report file, and no run 'no-such-run' "
+        f"in {runs}/ (pass a report's path, or its run id with --runs DIR)"
+    )
 
 
 def test_every_command_with_a_runs_directory_spells_it_the_same_way():
     import typer.main
 
     commands = typer.main.get_command(app).commands
-    with_runs = {name for name, command in commands.items()
-                 if any("--runs" in p.opts or "--out-dir" in p.opts for p in command.params)}
+    with_runs = {
+        name
+        for name, command in commands.items()
+        if any("--runs" in p.opts or "--out-dir" in p.opts for p in command.params)
+    }
     assert with_runs == {"run", "check", "report", "compare", "history", "serve"}
     for name in with_runs:
         [option] = [p for p in commands[name].params if "--runs" in p.opts]

@@ -27,47 +27,62 @@ def _run(pytester, body, *args):
 
 
 def test_a_test_within_its_budget_passes(pytester):
-    result = _run(pytester, """
+    result = _run(
+        pytester,
+        """
 @pytest.mark.memprof(max_peak="64 KiB")
 def test_in_place():
     x = make()
     engine.relu_(x)
-""")
+""",
+    )
 
     result.assert_outcomes(passed=1)
 
 
 def test_a_test_over_its_budget_fails_with_the_allocations_live_at_the_peak(pytester):
-    result = _run(pytester, """
+    result = _run(
+        pytester,
+        """
 @pytest.mark.memprof(max_peak="64 KiB")
 def test_out_of_place():
     x = make()
     y = engine.relu(x)
-""")
+""",
+    )
 
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "test_out_of_place was limited to 64.00 KiB but peaked at 128.00 KiB",
-        "allocations live at the peak:",
-        "*64.00 KiB  (no op)  1 allocation  test_budget.py:5",
-        "*64.00 KiB  relu     1 allocation  test_budget.py:10",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "test_out_of_place was limited to 64.00 KiB but peaked at 128.00 KiB",
+            "allocations live at the peak:",
+            "*64.00 KiB  (no op)  1 allocation  test_budget.py:5",
+            "*64.00 KiB  relu     1 allocation  test_budget.py:10",
+        ]
+    )
     result.stdout.no_fnmatch_line("*Traceback*")
 
 
 def test_the_size_may_be_given_positionally(pytester):
-    result = _run(pytester, """
+    result = _run(
+        pytester,
+        """
 @pytest.mark.memprof("100 KiB")
 def test_two_tensors():
     a, b = make(), make()
-""")
+""",
+    )
 
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["test_two_tensors was limited to 100.00 KiB but peaked at 128.00 KiB"])
+    result.stdout.fnmatch_lines(
+        ["test_two_tensors was limited to 100.00 KiB but peaked at 128.00 KiB"]
+    )
 
 
 def test_tensors_made_by_fixtures_are_not_charged_to_the_test(pytester):
-    result = _run(pytester, """
+    result = _run(
+        pytester,
+        """
 @pytest.fixture
 def big():
     return [make() for _ in range(8)]
@@ -75,30 +90,37 @@ def big():
 @pytest.mark.memprof(max_peak="64 KiB")
 def test_uses_fixture(big):
     y = engine.relu_(big[0])
-""")
+""",
+    )
 
     result.assert_outcomes(passed=1)
 
 
 def test_the_peak_is_what_is_live_at_once_not_the_sum_of_allocations(pytester):
-    result = _run(pytester, """
+    result = _run(
+        pytester,
+        """
 @pytest.mark.memprof(max_peak="128 KiB")
 def test_loop():
     for _ in range(20):
         x = make()
         del x
-""")
+""",
+    )
 
     result.assert_outcomes(passed=1)
 
 
 def test_a_test_that_fails_on_its_own_keeps_its_own_failure(pytester):
-    result = _run(pytester, """
+    result = _run(
+        pytester,
+        """
 @pytest.mark.memprof(max_peak="1 KiB")
 def test_assert():
     x = make()
     assert 1 == 2
-""")
+""",
+    )
 
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*assert 1 == 2*"])
@@ -106,10 +128,14 @@ def test_assert():
 
 
 def test_unmarked_tests_are_not_measured(pytester):
-    result = _run(pytester, """
+    result = _run(
+        pytester,
+        """
 def test_plain(record_property):
     y = engine.relu(make())
-""", "--junitxml=out.xml")
+""",
+        "--junitxml=out.xml",
+    )
 
     result.assert_outcomes(passed=1)
     root = ET.parse(pytester.path / "out.xml").getroot()
@@ -117,11 +143,15 @@ def test_plain(record_property):
 
 
 def test_the_measured_peak_is_a_user_property_in_pytests_junit(pytester):
-    result = _run(pytester, """
+    result = _run(
+        pytester,
+        """
 @pytest.mark.memprof(max_peak="1 MiB")
 def test_measured():
     y = engine.relu(make())
-""", "--junitxml=out.xml")
+""",
+        "--junitxml=out.xml",
+    )
 
     result.assert_outcomes(passed=1)
     root = ET.parse(pytester.path / "out.xml").getroot()
@@ -130,7 +160,9 @@ def test_measured():
 
 
 def test_a_reserved_budget_uses_the_caching_model(pytester):
-    result = _run(pytester, """
+    result = _run(
+        pytester,
+        """
 @pytest.mark.memprof(max_reserved="1 MiB")
 def test_reserved():
     engine.memory.set_allocator_model("caching")
@@ -139,14 +171,19 @@ def test_reserved():
         del x
     finally:
         engine.memory.set_allocator_model("exact")
-""")
+""",
+    )
 
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["test_reserved was limited to 1.00 MiB reserved but reserved *MiB"])
+    result.stdout.fnmatch_lines(
+        ["test_reserved was limited to 1.00 MiB reserved but reserved *MiB"]
+    )
 
 
 def test_bad_marker_arguments_fail_the_test_with_the_problem(pytester):
-    result = _run(pytester, """
+    result = _run(
+        pytester,
+        """
 @pytest.mark.memprof(max_peak="lots")
 def test_bad_size():
     pass
@@ -158,24 +195,31 @@ def test_bad_name():
 @pytest.mark.memprof(max_peak="1 MiB", device="tpu")
 def test_bad_device():
     pass
-""")
+""",
+    )
 
     result.assert_outcomes(failed=3)
-    result.stdout.fnmatch_lines([
-        "invalid @pytest.mark.memprof on test_bad_size: max_peak: expected a size such as 64 MiB*found 'lots'",
-        "invalid @pytest.mark.memprof on test_bad_name: unexpected argument 'max_peek'; expected "
-        "max_peak, max_reserved, device",
-        "invalid @pytest.mark.memprof on test_bad_device: device: unknown device 'tpu'*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "invalid @pytest.mark.memprof on test_bad_size: max_peak: expected a size such as 64 MiB*found 'lots'",
+            "invalid @pytest.mark.memprof on test_bad_name: unexpected argument 'max_peek'; expected "
+            "max_peak, max_reserved, device",
+            "invalid @pytest.mark.memprof on test_bad_device: device: unknown device 'tpu'*",
+        ]
+    )
     result.stdout.no_fnmatch_line("*During handling*")
 
 
 def test_the_marker_is_registered(pytester):
-    result = _run(pytester, """
+    result = _run(
+        pytester,
+        """
 @pytest.mark.memprof(max_peak="1 MiB")
 def test_strict():
     pass
-""", "--strict-markers")
+""",
+        "--strict-markers",
+    )
 
     result.assert_outcomes(passed=1)
     markers = pytester.runpytest("--markers")
@@ -196,7 +240,8 @@ variants:
 
 def test_the_scenario_fixture_runs_a_file_next_to_the_test(pytester):
     (pytester.path / "relu.yaml").write_text(RELU)
-    pytester.makepyfile(test_scenario="""
+    pytester.makepyfile(
+        test_scenario="""
 def test_relu(memprof_scenario):
     report = memprof_scenario("relu.yaml")
     peaks = {v["name"]: v["peak_allocated_bytes"] for v in report["variants"]}
@@ -206,7 +251,8 @@ def test_relu(memprof_scenario):
 def test_one_variant(memprof_scenario):
     report = memprof_scenario("relu.yaml", variants=["inplace"])
     assert [v["name"] for v in report["variants"]] == ["inplace"]
-""")
+"""
+    )
 
     result = pytester.runpytest(*QUIET)
 
@@ -215,10 +261,12 @@ def test_one_variant(memprof_scenario):
 
 def test_an_invalid_scenario_fails_the_test_with_its_problems(pytester):
     (pytester.path / "bad.yaml").write_text("name: bad\nprogram:\n  - {id: a, op: no_such_op}\n")
-    pytester.makepyfile(test_scenario="""
+    pytester.makepyfile(
+        test_scenario="""
 def test_bad(memprof_scenario):
     memprof_scenario("bad.yaml")
-""")
+"""
+    )
 
     result = pytester.runpytest(*QUIET)
 
@@ -229,13 +277,18 @@ def test_bad(memprof_scenario):
 
 
 def test_the_plugin_loads_from_its_entry_point_in_a_fresh_process(pytester):
-    pytester.makepyfile(test_budget=HEADER + """
+    pytester.makepyfile(
+        test_budget=HEADER
+        + """
 @pytest.mark.memprof(max_peak="64 KiB")
 def test_out_of_place():
     y = engine.relu(make())
-""")
+"""
+    )
 
     result = pytester.runpytest_subprocess(*QUIET)
 
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["test_out_of_place was limited to 64.00 KiB but peaked at 128.00 KiB"])
+    result.stdout.fnmatch_lines(
+        ["test_out_of_place was limited to 64.00 KiB but peaked at 128.00 KiB"]
+    )

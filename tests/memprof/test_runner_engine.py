@@ -47,12 +47,27 @@ def test_relu_peaks_and_attribution(tmp_path):
     assert v["out_of_place"]["peak_allocated_bytes"] == 2 * MiB
     assert v["out_of_place"]["baseline_bytes"] == MiB
     inp, out, release = rows(v["out_of_place"])
-    assert (inp["node"], inp["phase"], inp["category"], inp["tensor"]) == ("<inputs>", "setup", "input", "x")
-    assert (out["node"], out["op"], out["phase"], out["category"], out["tensor"], out["iteration"]) == (
-        "act", "relu", "forward", "activation", "y", 0)
+    assert (inp["node"], inp["phase"], inp["category"], inp["tensor"]) == (
+        "<inputs>",
+        "setup",
+        "input",
+        "x",
+    )
+    assert (
+        out["node"],
+        out["op"],
+        out["phase"],
+        out["category"],
+        out["tensor"],
+        out["iteration"],
+    ) == ("act", "relu", "forward", "activation", "y", 0)
     # the step's names die at its end; inputs live on
     assert (release["action"], release["phase"], release["tensor"], release["category"]) == (
-        "free", "release", "y", "activation")
+        "free",
+        "release",
+        "y",
+        "activation",
+    )
     assert v["out_of_place"]["final_allocated_bytes"] == MiB
     assert [r["inplace_cost"] for r in v["inplace"]["ops"]] == ["free"]
     assert [r["inplace_cost"] for r in v["out_of_place"]["ops"]] == [None]
@@ -81,13 +96,20 @@ def test_each_variant_starts_from_a_fresh_allocator(tmp_path):
 
 
 def test_allocations_freed_within_a_node_are_temporaries(tmp_path):
-    v = by_name(run_scenario(scenario(tmp_path, """\
+    v = by_name(
+        run_scenario(
+            scenario(
+                tmp_path,
+                """\
         name: t
         inputs:
           x: {shape: [256, 256]}
         program:
           - {id: s, op: softmax, in: x, args: {dim: 1}}
-        """)))["default"]
+        """,
+            )
+        )
+    )["default"]
     cats = {(r["action"], r["category"], r["tensor"]) for r in rows(v) if r["node"] == "s"}
     assert ("alloc", "activation", "s") in cats
     assert ("alloc", "temporary", None) in cats and ("free", "temporary", None) in cats
@@ -110,35 +132,57 @@ program:
 def test_stale_read_after_an_in_place_write_is_a_warning_naming_both_nodes(tmp_path):
     v = by_name(run_scenario(scenario(tmp_path, STALE)))["default"]
     assert v["status"] == "ok"
-    assert v["warnings"] == [{
-        "kind": "stale_read", "node": "y", "other_node": "h", "tensor": "x1", "iteration": 0,
-        "message": "node y reads x1, which node h overwrote in place; it sees h's values"}]
+    assert v["warnings"] == [
+        {
+            "kind": "stale_read",
+            "node": "y",
+            "other_node": "h",
+            "tensor": "x1",
+            "iteration": 0,
+            "message": "node y reads x1, which node h overwrote in place; it sees h's values",
+        }
+    ]
 
 
 def test_strict_turns_a_stale_read_at_run_time_into_an_error(tmp_path):
     loaded = load_scenario(scenario(tmp_path, "strict: true\n" + STALE), check_shapes=False)
     v = run_loaded(loaded)["variants"][0]
     assert v["status"] == "error"
-    assert v["error"] == {"type": "StaleReadError", "node": "y", "message":
-                          "node y reads x1, which node h overwrote in place; it sees h's values (strict: true)"}
+    assert v["error"] == {
+        "type": "StaleReadError",
+        "node": "y",
+        "message": "node y reads x1, which node h overwrote in place; it sees h's values (strict: true)",
+    }
     assert [r["node"] for r in v["ops"]] == ["x1", "h"]  # measured up to the failure
 
 
 def test_in_place_on_an_input_is_stale_in_the_next_iteration(tmp_path):
-    v = by_name(run_scenario(scenario(tmp_path, """\
+    v = by_name(
+        run_scenario(
+            scenario(
+                tmp_path,
+                """\
         name: it
         inputs:
           x: {shape: [8]}
         program:
           - {id: act, op: relu, in: x, inplace: true}
         iterations: 2
-        """)))["default"]
+        """,
+            )
+        )
+    )["default"]
     assert [(w["node"], w["other_node"], w["tensor"], w["iteration"]) for w in v["warnings"]] == [
-        ("act", "act", "x", 1)]
+        ("act", "act", "x", 1)
+    ]
 
 
 def test_in_place_that_needs_its_input_pays_a_clone(tmp_path):
-    v = by_name(run_scenario(scenario(tmp_path, """\
+    v = by_name(
+        run_scenario(
+            scenario(
+                tmp_path,
+                """\
         name: sin
         inputs:
           a: {shape: [1024], requires_grad: true}
@@ -148,7 +192,10 @@ def test_in_place_that_needs_its_input_pays_a_clone(tmp_path):
           - {id: r, op: relu, in: h, inplace: true}
           - {id: loss, op: sum, in: r}
         phases: [forward, {backward: loss}]
-        """)))["default"]
+        """,
+            )
+        )
+    )["default"]
     ops = {r["node"]: r for r in v["ops"]}
     assert (ops["h"]["inplace_cost"], ops["h"]["clone_bytes"]) == ("clone", 4096)
     assert (ops["r"]["inplace_cost"], ops["r"]["clone_bytes"]) == ("free", 0)
@@ -161,7 +208,9 @@ def test_in_place_that_needs_its_input_pays_a_clone(tmp_path):
 
 
 def test_out_of_memory_reports_what_it_measured_up_to_the_failure(tmp_path):
-    path = scenario(tmp_path, RELU + "memory_limit: 1.5 MiB\nexpect:\n  out_of_place: {status: oom}\n")
+    path = scenario(
+        tmp_path, RELU + "memory_limit: 1.5 MiB\nexpect:\n  out_of_place: {status: oom}\n"
+    )
     report = run_scenario(path)
     v = by_name(report)
     assert v["inplace"]["status"] == "ok"
@@ -182,7 +231,9 @@ def test_unexpected_error_fails_the_report(tmp_path):
 
 def test_progress_callback_and_saved_report(tmp_path):
     events = []
-    report = run_scenario(scenario(tmp_path, RELU), progress=events.append, runs_dir=tmp_path / "runs")
+    report = run_scenario(
+        scenario(tmp_path, RELU), progress=events.append, runs_dir=tmp_path / "runs"
+    )
     assert events == [
         {"variant": "inplace", "index": 0, "total": 2, "stage": "start"},
         {"variant": "inplace", "index": 0, "total": 2, "stage": "done"},
@@ -207,4 +258,3 @@ def test_device_and_allocator_overrides(tmp_path):
     assert (v["device"], v["allocator"]) == ("meta", "caching")
     assert report["environment"]["backend"] == "meta"
     assert v["peak_reserved_bytes"] >= v["peak_allocated_bytes"] == 2 * MiB
-

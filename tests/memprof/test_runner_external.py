@@ -18,7 +18,10 @@ def test_external_events_give_count_peak_and_bytes_per_op_without_touching_the_t
     rec.on_external(_ext("alloc", 2048, "softmax"))
 
     assert rec.external == {
-        "num_allocs": 3, "num_frees": 1, "current_bytes": 2560, "peak_bytes": 2560,
+        "num_allocs": 3,
+        "num_frees": 1,
+        "current_bytes": 2560,
+        "peak_bytes": 2560,
         "by_op": {"softmax": 3072, "sum": 512},
     }
     assert rec.records == []  # storages only; CuPy's buffers are reported beside them

@@ -22,14 +22,44 @@ from memprof.schemas import REPORT, read_schema
 MiB = 2**20
 
 
-def alloc(seq, nbytes, allocated, storage, node="n", category="activation", tensor=None, phase="forward"):
-    return Record(seq, 1_000 + seq, "alloc", nbytes, nbytes, allocated, allocated, storage, node, "op",
-                  phase, 0, None, category, tensor)
+def alloc(
+    seq, nbytes, allocated, storage, node="n", category="activation", tensor=None, phase="forward"
+):
+    return Record(
+        seq,
+        1_000 + seq,
+        "alloc",
+        nbytes,
+        nbytes,
+        allocated,
+        allocated,
+        storage,
+        node,
+        "op",
+        phase,
+        0,
+        None,
+        category,
+        tensor,
+    )
 
 
 def free(seq, owner, allocated, node="n"):
-    return Record(seq, 1_000 + seq, "free", owner.bytes, owner.requested, allocated, allocated,
-                  owner.storage, node, None, "forward", 0, owner)
+    return Record(
+        seq,
+        1_000 + seq,
+        "free",
+        owner.bytes,
+        owner.requested,
+        allocated,
+        allocated,
+        owner.storage,
+        node,
+        None,
+        "forward",
+        0,
+        owner,
+    )
 
 
 def test_timeline_is_columnar_and_a_free_carries_its_allocation_category_and_name():
@@ -62,7 +92,9 @@ def test_peak_is_the_first_maximum_and_lists_what_was_live_there():
     assert p["event_index"] == 1
     assert p["allocated_bytes"] == 6 * MiB
     assert [(e["tensor"], e["bytes"], e["category"]) for e in p["live"]] == [
-        ("x", 4 * MiB, "input"), (None, 2 * MiB, "temporary")]
+        ("x", 4 * MiB, "input"),
+        (None, 2 * MiB, "temporary"),
+    ]
     assert p["by_category"] == {"input": 4 * MiB, "temporary": 2 * MiB}
 
 
@@ -72,30 +104,79 @@ def test_peak_of_no_events_is_zero():
 
 def test_op_row_sums_its_records_and_marks_in_place_cost():
     t = alloc(1, 10, 110, 2)
-    row = op_row(node="h", op="sin", phase="forward", iteration=0, records=[t, free(2, t, 100)],
-                 allocated_before=100, duration_s=0.5, inplace=True, clone_bytes=10)
-    assert row == {"node": "h", "op": "sin", "phase": "forward", "iteration": 0, "allocated_bytes": 10,
-                   "freed_bytes": 10, "peak_bytes": 110, "duration_s": 0.5, "inplace": True,
-                   "inplace_cost": "clone", "clone_bytes": 10}
-    free_row = op_row(node="h", op="relu", phase="forward", iteration=0, records=[],
-                      allocated_before=100, duration_s=0.1, inplace=True)
+    row = op_row(
+        node="h",
+        op="sin",
+        phase="forward",
+        iteration=0,
+        records=[t, free(2, t, 100)],
+        allocated_before=100,
+        duration_s=0.5,
+        inplace=True,
+        clone_bytes=10,
+    )
+    assert row == {
+        "node": "h",
+        "op": "sin",
+        "phase": "forward",
+        "iteration": 0,
+        "allocated_bytes": 10,
+        "freed_bytes": 10,
+        "peak_bytes": 110,
+        "duration_s": 0.5,
+        "inplace": True,
+        "inplace_cost": "clone",
+        "clone_bytes": 10,
+    }
+    free_row = op_row(
+        node="h",
+        op="relu",
+        phase="forward",
+        iteration=0,
+        records=[],
+        allocated_before=100,
+        duration_s=0.1,
+        inplace=True,
+    )
     assert (free_row["inplace_cost"], free_row["peak_bytes"]) == ("free", 100)
 
 
 def variant(name, peak_bytes, status="ok", error=None, expectations=(), duration=1.0):
-    return {"name": name, "params": {}, "status": status, "error": error, "device": "cpu",
-            "allocator": "exact", "peak_allocated_bytes": peak_bytes, "peak_reserved_bytes": peak_bytes,
-            "baseline_bytes": 64, "final_allocated_bytes": 64, "num_allocs": 1, "num_frees": 0,
-            "duration_s": duration, "program_duration_s": duration,
-            "timeline": timeline([], 0), "phases": [], "peak": peak([]), "ops": [], "warnings": [],
-            "expectations": list(expectations)}
+    return {
+        "name": name,
+        "params": {},
+        "status": status,
+        "error": error,
+        "device": "cpu",
+        "allocator": "exact",
+        "peak_allocated_bytes": peak_bytes,
+        "peak_reserved_bytes": peak_bytes,
+        "baseline_bytes": 64,
+        "final_allocated_bytes": 64,
+        "num_allocs": 1,
+        "num_frees": 0,
+        "duration_s": duration,
+        "program_duration_s": duration,
+        "timeline": timeline([], 0),
+        "phases": [],
+        "peak": peak([]),
+        "ops": [],
+        "warnings": [],
+        "expectations": list(expectations),
+    }
 
 
 def test_comparison_against_the_baseline_variant():
-    comp = comparison([variant("inplace", 64, duration=0.5), variant("out_of_place", 128)], "out_of_place")
+    comp = comparison(
+        [variant("inplace", 64, duration=0.5), variant("out_of_place", 128)], "out_of_place"
+    )
     rows = {r["variant"]: r for r in comp["rows"]}
     assert comp["baseline"] == "out_of_place"
-    assert (rows["inplace"]["delta_bytes"], rows["inplace"]["ratio"], rows["inplace"]["saving_pct"]) == (-64, 0.5, 50.0)
+    assert (
+        rows["inplace"]["delta_bytes"],
+        rows["inplace"]["ratio"],
+        rows["inplace"]["saving_pct"],
+    ) == (-64, 0.5, 50.0)
     assert rows["inplace"]["program_duration_ratio"] == 0.5
     assert (rows["out_of_place"]["delta_bytes"], rows["out_of_place"]["is_baseline"]) == (0, True)
 
@@ -105,10 +186,20 @@ def test_comparison_falls_back_to_the_first_variant():
 
 
 def test_expectations_sizes_errors_and_counts():
-    v = variant("a", 64, status="error", error={"type": "RuntimeError", "message": "a leaf Variable ...", "node": "x"})
-    exp = Expectation.model_validate({"peak_allocated": "<= 64", "baseline": 65,
-                                      "error": {"type": "RuntimeError", "message": "leaf Variable"},
-                                      "warnings": {"stale_read": 0}})
+    v = variant(
+        "a",
+        64,
+        status="error",
+        error={"type": "RuntimeError", "message": "a leaf Variable ...", "node": "x"},
+    )
+    exp = Expectation.model_validate(
+        {
+            "peak_allocated": "<= 64",
+            "baseline": 65,
+            "error": {"type": "RuntimeError", "message": "leaf Variable"},
+            "warnings": {"stale_read": 0},
+        }
+    )
     rows = {r["metric"]: r for r in evaluate(exp, v)}
     assert rows["peak_allocated"]["passed"] and not rows["baseline"]["passed"]
     assert rows["baseline"]["message"] == "baseline == 65 bytes (actual 64 bytes)"
@@ -146,9 +237,22 @@ def test_assembled_report_matches_the_shipped_schema():
     v["timeline"] = timeline([x], 0)
     v["peak"] = peak([x])
     info = ScenarioInfo(name="relu block", description="d", path="s.yaml", sha256="0" * 64)
-    report = assemble(info, {"device": "cpu", "backend": "numpy", "allocator": "exact", "python": "3",
-                             "numpy": "2", "cupy": None, "platform": "p", "git_commit": None},
-                      [v], None, created=dt.datetime(2026, 11, 21, 5, 15, tzinfo=dt.timezone.utc))
+    report = assemble(
+        info,
+        {
+            "device": "cpu",
+            "backend": "numpy",
+            "allocator": "exact",
+            "python": "3",
+            "numpy": "2",
+            "cupy": None,
+            "platform": "p",
+            "git_commit": None,
+        },
+        [v],
+        None,
+        created=dt.datetime(2026, 11, 21, 5, 15, tzinfo=dt.timezone.utc),
+    )
     jsonschema.Draft202012Validator(read_schema(REPORT)).validate(report)
     assert report["run_id"].startswith("20261121T051500Z-relu-block-")
     assert report["created_at"] == "2026-11-21T05:15:00Z"

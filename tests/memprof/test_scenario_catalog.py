@@ -25,8 +25,24 @@ INPUTS = {
 
 # op -> (tensor inputs, args, expected result shape)
 OP_CALLS = {
-    **{n: (["x"], {}, [2, 4]) for n in ("relu", "sigmoid", "tanh", "exp", "log", "sin", "cos", "abs",
-                                        "neg", "sqrt", "clone", "detach", "contiguous")},
+    **{
+        n: (["x"], {}, [2, 4])
+        for n in (
+            "relu",
+            "sigmoid",
+            "tanh",
+            "exp",
+            "log",
+            "sin",
+            "cos",
+            "abs",
+            "neg",
+            "sqrt",
+            "clone",
+            "detach",
+            "contiguous",
+        )
+    },
     "scale": (["x"], {"scale": 2.0}, [2, 4]),
     **{n: (["x", "x2"], {}, [2, 4]) for n in ("add", "sub", "mul", "div")},
     "matmul": (["m", "m"], {}, [4, 4]),
@@ -63,8 +79,10 @@ MODULE_CALLS = {
     "Identity": ({}, ["x"]),
     "MSELoss": ({"reduction": "sum"}, ["x", "x2"]),
     "CrossEntropyLoss": ({}, ["x", "labels"]),
-    "Sequential": ({"layers": [{"type": "Linear", "in_features": 4, "out_features": 4},
-                               {"type": "ReLU"}]}, ["x"]),
+    "Sequential": (
+        {"layers": [{"type": "Linear", "in_features": 4, "out_features": 4}, {"type": "ReLU"}]},
+        ["x"],
+    ),
 }
 
 
@@ -74,8 +92,12 @@ def test_the_tables_cover_the_catalog():
 
 
 def run_one(tmp_path, node, modules=None, inputs=None):
-    doc = {"name": "one", "inputs": {k: INPUTS[k] for k in inputs}, "program": [node],
-           "modules": modules or {}}
+    doc = {
+        "name": "one",
+        "inputs": {k: INPUTS[k] for k in inputs},
+        "program": [node],
+        "modules": modules or {},
+    }
     path = tmp_path / "one.yaml"
     path.write_text(yaml.safe_dump(doc))
     return run_scenario(path)["variants"][0]
@@ -84,7 +106,9 @@ def run_one(tmp_path, node, modules=None, inputs=None):
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_op_runs_and_makes_its_result(tmp_path, op):
     ins, args, _ = OP_CALLS[op]
-    v = run_one(tmp_path, {"id": "r", "op": op, "in": ins, **({"args": args} if args else {})}, inputs=ins)
+    v = run_one(
+        tmp_path, {"id": "r", "op": op, "in": ins, **({"args": args} if args else {})}, inputs=ins
+    )
     assert v["status"] == "ok", v["error"]
     [row] = v["ops"]
     assert row["op"] == op and row["inplace"] is False
@@ -93,8 +117,11 @@ def test_op_runs_and_makes_its_result(tmp_path, op):
 @pytest.mark.parametrize("op", sorted(n for n, o in OPS.items() if o.inplace))
 def test_in_place_form_writes_its_input(tmp_path, op):
     ins, args, _ = OP_CALLS[op]
-    v = run_one(tmp_path, {"id": "r", "op": op, "in": ins, "inplace": True,
-                           **({"args": args} if args else {})}, inputs=ins)
+    v = run_one(
+        tmp_path,
+        {"id": "r", "op": op, "in": ins, "inplace": True, **({"args": args} if args else {})},
+        inputs=ins,
+    )
     assert v["status"] == "ok", v["error"]
     [row] = v["ops"]
     assert (row["inplace"], row["inplace_cost"], row["allocated_bytes"]) == (True, "free", 0)
@@ -103,7 +130,9 @@ def test_in_place_form_writes_its_input(tmp_path, op):
 @pytest.mark.parametrize("mtype", sorted(MODULES))
 def test_module_builds_and_runs(tmp_path, mtype):
     spec, ins = MODULE_CALLS[mtype]
-    v = run_one(tmp_path, {"id": "r", "module": "m0", "in": ins}, {"m0": {"type": mtype, **spec}}, ins)
+    v = run_one(
+        tmp_path, {"id": "r", "module": "m0", "in": ins}, {"m0": {"type": mtype, **spec}}, ins
+    )
     assert v["status"] == "ok", v["error"]
     assert v["ops"][0]["module"] == "m0" and v["ops"][0]["op"] == mtype
 
@@ -116,7 +145,8 @@ def test_docs_list_every_op_and_module():
 
 def test_randint_inputs_are_class_labels(tmp_path):
     path = tmp_path / "r.yaml"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         name: labels
         inputs:
           t: {shape: [1000], init: randint, high: 4, dtype: int64}
@@ -124,7 +154,8 @@ def test_randint_inputs_are_class_labels(tmp_path):
           - {id: s, op: sum, in: t}
         expect:
           '*': {baseline: 8000}
-        """))
+        """)
+    )
     v = run_scenario(path)["variants"][0]
     assert v["status"] == "ok" and v["expectations"][0]["passed"]
 
@@ -136,6 +167,8 @@ def test_op_arguments_reach_the_engine(op):
     from memprof.scenario.model import InputSpec
 
     ins, args, shape = OP_CALLS[op]
-    tensors = [make_input(engine, InputSpec.model_validate(INPUTS[n]), "float32", "cpu") for n in ins]
+    tensors = [
+        make_input(engine, InputSpec.model_validate(INPUTS[n]), "float32", "cpu") for n in ins
+    ]
     out = OPS[op].call(tensors, args, False)
     assert list(out.shape) == shape

@@ -38,7 +38,10 @@ def test_exponent_floats_read_as_numbers_as_in_yaml_1_2():
 
 def test_problem_lines_read_file_line_col():
     doc = load_yaml(TEXT, "s.yaml")
-    assert str(doc.problem(("program", 1, "op"), "expected x, found y")) == "s.yaml:7:9: expected x, found y"
+    assert (
+        str(doc.problem(("program", 1, "op"), "expected x, found y"))
+        == "s.yaml:7:9: expected x, found y"
+    )
 
 
 def test_syntax_error_points_at_the_line_and_column():
@@ -53,7 +56,8 @@ def test_duplicate_keys_are_an_error_not_silently_overwritten():
     with pytest.raises(ScenarioYAMLError) as info:
         load_yaml("inputs:\n  x: {shape: [1]}\n  x: {shape: [2]}\n", "dup.yaml")
     assert str(info.value.problem) == (
-        "dup.yaml:3:3: expected each key once in a mapping, found 'x' again (first at line 2)")
+        "dup.yaml:3:3: expected each key once in a mapping, found 'x' again (first at line 2)"
+    )
 
 
 def test_merge_keys_and_anchors_are_resolved():

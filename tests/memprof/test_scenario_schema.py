@@ -33,12 +33,18 @@ def test_there_are_shipped_scenarios():
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_shipped_scenarios_reference_the_schema_and_pass_it(path):
     text = path.read_text()
-    assert text.startswith("# yaml-language-server: $schema=../memprof/schemas/scenario.schema.json\n")
+    assert text.startswith(
+        "# yaml-language-server: $schema=../memprof/schemas/scenario.schema.json\n"
+    )
     VALIDATOR.validate(yaml.safe_load(text))
 
 
 def test_the_json_schema_rejects_what_the_loader_rejects():
-    good = {"name": "a", "inputs": {"x": {"shape": [2]}}, "program": [{"id": "y", "op": "relu", "in": "x"}]}
+    good = {
+        "name": "a",
+        "inputs": {"x": {"shape": [2]}},
+        "program": [{"id": "y", "op": "relu", "in": "x"}],
+    }
     VALIDATOR.validate(good)
     for bad in (
         {**good, "program": [{"id": "y", "op": "rleu", "in": "x"}]},
@@ -51,19 +57,25 @@ def test_the_json_schema_rejects_what_the_loader_rejects():
 
 
 def test_param_references_are_accepted_anywhere_a_value_goes():
-    doc = {"name": "a", "inputs": {"x": {"shape": ["$batch", 8], "requires_grad": "$rg"}},
-           "program": [{"id": "y", "op": "relu", "in": "x", "inplace": "$inplace"}],
-           "variants": {"v": {"batch": 1, "rg": False, "inplace": True}}}
+    doc = {
+        "name": "a",
+        "inputs": {"x": {"shape": ["$batch", 8], "requires_grad": "$rg"}},
+        "program": [{"id": "y", "op": "relu", "in": "x", "inplace": "$inplace"}],
+        "variants": {"v": {"batch": 1, "rg": False, "inplace": True}},
+    }
     VALIDATOR.validate(doc)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("64 MiB", ("==", 64 * 2**20)),
-    ("<= 1.5 GiB", ("<=", 3 * 2**29)),
-    (">=1000", (">=", 1000)),
-    (67108864, ("==", 67108864)),
-    ("== 0", ("==", 0)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("64 MiB", ("==", 64 * 2**20)),
+        ("<= 1.5 GiB", ("<=", 3 * 2**29)),
+        (">=1000", (">=", 1000)),
+        (67108864, ("==", 67108864)),
+        ("== 0", ("==", 0)),
+    ],
+)
 def test_size_checks(text, expected):
     assert parse_check(text) == expected
 

@@ -42,7 +42,8 @@ def test_a_good_file_loads_with_one_spec_per_variant(tmp_path):
 
 def test_unknown_op_names_the_position_and_suggests(tmp_path):
     assert problems(tmp_path, GOOD.replace("op: relu", "op: rleu")) == [
-        "s.yaml:5:19: expected a known op (did you mean 'relu'?), found 'rleu'"]
+        "s.yaml:5:19: expected a known op (did you mean 'relu'?), found 'rleu'"
+    ]
 
 
 def test_unknown_module_type_and_wrong_argument(tmp_path):
@@ -121,12 +122,15 @@ def test_yaml_syntax_error_is_one_line(tmp_path):
 
 def test_undefined_parameter_reference(tmp_path):
     assert problems(tmp_path, GOOD.replace("inplace: $inplace", "inplace: $in_place")) == [
-        "s.yaml:5:49: expected a parameter the variants define (inplace) (did you mean 'inplace'?), found $in_place"]
+        "s.yaml:5:49: expected a parameter the variants define (inplace) (did you mean 'inplace'?), found $in_place"
+    ]
 
 
 def test_a_problem_in_only_some_variants_names_them(tmp_path):
     text = GOOD.replace("b: {inplace: false}", "b: {inplace: 3}")
-    assert problems(tmp_path, text) == ["s.yaml:5:49: expected a valid boolean, found 3 (in variant b)"]
+    assert problems(tmp_path, text) == [
+        "s.yaml:5:49: expected a valid boolean, found 3 (in variant b)"
+    ]
 
 
 def test_shapes_that_cannot_work_are_found_before_running(tmp_path):
@@ -141,7 +145,9 @@ def test_shapes_that_cannot_work_are_found_before_running(tmp_path):
       - {id: y, module: fc, in: h}
     """
     [line] = problems(tmp_path, text)
-    assert line.startswith("s.yaml:8:5: node 'y' (module fc (Linear)) cannot run on h [8, 100] float32: ")
+    assert line.startswith(
+        "s.yaml:8:5: node 'y' (module fc (Linear)) cannot run on h [8, 100] float32: "
+    )
 
 
 def test_backward_needs_a_scalar(tmp_path):
@@ -155,17 +161,21 @@ def test_backward_needs_a_scalar(tmp_path):
     """
     assert problems(tmp_path, text) == [
         "s.yaml:6:30: expected a scalar (one element) to call backward on, found y [3, 4] float32; "
-        "reduce it with op sum or mean"]
+        "reduce it with op sum or mean"
+    ]
 
 
 def test_phases_expectations_and_baseline_are_checked(tmp_path):
     text = GOOD + "phases: [{backward: y}, forward]\n"
-    assert problems(tmp_path, text) == ["s.yaml:9:10: expected `forward` before this phase, found it first"]
+    assert problems(tmp_path, text) == [
+        "s.yaml:9:10: expected `forward` before this phase, found it first"
+    ]
     text = GOOD + "baseline: c\n"
     assert problems(tmp_path, text) == ["s.yaml:9:11: expected a variant name (a, b), found 'c'"]
     text = GOOD + "expect:\n  aa: {peak_allocated: 10}\n"
     assert problems(tmp_path, text) == [
-        "s.yaml:10:3: expected a variant name (a, b) or '*' (did you mean 'a'?), found 'aa'"]
+        "s.yaml:10:3: expected a variant name (a, b) or '*' (did you mean 'a'?), found 'aa'"
+    ]
 
 
 def test_strict_stale_read_is_an_error_before_running(tmp_path):
@@ -181,7 +191,8 @@ def test_strict_stale_read_is_an_error_before_running(tmp_path):
     """
     assert problems(tmp_path, text) == [
         "s.yaml:8:5: node y reads x1, which node h overwrote in place; it sees h's values "
-        "(strict: true makes this an error)"]
+        "(strict: true makes this an error)"
+    ]
 
 
 def test_stale_read_without_strict_is_a_warning(tmp_path):
@@ -196,7 +207,8 @@ def test_stale_read_without_strict_is_a_warning(tmp_path):
     """
     sc = load_scenario(write(tmp_path, text))
     assert [str(w).replace(str(tmp_path / "s.yaml"), "s.yaml") for w in sc.warnings] == [
-        "s.yaml:7:5: warning: node y reads x1, which node h overwrote in place; it sees h's values"]
+        "s.yaml:7:5: warning: node y reads x1, which node h overwrote in place; it sees h's values"
+    ]
 
 
 def test_unknown_variant_and_bad_override(tmp_path):
@@ -211,7 +223,8 @@ def test_missing_file_and_non_mapping(tmp_path):
     with pytest.raises(InvalidInput, match="no such scenario file"):
         load_scenario(tmp_path / "nope.yaml")
     assert problems(tmp_path, "- 1\n- 2\n") == [
-        "s.yaml:1:1: expected a mapping with name, inputs, program, ..., found a list"]
+        "s.yaml:1:1: expected a mapping with name, inputs, program, ..., found a list"
+    ]
 
 
 def test_leaf_inplace_is_a_problem_unless_the_variant_expects_it(tmp_path):
@@ -223,8 +236,10 @@ def test_leaf_inplace_is_a_problem_unless_the_variant_expects_it(tmp_path):
       - {id: x, op: relu, in: a, inplace: true}
     """)
     [line] = problems(tmp_path, text)
-    assert line == ("s.yaml:5:5: node 'x' (op relu) cannot run on a [3] float32: RuntimeError: "
-                    "a leaf Variable that requires grad is being used in an in-place operation.")
+    assert line == (
+        "s.yaml:5:5: node 'x' (op relu) cannot run on a [3] float32: RuntimeError: "
+        "a leaf Variable that requires grad is being used in an in-place operation."
+    )
     text += "expect:\n  '*': {error: {type: RuntimeError}}\n"
     assert load_scenario(write(tmp_path, text)).variants[0].expects_failure
 
@@ -240,9 +255,14 @@ def test_cuda_without_a_gpu_is_invalid_input(tmp_path):
     path = write(tmp_path, "device: cuda\n" + GOOD)
     with pytest.raises(InvalidInput) as info:
         load_scenario(path)
-    assert str(info.value) == (f"{path}:1:9: device cuda: expected a GPU that CuPy can see, found none; "
-                               "use cpu, meta, or auto (cuda when there is a GPU)")
-    assert load_scenario(write(tmp_path, "device: auto\n" + GOOD, "auto.yaml")).variants[0].spec.device == "auto"
+    assert str(info.value) == (
+        f"{path}:1:9: device cuda: expected a GPU that CuPy can see, found none; "
+        "use cpu, meta, or auto (cuda when there is a GPU)"
+    )
+    assert (
+        load_scenario(write(tmp_path, "device: auto\n" + GOOD, "auto.yaml")).variants[0].spec.device
+        == "auto"
+    )
 
 
 def test_an_op_the_meta_device_cannot_run_is_a_warning_not_an_error(tmp_path, monkeypatch):
@@ -261,4 +281,5 @@ def test_an_op_the_meta_device_cannot_run_is_a_warning_not_an_error(tmp_path, mo
     sc = load_scenario(write(tmp_path, GOOD))
     assert [str(w).replace(str(tmp_path / "s.yaml"), "s.yaml") for w in sc.warnings] == [
         "s.yaml:5:5: warning: shapes from node 'act' on are not checked: the meta device cannot run "
-        "it (NotImplementedError: relu has no meta kernel); they are checked when it runs"]
+        "it (NotImplementedError: relu has no meta kernel); they are checked when it runs"
+    ]

@@ -73,10 +73,19 @@ def test_every_shipped_scenario_is_covered():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_numbers_and_expectations(reports, name):
     report = reports(name)
-    got = {n: (v["peak_allocated_bytes"], v["peak_reserved_bytes"], v["baseline_bytes"],
-               v["final_allocated_bytes"]) for n, v in variants(report).items()}
+    got = {
+        n: (
+            v["peak_allocated_bytes"],
+            v["peak_reserved_bytes"],
+            v["baseline_bytes"],
+            v["final_allocated_bytes"],
+        )
+        for n, v in variants(report).items()
+    }
     assert got == EXPECTED[name]
-    failed = [e["message"] for v in report["variants"] for e in v["expectations"] if not e["passed"]]
+    failed = [
+        e["message"] for v in report["variants"] for e in v["expectations"] if not e["passed"]
+    ]
     assert failed == []
     assert report["status"] == "ok"
     assert all(v["expectations"] for v in report["variants"])  # every variant checks something
@@ -100,19 +109,37 @@ def test_relu_10000_seed_004(reports):
 def test_scale_backward_seed_000(reports):
     v = variants(reports("scale_backward.yaml"))
     grad = [e for e in v["nonleaf"]["expectations"] if e["metric"] == "values:a.grad"]
-    assert grad == [{"metric": "values:a.grad", "op": "==", "expected": 4.0, "actual": 4.0, "passed": True,
-                     "message": "every element of a.grad == 4 (actual 4)"}]
+    assert grad == [
+        {
+            "metric": "values:a.grad",
+            "op": "==",
+            "expected": 4.0,
+            "actual": 4.0,
+            "passed": True,
+            "message": "every element of a.grad == 4 (actual 4)",
+        }
+    ]
     leaf = v["leaf"]
     assert leaf["status"] == "error"
-    assert leaf["error"] == {"type": "RuntimeError", "node": "x", "message":
-                             "a leaf Variable that requires grad is being used in an in-place operation."}
+    assert leaf["error"] == {
+        "type": "RuntimeError",
+        "node": "x",
+        "message": "a leaf Variable that requires grad is being used in an in-place operation.",
+    }
 
 
 def test_multi_branch_seed_003(reports):
     v = variants(reports("multi_branch.yaml"))
-    assert v["inplace"]["warnings"] == [{
-        "kind": "stale_read", "node": "y", "other_node": "h", "tensor": "x1", "iteration": 0,
-        "message": "node y reads x1, which node h overwrote in place; it sees h's values"}]
+    assert v["inplace"]["warnings"] == [
+        {
+            "kind": "stale_read",
+            "node": "y",
+            "other_node": "h",
+            "tensor": "x1",
+            "iteration": 0,
+            "message": "node y reads x1, which node h overwrote in place; it sees h's values",
+        }
+    ]
     assert v["out_of_place"]["warnings"] == []
 
 
@@ -121,25 +148,38 @@ def test_alexnet_stem_in_place_saves_one_activation(reports):
     saved = v["out_of_place"]["peak_allocated_bytes"] - v["inplace"]["peak_allocated_bytes"]
     assert saved == 4 * 64 * 55 * 55 * 4
     relu = [r for r in v["inplace"]["ops"] if r["node"] == "r"]
-    assert [(r["inplace"], r["inplace_cost"], r["allocated_bytes"]) for r in relu] == [(True, "free", 0)]
-    assert [p["name"] for p in v["inplace"]["phases"]] == ["setup", "forward", "backward", "release"]
+    assert [(r["inplace"], r["inplace_cost"], r["allocated_bytes"]) for r in relu] == [
+        (True, "free", 0)
+    ]
+    assert [p["name"] for p in v["inplace"]["phases"]] == [
+        "setup",
+        "forward",
+        "backward",
+        "release",
+    ]
 
 
 def test_mlp_train_parameters_gradients_and_optimizer_state(reports):
     v = variants(reports("mlp_train.yaml"))
     P = 2 * (1024 * 1024 + 1024) * 4
-    assert v["sgd"]["peak"]["by_category"]["optimizer_state"] == P          # momentum buffers
+    assert v["sgd"]["peak"]["by_category"]["optimizer_state"] == P  # momentum buffers
     assert v["adam"]["peak"]["by_category"]["optimizer_state"] == 2 * P + 4 * 4  # moments + steps
     assert v["adam"]["peak"]["by_category"]["gradient"] == P
     names = {e["tensor"] for e in v["adam"]["peak"]["live"]}
     assert {"fc1.weight.grad", "fc1.weight.exp_avg", "fc1.weight.exp_avg_sq"} <= names
-    assert [r["op"] for r in v["sgd"]["ops"] if r["node"] == "<optimizer>"] == ["step", "zero_grad"] * 3
+    assert [r["op"] for r in v["sgd"]["ops"] if r["node"] == "<optimizer>"] == [
+        "step",
+        "zero_grad",
+    ] * 3
     assert {p["iteration"] for p in v["sgd"]["phases"] if p["name"] == "optimizer"} == {0, 1, 2}
 
 
 def test_resnet_block_in_place_saves_three_activations(reports):
     v = variants(reports("resnet_block.yaml"))
-    assert v["out_of_place"]["peak_allocated_bytes"] - v["inplace"]["peak_allocated_bytes"] == 3 * 131072
+    assert (
+        v["out_of_place"]["peak_allocated_bytes"] - v["inplace"]["peak_allocated_bytes"]
+        == 3 * 131072
+    )
     costs = {r["node"]: r["inplace_cost"] for r in v["inplace"]["ops"] if r["inplace"]}
     assert costs == {"r1": "free", "s": "free", "out": "free"}
 

@@ -243,7 +243,10 @@ def test_the_folder_lists_what_memprof_list_finds_with_every_variant_a_run_would
 
     # then the matrix is expanded as the runner expands it, and hidden files are not listed
     assert scenarios["giant.yaml"]["variants"] == [
-        "batch=1,inplace=false", "batch=1,inplace=true", "batch=4,inplace=false", "batch=4,inplace=true"
+        "batch=1,inplace=false",
+        "batch=1,inplace=true",
+        "batch=4,inplace=false",
+        "batch=4,inplace=true",
     ]
     assert scenarios["nets/mlp.yml"]["variants"] == ["default"]
     assert not any(i.startswith(".drafts") for i in scenarios)

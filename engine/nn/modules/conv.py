@@ -16,9 +16,20 @@ from engine.ops.nn_ops import _pair
 class Conv2d(Module):
     """2-D convolution; weight [out_channels, in_channels/groups, kh, kw], PyTorch's init."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
-                 dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
-                 device=None, dtype=None):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         if groups <= 0:
             raise ValueError("groups must be a positive integer")
@@ -27,10 +38,14 @@ class Conv2d(Module):
         if out_channels % groups:
             raise ValueError("out_channels must be divisible by groups")
         if padding_mode != "zeros":
-            raise NotImplementedError(f"padding_mode={padding_mode!r} is not supported (only 'zeros')")
+            raise NotImplementedError(
+                f"padding_mode={padding_mode!r} is not supported (only 'zeros')"
+            )
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
-                raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+                raise ValueError(
+                    f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}"
+                )
             if padding == "same" and _pair(stride) != (1, 1):
                 raise ValueError("padding='same' is not supported for strided convolutions")
         self.in_channels, self.out_channels = in_channels, out_channels
@@ -41,8 +56,15 @@ class Conv2d(Module):
         self.groups = groups
         self.padding_mode = padding_mode
         with context(category="parameter"):
-            self.weight = Parameter(empty(out_channels, in_channels // groups, *self.kernel_size,
-                                          device=device, dtype=dtype))
+            self.weight = Parameter(
+                empty(
+                    out_channels,
+                    in_channels // groups,
+                    *self.kernel_size,
+                    device=device,
+                    dtype=dtype,
+                )
+            )
             if bias:
                 self.bias = Parameter(empty(out_channels, device=device, dtype=dtype))
             else:
@@ -58,13 +80,18 @@ class Conv2d(Module):
                 init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input):
-        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                        self.groups)
+        return F.conv2d(
+            input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
 
     def extra_repr(self) -> str:
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
         if self.padding != (0, 0):
-            s += f", padding={self.padding!r}" if isinstance(self.padding, str) else f", padding={self.padding}"
+            s += (
+                f", padding={self.padding!r}"
+                if isinstance(self.padding, str)
+                else f", padding={self.padding}"
+            )
         if self.dilation != (1, 1):
             s += f", dilation={self.dilation}"
         if self.groups != 1:

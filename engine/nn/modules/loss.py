@@ -31,19 +31,35 @@ class NLLLoss(_WeightedLoss):
         self.ignore_index = ignore_index
 
     def forward(self, input, target):
-        return F.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index,
-                          reduction=self.reduction)
+        return F.nll_loss(
+            input,
+            target,
+            weight=self.weight,
+            ignore_index=self.ignore_index,
+            reduction=self.reduction,
+        )
 
 
 class CrossEntropyLoss(_WeightedLoss):
     """nll_loss(log_softmax(input, 1), target), with class-probability targets and label smoothing."""
 
-    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
-                 label_smoothing: float = 0.0):
+    def __init__(
+        self,
+        weight=None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ):
         super().__init__(weight, reduction)
         self.ignore_index = ignore_index
         self.label_smoothing = label_smoothing
 
     def forward(self, input, target):
-        return F.cross_entropy(input, target, weight=self.weight, ignore_index=self.ignore_index,
-                               reduction=self.reduction, label_smoothing=self.label_smoothing)
+        return F.cross_entropy(
+            input,
+            target,
+            weight=self.weight,
+            ignore_index=self.ignore_index,
+            reduction=self.reduction,
+            label_smoothing=self.label_smoothing,
+        )

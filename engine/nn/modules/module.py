@@ -241,8 +241,11 @@ class Module:
 
     def _named_members(self, store: str, prefix: str, recurse: bool, remove_duplicate: bool = True):
         seen = set()
-        modules = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse \
+        modules = (
+            self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+            if recurse
             else [(prefix, self)]
+        )
         for module_prefix, module in modules:
             for name, value in module.__dict__[store].items():
                 if value is None or (remove_duplicate and id(value) in seen):
@@ -250,7 +253,9 @@ class Module:
                 seen.add(id(value))
                 yield module_prefix + ("." if module_prefix else "") + name, value
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ):
         yield from self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True):
@@ -371,8 +376,11 @@ class Module:
         for prefix, module in self.named_modules():
             pre = prefix + "." if prefix else ""
             local = [(n, p) for n, p in module._parameters.items() if p is not None]
-            local += [(n, b) for n, b in module._buffers.items()
-                      if b is not None and n not in module._non_persistent_buffers]
+            local += [
+                (n, b)
+                for n, b in module._buffers.items()
+                if b is not None and n not in module._non_persistent_buffers
+            ]
             for name, target in local:
                 key = pre + name
                 expected.add(key)
@@ -393,12 +401,21 @@ class Module:
         unexpected = [k for k in state_dict if k not in expected]
         if strict:
             if unexpected:
-                errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
+                errors.insert(
+                    0,
+                    "Unexpected key(s) in state_dict: "
+                    + ", ".join(f'"{k}"' for k in unexpected)
+                    + ". ",
+                )
             if missing:
-                errors.insert(0, "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". ")
+                errors.insert(
+                    0,
+                    "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". ",
+                )
         if errors:
             raise RuntimeError(
-                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors)
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
+                + "\n\t".join(errors)
             )
         return _IncompatibleKeys(missing, unexpected)
 
@@ -453,7 +470,9 @@ def _check_name(name, module, kind, allow_dots=False):
     if "." in name and not allow_dots:
         raise KeyError(f'{kind} name can\'t contain "."')
     stores = {"parameter": "_parameters", "buffer": "_buffers", "module": "_modules"}
-    if hasattr(type(module), name) or (name in module.__dict__ and name not in module.__dict__[stores[kind]]):
+    if hasattr(type(module), name) or (
+        name in module.__dict__ and name not in module.__dict__[stores[kind]]
+    ):
         raise KeyError(f"attribute '{name}' already exists")
 
 

@@ -14,9 +14,18 @@ from engine.nn.parameter import Parameter
 class _BatchNorm(Module):
     _expected_dims: tuple[int, ...] = ()
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
-                 affine: bool = True, track_running_stats: bool = True, device=None, dtype=None,
-                 *, bias: bool = True):
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
@@ -32,9 +41,13 @@ class _BatchNorm(Module):
                 self.register_parameter("bias", None)
         with context(category="buffer"):
             if track_running_stats:
-                self.register_buffer("running_mean", zeros(num_features, device=device, dtype=dtype))
+                self.register_buffer(
+                    "running_mean", zeros(num_features, device=device, dtype=dtype)
+                )
                 self.register_buffer("running_var", ones(num_features, device=device, dtype=dtype))
-                self.register_buffer("num_batches_tracked", tensor(0, dtype=dtypes.int64, device=device))
+                self.register_buffer(
+                    "num_batches_tracked", tensor(0, dtype=dtypes.int64, device=device)
+                )
             else:
                 self.register_buffer("running_mean", None)
                 self.register_buffer("running_var", None)
@@ -61,16 +74,27 @@ class _BatchNorm(Module):
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
-            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+            factor = (
+                1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+            )
         bn_training = self.training or (self.running_mean is None and self.running_var is None)
         use_stats = not self.training or self.track_running_stats
-        return F.batch_norm(input, self.running_mean if use_stats else None,
-                            self.running_var if use_stats else None, self.weight, self.bias,
-                            bn_training, factor, self.eps)
+        return F.batch_norm(
+            input,
+            self.running_mean if use_stats else None,
+            self.running_var if use_stats else None,
+            self.weight,
+            self.bias,
+            bn_training,
+            factor,
+            self.eps,
+        )
 
     def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}"
+        )
 
 
 class BatchNorm1d(_BatchNorm):
@@ -84,8 +108,15 @@ class BatchNorm2d(_BatchNorm):
 class LayerNorm(Module):
     """Normalises over the trailing `normalized_shape` dims; weight ones, bias zeros."""
 
-    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
-                 bias: bool = True, device=None, dtype=None):
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
@@ -106,5 +137,7 @@ class LayerNorm(Module):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
-                f"bias={self.bias is not None}")
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+            f"bias={self.bias is not None}"
+        )
