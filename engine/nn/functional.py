@@ -1,6 +1,6 @@
 """engine.nn.functional: the functional forms of the layers (PyTorch's names and signatures).
 
-Primitives live in engine/ops (nn_ops.py for the nn ones); this module adds the composites,
+Primitives live in engine/ops (engine/ops/nn/ for the nn ones); this module adds the composites,
 which need no backward of their own: cross_entropy = nll_loss(log_softmax(x)), label smoothing,
 class-probability targets.
 """
@@ -8,8 +8,7 @@ class-probability targets.
 from __future__ import annotations
 
 from engine.ops import _ns as _op_table
-from engine.ops.nn_ops import (
-    _legacy_reduction,
+from engine.ops.nn import (
     adaptive_avg_pool2d,
     avg_pool2d,
     batch_norm,
@@ -23,6 +22,7 @@ from engine.ops.nn_ops import (
     mse_loss,
     nll_loss,
 )
+from engine.ops.nn.loss import _legacy_reduction
 from engine.tensor import Tensor
 
 _relu, _relu_ = _op_table["relu"], _op_table["relu_"]

@@ -714,8 +714,8 @@ def _set_data(self, value):
 _bind_methods()
 
 # nn primitives (conv2d, pooling, gather, addcmul_, lerp_, ...): torch.* names and Tensor methods
-from engine.ops import nn_ops as _nn_ops  # noqa: E402
+from engine.ops import nn as _nn  # noqa: E402
 
-_nn_ops.register(_ns, Tensor)
+_nn.register(_ns, Tensor)
 
 __all__ = sorted(_ns)

@@ -1,6 +1,6 @@
 """engine.nn: gradients of the nn primitives, and the Module API.
 
-Gradients: every differentiable nn op (engine/ops/nn_ops.py and the composites in
+Gradients: every differentiable nn op (engine/ops/nn/*.py and the composites in
 engine.nn.functional) against float64 central differences, and against PyTorch's gradients
 when it is installed, over several shapes, broadcasting and non-contiguous inputs. Each case is
 one program written against a module `m` (engine or torch), so the same code runs on both.

@@ -10,7 +10,7 @@ from engine.nn import functional as F
 from engine.nn import init
 from engine.nn.modules.module import Module
 from engine.nn.parameter import Parameter
-from engine.ops.nn_ops import _pair
+from engine.ops.nn.common import _pair
 
 
 class Conv2d(Module):

@@ -1,0 +1,167 @@
+"""Helpers shared by the nn primitives (engine/ops/nn/*.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine.autograd.function import Function
+from engine.ops import kernels
+from engine.ops.views import view_array
+from engine.tensor import Tensor
+
+_SCRATCH = kernels.SCRATCH_ELEMS
+
+
+def _live(dev) -> bool:
+    """True when the device holds values (meta tensors only have shapes)."""
+    return dev.type != "meta"
+
+
+def _needs(node: Function) -> tuple[bool, ...]:
+    """Which tensor arguments of a recorded call want a gradient."""
+    return tuple(e is not None for e in node.next_functions)
+
+
+def _reshaped(t: Tensor, shape):
+    """t's array viewed as `shape`; a charged contiguous copy when the strides forbid a view.
+
+    Returns (array, owner): keep `owner` alive while the array is in use.
+    """
+    arr = view_array(t, tuple(shape))
+    if arr is not None:
+        return arr, t
+    c = kernels.copy_new(t)
+    return c._data.reshape(shape), c
+
+
+def _dense(t: Tensor, shape):
+    """Like _reshaped, but also copies broadcast (zero-stride) arrays, which BLAS cannot read."""
+    arr, owner = _reshaped(t, shape)
+    if type(arr) is np.ndarray and 0 in arr.strides and arr.size > 1:
+        owner = kernels.copy_new(t)
+        arr = owner._data.reshape(shape)
+    return arr, owner
+
+
+def _first_element(arr):
+    """A 0-d view of an array's first element (numpy, cupy and meta)."""
+    return arr[(0,) * arr.ndim + (Ellipsis,)]
+
+
+def _work(shape, dtype, dev):
+    """(array, owner) for scratch: small arrays (<= SCRATCH_ELEMS) are plain and not charged,
+    bigger ones come from the tracked allocator. Keep `owner` alive while using the array."""
+    if math.prod(shape) <= _SCRATCH:
+        return kernels.xp_of_device(dev).empty(shape, dtype=dtype.np), None
+    t = kernels.empty(shape, dtype, dev)
+    return t._data, t
+
+
+def _keep(node: Function, **tensors) -> None:
+    """Keep buffers made in forward (masks, indices, statistics) for backward, tagged as saved."""
+    for key, t in tensors.items():
+        setattr(node, key, t)
+        alloc = t._storage.allocator
+        if alloc is not None and alloc.observers:
+            alloc.tag(t._storage.id, "saved_for_backward", True)
+    node._kept = tuple(node.__dict__.get("_kept", ())) + tuple(tensors)
+
+
+class _KeepsBuffers(Function):
+    """A primitive that keeps buffers of its own (not its arguments) for backward."""
+
+    _kept: tuple = ()
+
+    def release_saved(self) -> None:
+        super().release_saved()
+        for key in self._kept:
+            setattr(self, key, None)
+
+    def kept(self, key: str) -> Tensor:
+        t = getattr(self, key, None)
+        if t is None:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved "
+                "tensors after they have already been freed). Specify retain_graph=True if you "
+                "need to backward through the graph a second time."
+            )
+        return t
+
+
+def _pair(v, name="value"):
+    if isinstance(v, (tuple, list)):
+        if len(v) == 1:
+            return (int(v[0]), int(v[0]))
+        if len(v) != 2:
+            raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")
+        return (int(v[0]), int(v[1]))
+    return (int(v), int(v))
+
+
+def _span(n_out: int, stride: int, pad: int, offset: int, size: int):
+    """Outputs o in [lo, hi) whose input index o*stride - pad + offset lies in [0, size).
+
+    Returns (lo, hi, first) where `first` is the input index of output lo. Windows that hang over
+    the padding are handled by clipping instead of materialising a padded copy of the input.
+    """
+    start = offset - pad
+    lo = 0 if start >= 0 else (-start + stride - 1) // stride
+    hi = (size - 1 - start) // stride + 1 if size - 1 - start >= 0 else 0
+    hi = max(min(hi, n_out), lo)
+    return lo, hi, lo * stride + start
+
+
+def _sl(first: int, count: int, stride: int) -> slice:
+    return slice(first, first + (count - 1) * stride + 1, stride)
+
+
+def _same_dtype(opname: str, *tensors) -> None:
+    """linear/conv2d need one dtype, as in PyTorch (no silent casts through hidden copies)."""
+    first = tensors[0]._dtype
+    for t in tensors[1:]:
+        if t is not None and t._dtype is not first:
+            a = first.torch_tensor_name.replace("Tensor", "")
+            b = t._dtype.torch_tensor_name.replace("Tensor", "")
+            raise RuntimeError(
+                f"{opname}: expected all inputs to have the same dtype, but got {a} and {b}"
+            )
+
+
+def _blocked(func, out, *arrays) -> bool:
+    """func(out_chunk, *chunks, scratch) over flat chunks with one small scratch per thread.
+
+    Only for C-contiguous arrays of out's shape (numpy); returns False when it does not apply.
+    """
+    if type(out) is not np.ndarray or not out.flags.c_contiguous:
+        return False
+    flats = []
+    for a in arrays:
+        if isinstance(a, np.ndarray):
+            if a.shape != out.shape or not a.flags.c_contiguous:
+                return False
+            flats.append(a.reshape(-1))
+        else:
+            flats.append(a)
+    fo = out.reshape(-1)
+    n = fo.size
+
+    def part(bounds):
+        lo, hi = bounds
+        scratch = np.empty(min(_SCRATCH, max(hi - lo, 1)), dtype=fo.dtype)
+        for i in range(lo, hi, _SCRATCH):
+            j = min(i + _SCRATCH, hi)
+            func(
+                fo[i:j],
+                *[f[i:j] if isinstance(f, np.ndarray) else f for f in flats],
+                scratch[: j - i],
+            )
+
+    threads = kernels.get_num_threads()
+    if threads > 1 and n >= kernels.PARALLEL_MIN_ELEMS:
+        per = -(-n // threads)
+        list(kernels._get_pool().map(part, [(i, min(i + per, n)) for i in range(0, n, per)]))
+    else:
+        part((0, n))
+    return True

@@ -1,0 +1,257 @@
+"""conv2d: im2col convolution, forward and backward."""
+
+from __future__ import annotations
+
+from engine.autograd.function import Function
+from engine.ops import kernels
+from engine.ops.common import device_of, result_buffer, result_type
+from engine.ops.nn.common import _dense, _live, _needs, _pair, _same_dtype
+from engine.tensor import Tensor
+
+
+def conv_out_size(size, k, s, pad_before, pad_after, d):
+    return (size + pad_before + pad_after - d * (k - 1) - 1) // s + 1
+
+
+class _Stage:
+    """One sample [C, H, W], zero-padded and split by the horizontal stride: [C, Hp, sw, Wq].
+
+    Padded column q*sw + r lives at [..., r, q], so the windows of one kernel column read
+    contiguous runs of OW values (a strided gather is about twice as slow). The buffer is charged
+    and reused for every sample; padding stays zero because loads only write input positions.
+    """
+
+    def __init__(self, geom, dtype, dev):
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = geom
+        self.geom = geom
+        hp, wp = h + pt + pb, w + pl + pr
+        self.t = kernels.zeros((c, hp, sw, -(-wp // sw)), dtype, dev)
+        # input columns f0::sw land at residue r from column q0 on
+        self.runs = []
+        for r in range(sw):
+            f0 = (r - pl) % sw
+            if f0 < w:
+                self.runs.append((r, (f0 + pl) // sw, f0, len(range(f0, w, sw))))
+
+    def load(self, sample) -> None:
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        buf = self.t._data
+        for r, q0, f0, count in self.runs:
+            buf[:, pt : pt + h, r, q0 : q0 + count] = sample[:, :, f0::sw]
+
+    def unload(self, out) -> None:
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        buf = self.t._data
+        for r, q0, f0, count in self.runs:
+            out[:, :, f0::sw] = buf[:, pt : pt + h, r, q0 : q0 + count]
+
+    def windows(self, as_strided, j: int, i: int | None = None):
+        """Kernel column j's windows [C, kh, OH, OW] (or kernel offset (i, j)'s [C, OH, OW])."""
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        buf = self.t._data
+        s0, s1, _, s3 = buf.strides
+        base = buf[:, i * dh if i is not None else 0 :, (j * dw) % sw, (j * dw) // sw :]
+        if i is not None:
+            return as_strided(base, (c, oh, ow), (s0, s1 * sh, s3))
+        return as_strided(base, (c, kh, oh, ow), (s0, s1 * dh, s1 * sh, s3))
+
+
+class Conv2d(Function):
+    """2-D convolution by im2col, one sample at a time (like PyTorch's slow_conv2d).
+
+    A sample's columns are [C, kh, kw, OH, OW] = [groups, C/g*kh*kw, OH*OW], so the matmul with
+    W [groups, O/g, C/g*kh*kw] writes that sample's NCHW output directly. The columns (and the
+    zero-padded sample they are cut from) are charged buffers reused across the batch: they
+    show as temporaries of one sample's size. Backward keeps only input and weight and rebuilds
+    the columns; col2im adds strided slices per kernel offset.
+    """
+
+    def to_save(self, tensors):
+        idx = []
+        if tensors[1].requires_grad:
+            idx.append(0)  # grad_W needs the input's columns
+        if tensors[0].requires_grad:
+            idx.append(1)  # grad_x needs W
+        self._save_idx = tuple(idx)
+        return self._save_idx
+
+    def forward(
+        self,
+        x,
+        weight,
+        bias=None,
+        out=None,
+        stride=(1, 1),
+        padding=((0, 0), (0, 0)),
+        dilation=(1, 1),
+        groups=1,
+    ):
+        if x.ndim != 4:
+            raise RuntimeError(f"conv2d: expected a 4-D input [N, C, H, W], got {list(x.shape)}")
+        if weight.ndim != 4:
+            raise RuntimeError(
+                f"conv2d: expected a 4-D weight [O, C/groups, kh, kw], got {list(weight.shape)}"
+            )
+        n, c, h, w = x.shape
+        o, cg, kh, kw = weight.shape
+        if c != cg * groups:
+            raise RuntimeError(
+                f"Given groups={groups}, weight of size {list(weight.shape)}, expected input"
+                f"{list(x.shape)} to have {cg * groups} channels, but got {c} channels instead"
+            )
+        if o % groups:
+            raise RuntimeError(f"conv2d: out_channels ({o}) must be divisible by groups ({groups})")
+        _same_dtype("conv2d", x, weight, bias)
+        (sh, sw), (dh, dw) = stride, dilation
+        (pt, pb), (pl, pr) = padding
+        oh = conv_out_size(h, kh, sh, pt, pb, dh)
+        ow = conv_out_size(w, kw, sw, pl, pr, dw)
+        if oh <= 0 or ow <= 0:
+            raise RuntimeError(
+                f"Calculated padded input size per channel: ({h + pt + pb} x {w + pl + pr}). Kernel "
+                f"size: ({dh * (kh - 1) + 1} x {dw * (kw - 1) + 1}). Kernel size can't be greater "
+                "than actual input size"
+            )
+        self.geom = (n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups)
+        self.x_shape, self.w_shape, self.has_bias = x.shape, weight.shape, bias is not None
+        dev = device_of(x, weight, bias)
+        y = result_buffer(out, (n, o, oh, ow), result_type(x, weight), dev, "conv2d")
+        xp = kernels.xp_of_device(dev)
+        wr = weight._data.reshape(groups, o // groups, cg * kh * kw) if _live(dev) else None
+        b_col = bias._data[:, None] if bias is not None and _live(dev) else None
+        for b, cols in self._columns(x):  # on meta this only allocates the workspace
+            xp.matmul(wr, cols, out=y._data[b].reshape(groups, o // groups, oh * ow))
+            if b_col is not None:  # while the sample's output is still in cache
+                yb = y._data[b].reshape(o, oh * ow)
+                xp.add(yb, b_col, out=yb)
+        return y
+
+    def _pointwise(self) -> bool:
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        return kh == kw == 1 and sh == sw == 1 and pt == pb == pl == pr == 0
+
+    def _columns(self, x: Tensor):
+        """Yield (b, columns of sample b as [groups, C/g*kh*kw, OH*OW]) for every sample.
+
+        The buffers are allocated (charged) once and freed when the iteration ends; a 1x1
+        convolution reads the input itself. On meta only the allocations happen.
+        """
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        ckk, length = cg * kh * kw, oh * ow
+        live = _live(x._device)
+        if self._pointwise() and x.is_contiguous():
+            if live:
+                for b in range(n):
+                    yield b, x._data[b].reshape(groups, ckk, length)
+            return
+        cols = kernels.empty((c, kh, kw, oh, ow), x._dtype, x._device)
+        stage = _Stage(self.geom, x._dtype, x._device)
+        if not live:
+            return
+        xp = kernels.xp_of(x)
+        as_strided = xp.lib.stride_tricks.as_strided
+        # the stage never moves, so each kernel column's (source, destination) pair is made once.
+        # The copies stay on this thread: a pool thread would compete with OpenBLAS's workers,
+        # which keep spinning on the other core for a while after every matmul.
+        pairs = [(stage.windows(as_strided, j), cols._data[:, :, j]) for j in range(kw)]
+        for b in range(n):
+            stage.load(x._data[b])
+            for src, dst in pairs:
+                xp.copyto(dst, src)
+            yield b, cols._data.reshape(groups, ckk, length)
+
+    def backward(self, g):
+        saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
+        needs = _needs(self)
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        dev, dt = g._device, g._dtype
+        live = _live(dev)
+        xp = kernels.xp_of(g)
+        og, ckk = o // groups, cg * kh * kw
+        g4, gkeep = _dense(g, (n, groups, og, oh * ow))
+        gx = gw = gb = None
+        if needs[0]:
+            gx = self._grad_input(saved[1], g4, dt, dev)
+        if needs[1]:
+            # grad_W = sum over samples of g[b] @ cols[b].T, computed transposed (cols @ g.T):
+            # BLAS is about 3x faster on that shape. One weight-sized charged buffer.
+            gw = kernels.empty(self.w_shape, dt, dev)
+            acc = gw._data.reshape(groups, og, ckk) if live else None
+            part = kernels.empty((groups, ckk, og), dt, dev)
+            for b, cols in self._columns(saved[0]):
+                xp.matmul(cols, g4[b].transpose(0, 2, 1), out=part._data)
+                if b == 0:
+                    xp.copyto(acc, part._data.transpose(0, 2, 1))
+                else:
+                    xp.add(acc, part._data.transpose(0, 2, 1), out=acc)
+            del part
+        if self.has_bias and needs[2]:
+            gb = kernels.empty((o,), dt, dev)
+            if live:
+                xp.sum(g4.reshape(n, o, oh * ow), axis=(0, 2), out=gb._data)
+        del gkeep
+        return (gx, gw, gb) if self.has_bias else (gx, gw)
+
+    def _grad_input(self, weight, g4, dt, dev):
+        """col2im(W.T @ g), one sample at a time through a charged column buffer."""
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        og, ckk = o // groups, cg * kh * kw
+        gx = kernels.empty(self.x_shape, dt, dev)
+        wt = weight._data.reshape(groups, og, ckk).transpose(0, 2, 1) if _live(dev) else None
+        if self._pointwise():
+            if _live(dev):
+                xp = kernels.xp_of_device(dev)
+                for b in range(n):
+                    xp.matmul(wt, g4[b], out=gx._data[b].reshape(groups, ckk, oh * ow))
+            return gx
+        gcols = kernels.empty((c, kh, kw, oh, ow), dt, dev)
+        stage = _Stage(self.geom, dt, dev)
+        if _live(dev):
+            xp = kernels.xp_of_device(dev)
+            as_strided = xp.lib.stride_tricks.as_strided
+            regions = [
+                (stage.windows(as_strided, j, i), gcols._data[:, i, j])
+                for i in range(kh)
+                for j in range(kw)
+            ]
+            for b in range(n):
+                xp.matmul(wt, g4[b], out=gcols._data.reshape(groups, ckk, oh * ow))
+                stage.t._data.fill(0)
+                for region, src in regions:
+                    xp.add(region, src, out=region)
+                stage.unload(gx._data[b])
+        del gcols, stage
+        return gx
+
+    def name(self):
+        return "ConvolutionBackward0"
+
+
+def _conv_padding(padding, kernel, dilation, stride):
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0), (0, 0))
+        if padding == "same":
+            if stride != (1, 1):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            pads = []
+            for k, d in zip(kernel, dilation, strict=True):
+                total = d * (k - 1)
+                pads.append((total // 2, total - total // 2))
+            return tuple(pads)
+        raise ValueError(
+            f"Invalid padding string '{padding}', should be one of {{'valid', 'same'}}"
+        )
+    ph, pw = _pair(padding, "padding")
+    return ((ph, ph), (pw, pw))
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-D convolution of input [N, C, H, W] (or [C, H, W]) with weight [O, C/groups, kh, kw]."""
+    unbatched = input.ndim == 3
+    x = input.unsqueeze(0) if unbatched else input
+    s, d = _pair(stride, "stride"), _pair(dilation, "dilation")
+    pads = _conv_padding(padding, weight.shape[2:], d, s)
+    args = (x, weight) if bias is None else (x, weight, bias)
+    y = Conv2d.apply(*args, op="conv2d", stride=s, padding=pads, dilation=d, groups=groups)
+    return y.squeeze(0) if unbatched else y

@@ -1,0 +1,91 @@
+"""linear: y = x @ W.T + b in one primitive (PyTorch's addmm)."""
+
+from __future__ import annotations
+
+import math
+
+from engine.autograd.function import Function
+from engine.ops import kernels
+from engine.ops.common import device_of, result_buffer, result_type
+from engine.ops.nn.common import _dense, _live, _needs, _reshaped, _same_dtype
+
+
+class Linear(Function):
+    """y = x @ W.T + b with one output buffer (PyTorch's addmm for 2-D input)."""
+
+    def to_save(self, tensors):
+        idx = []
+        if tensors[1].requires_grad:
+            idx.append(0)  # grad_W = g.T @ x
+        if tensors[0].requires_grad:
+            idx.append(1)  # grad_x = g @ W
+        self._save_idx = tuple(idx)
+        return self._save_idx
+
+    def forward(self, x, weight, bias=None, out=None):
+        if weight.ndim != 2:
+            raise RuntimeError(
+                f"linear: weight must be 2-D [out_features, in_features], got {list(weight.shape)}"
+            )
+        n_out, n_in = weight.shape
+        if x.ndim == 0 or x.shape[-1] != n_in:
+            rows = math.prod(x.shape[:-1]) if x.ndim else 1
+            raise RuntimeError(
+                f"mat1 and mat2 shapes cannot be multiplied ({rows}x{x.shape[-1] if x.ndim else 1} "
+                f"and {n_in}x{n_out})"
+            )
+        if bias is not None and bias.shape not in ((n_out,), ()):
+            raise RuntimeError(f"linear: bias must have shape [{n_out}], got {list(bias.shape)}")
+        _same_dtype("linear", x, weight, bias)
+        self.x_shape, self.w_shape, self.has_bias = x.shape, weight.shape, bias is not None
+        dev = device_of(x, weight, bias)
+        shape = x.shape[:-1] + (n_out,)
+        y = result_buffer(out, shape, result_type(x, weight), dev, "linear")
+        if _live(dev):
+            xp = kernels.xp_of_device(dev)
+            rows = math.prod(x.shape[:-1])
+            x2, keep = (x._data, x) if x.ndim == 2 else _reshaped(x, (rows, n_in))
+            y2 = y._data if y.ndim == 2 else y._data.reshape(rows, n_out)
+            xp.matmul(x2, weight._data.T, out=y2)
+            if bias is not None:
+                xp.add(y2, bias._data, out=y2)
+            del keep
+        return y
+
+    def backward(self, g):
+        saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
+        needs = _needs(self)
+        n_out, n_in = self.w_shape
+        rows = math.prod(self.x_shape[:-1])
+        dev, dt = g._device, g._dtype
+        g2, gkeep = _dense(g, (rows, n_out))
+        xp = kernels.xp_of(g)
+        gx = gw = gb = None
+        if needs[0]:
+            w = saved[1]
+            gx = kernels.empty(self.x_shape, dt, dev)
+            if _live(dev):
+                xp.matmul(g2, w._data, out=gx._data.reshape(rows, n_in))
+        if needs[1]:
+            x = saved[0]
+            gw = kernels.empty(self.w_shape, dt, dev)
+            if _live(dev):
+                x2, xkeep = _reshaped(x, (rows, n_in))
+                xp.matmul(g2.T, x2, out=gw._data)
+                del xkeep
+        if self.has_bias and needs[2]:
+            gb = kernels.empty((n_out,), dt, dev)
+            if _live(dev):
+                xp.sum(g2, axis=0, out=gb._data)
+        del gkeep
+        return (gx, gw, gb) if self.has_bias else (gx, gw)
+
+    def name(self):
+        return "AddmmBackward0" if len(self.x_shape) == 2 else "LinearBackward0"
+
+
+def linear(input, weight, bias=None):
+    """y = input @ weight.T + bias (weight [out_features, in_features])."""
+    if bias is None:
+        return Linear.apply(input, weight, op="linear")
+    return Linear.apply(input, weight, bias, op="linear")

@@ -1,0 +1,224 @@
+"""Losses: mse_loss, nll_loss."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine import dtypes
+from engine.autograd.function import Function
+from engine.ops import kernels
+from engine.ops.common import broadcast_shape, device_of, result_buffer, result_type, sum_to
+from engine.ops.elementwise import _uf
+from engine.ops.nn.common import (
+    _first_element,
+    _keep,
+    _KeepsBuffers,
+    _live,
+    _needs,
+    _reshaped,
+    _work,
+)
+from engine.tensor import Tensor
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _check_reduction(reduction):
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+class MseLoss(Function):
+    retain_inputs = (0, 1)
+
+    def forward(self, input, target, out=None, reduction="mean"):
+        _check_reduction(reduction)
+        shape = broadcast_shape(input, target, "mse_loss")
+        dtype = result_type(input, target)
+        dev = device_of(input, target)
+        self.reduction, self.shape = reduction, shape
+        self.shapes = (input.shape, target.shape)
+        if reduction == "none":
+            y = result_buffer(out, shape, dtype, dev, "mse_loss")
+            if _live(dev):
+                xp = kernels.xp_of_device(dev)
+                _uf(xp, np.subtract, input._data, target._data, out=y._data)
+                _uf(xp, np.multiply, y._data, y._data, out=y._data)
+            return y
+        # PyTorch reduces into its full-size result buffer resized to 0-d: the loss scalar keeps
+        # the whole buffer. Doing the same keeps the engine's peak equal to torch's.
+        result = kernels.empty(shape if math.prod(shape) else (1,), dtype, dev)
+        losses = kernels.empty(shape, dtype, dev)
+        if _live(dev):
+            xp = kernels.xp_of_device(dev)
+            _uf(xp, np.subtract, input._data, target._data, out=losses._data)
+            _uf(xp, np.multiply, losses._data, losses._data, out=losses._data)
+            reduce = xp.mean if reduction == "mean" else xp.sum
+            reduce(losses._data, out=_first_element(result._data))
+        del losses
+        return Tensor._make(_first_element(result._data), result._storage, dtype, dev)
+
+    def backward(self, g):
+        x, t = self.saved_tensors
+        nx, nt = _needs(self)
+        dev, dt = g._device, g._dtype
+        gi = kernels.empty(self.shape, dt, dev)
+        if _live(dev):
+            xp = kernels.xp_of(g)
+            _uf(xp, np.subtract, x._data, t._data, out=gi._data)
+            if self.reduction == "none":
+                xp.multiply(gi._data, 2.0, out=gi._data)
+                xp.multiply(gi._data, g._data, out=gi._data)
+            else:
+                scale = 2.0 * float(g.item())
+                if self.reduction == "mean":
+                    scale /= max(math.prod(self.shape), 1)
+                _uf(xp, np.multiply, gi._data, scale, out=gi._data)
+        gx = gt = None
+        if nt:
+            gt = kernels.empty(self.shape, dt, dev)
+            if _live(dev):
+                kernels.xp_of(g).negative(gi._data, out=gt._data)
+            gt = sum_to(gt, self.shapes[1])
+        if nx:
+            gx = sum_to(gi, self.shapes[0])
+        return (gx, gt)
+
+    def name(self):
+        return "MseLossBackward0"
+
+
+class NllLoss(_KeepsBuffers):
+    """nll_loss(log_probs [N, C, *], target [N, *]) with weight, ignore_index and reduction."""
+
+    def to_save(self, tensors):
+        return tuple(range(1, len(tensors)))  # target (and weight); the input is not needed
+
+    def forward(self, input, target, weight=None, out=None, reduction="mean", ignore_index=-100):
+        _check_reduction(reduction)
+        if target._dtype.is_floating_point or target._dtype is dtypes.bool_:
+            raise RuntimeError(
+                f"expected scalar type Long but found {target._dtype.torch_tensor_name.replace('Tensor', '')}"
+            )
+        batched = input.ndim >= 2
+        ishape = input.shape if batched else (1,) + input.shape
+        tshape = target.shape if batched else (1,) + target.shape
+        if ishape[:1] + ishape[2:] != tshape:
+            raise ValueError(
+                f"Expected input batch_size ({ishape[0]}) to match target batch_size ({tshape[0]})."
+                if ishape[0] != tshape[0]
+                else f"nll_loss: expected target of shape {list(ishape[:1] + ishape[2:])}, got {list(target.shape)}"
+            )
+        n_cls = ishape[1]
+        if weight is not None and weight.shape != (n_cls,):
+            raise RuntimeError(
+                f"weight tensor should be defined either for all {n_cls} classes or no classes but "
+                f"got weight tensor of shape: {list(weight.shape)}"
+            )
+        self.reduction, self.ignore_index = reduction, ignore_index
+        self.ishape, self.in_shape, self.has_weight = ishape, input.shape, weight is not None
+        dev, dt = input._device, input._dtype
+        if reduction == "none":
+            y = kernels.empty(target.shape, dt, dev)
+        else:
+            y = kernels.empty((), dt, dev)
+            total = kernels.empty((), dt, dev)
+        if _live(dev):
+            xp = kernels.xp_of(input)
+            flat_in, keep = _reshaped(input, (math.prod(ishape),))
+            (idx, wts), owners = self._index(xp, target, weight, dev, dt)
+            picked, pkeep = _work(idx.shape, dt, dev)
+            xp.take(flat_in, idx, out=picked)
+            xp.multiply(picked, wts, out=picked)
+            if reduction == "none":
+                xp.negative(picked.reshape(target.shape), out=y._data)
+            else:
+                s = -xp.sum(picked, dtype=np.float64)
+                tw = xp.sum(wts, dtype=np.float64)
+                total._data[...] = tw
+                if reduction == "mean":
+                    s = s / tw if tw != 0 else np.nan
+                y._data[...] = s
+            del picked, pkeep, idx, wts, owners, keep
+        if reduction != "none":
+            _keep(self, total_weight=total)
+        return y
+
+    def _index(self, xp, target, weight, dev, dt):
+        """Flat positions into the input and per-element weights (0 where ignored).
+
+        Returns ((idx, wts), owners): target-sized scratch, charged when it is large.
+        """
+        n, n_cls = self.ishape[0], self.ishape[1]
+        inner = math.prod(self.ishape[2:])
+        t = target._data.reshape(n, inner)
+        valid, vkeep = _work((n, inner), dtypes.bool_, dev)
+        xp.not_equal(t, self.ignore_index, out=valid)
+        if n * inner:
+            hi = int(xp.max(t, where=valid, initial=-1))
+            lo = int(xp.min(t, where=valid, initial=0))
+            if hi >= n_cls or lo < 0:
+                raise IndexError(f"Target {hi if hi >= n_cls else lo} is out of bounds.")
+        idx, ikeep = _work((n, inner), dtypes.int64, dev)
+        xp.multiply(t, valid, out=idx)  # the class, 0 where ignored
+        wts, wkeep = _work((n, inner), dt, dev)
+        if weight is not None:
+            xp.take(weight._data, idx, out=wts)
+            xp.multiply(wts, valid, out=wts)
+        else:
+            xp.copyto(wts, valid, casting="unsafe")
+        del valid, vkeep
+        xp.multiply(idx, inner, out=idx)
+        xp.add(idx, xp.asarray(np.arange(n, dtype=np.int64)[:, None] * (n_cls * inner)), out=idx)
+        xp.add(idx, xp.asarray(np.arange(inner, dtype=np.int64)[None, :]), out=idx)
+        return (idx, wts), (ikeep, wkeep)
+
+    def backward(self, g):
+        saved = self.saved_tensors
+        target = saved[0]
+        weight = saved[1] if self.has_weight else None
+        dev, dt = g._device, g._dtype
+        gx = kernels.zeros(self.in_shape, dt, dev)
+        if _live(dev):
+            xp = kernels.xp_of(g)
+            (idx, wts), owners = self._index(xp, target, weight, dev, dt)
+            if self.reduction == "none":
+                xp.multiply(wts, g._data.reshape(wts.shape), out=wts)
+                xp.negative(wts, out=wts)
+            else:
+                scale = -float(g.item())
+                if self.reduction == "mean":
+                    scale /= float(self.kept("total_weight").item())
+                xp.multiply(wts, scale, out=wts)
+            xp.put(gx._data.reshape(-1), idx, wts)
+            del idx, wts, owners
+        return (gx, None, None) if self.has_weight else (gx, None)
+
+    def name(self):
+        return "NllLossBackward0" if len(self.ishape) == 2 else "NllLoss2DBackward0"
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    return MseLoss.apply(
+        input, target, op="mse_loss", reduction=_legacy_reduction(size_average, reduce, reduction)
+    )
+
+
+def nll_loss(
+    input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"
+):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    args = (input, target) if weight is None else (input, target, weight)
+    return NllLoss.apply(*args, op="nll_loss", reduction=reduction, ignore_index=ignore_index)
+
+
+def _legacy_reduction(size_average, reduce, reduction):
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    if not reduce:
+        return "none"
+    return "mean" if size_average else "sum"

@@ -1,0 +1,303 @@
+"""Normalisation: batch_norm, layer_norm."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine.ops import kernels
+from engine.ops.common import result_buffer
+from engine.ops.nn.common import _SCRATCH, _keep, _KeepsBuffers, _live, _needs, _reshaped
+
+
+def _channel_sums(xp, a3, b3=None):
+    """Per-channel sum of a (or of a*b) over [N, C, L] in float64, without full-size temporaries."""
+    acc = (
+        np.zeros(a3.shape[1], dtype=np.float64)
+        if xp is np
+        else xp.zeros(a3.shape[1], dtype=np.float64)
+    )
+    for i in range(a3.shape[0]):
+        if b3 is None:
+            acc += xp.sum(a3[i], axis=1, dtype=np.float64)
+        else:
+            acc += xp.einsum("cl,cl->c", a3[i], b3[i])
+    return acc
+
+
+def _centered_dot(xp, g3, x3, mean):
+    """Per-channel sum of g * (x - mean) over [N, C, L], through a bounded scratch."""
+    n, c, length = x3.shape
+    step = max(1, _SCRATCH // max(c, 1))
+    scratch = xp.empty((c, min(step, length)), dtype=x3.dtype)
+    acc = xp.zeros(c, dtype=np.float64)
+    m = mean[:, None]
+    for b in range(n):
+        for l0 in range(0, length, step):
+            l1 = min(l0 + step, length)
+            s = scratch[:, : l1 - l0]
+            xp.subtract(x3[b, :, l0:l1], m, out=s)
+            acc += xp.einsum("cl,cl->c", g3[b, :, l0:l1], s)
+    return acc
+
+
+class BatchNorm(_KeepsBuffers):
+    """native_batch_norm: output plus save_mean / save_invstd [C]; running stats updated in place."""
+
+    def prepare(self, *args):
+        self.present = tuple(a is not None for a in args[1:5])
+
+    def forward(
+        self,
+        x,
+        weight=None,
+        bias=None,
+        running_mean=None,
+        running_var=None,
+        out=None,
+        training=True,
+        momentum=0.1,
+        eps=1e-5,
+    ):
+        self.present = (
+            weight is not None,
+            bias is not None,
+            running_mean is not None,
+            running_var is not None,
+        )
+        if x.ndim < 2:
+            raise ValueError(f"batch_norm: expected at least 2-D input (got {x.ndim}D input)")
+        n, c = x.shape[:2]
+        length = math.prod(x.shape[2:])
+        if training and n * length <= 1:
+            raise ValueError(
+                f"Expected more than 1 value per channel when training, got input size {list(x.shape)}"
+            )
+        if not training and (running_mean is None or running_var is None):
+            raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
+        self.training, self.eps, self.x_shape = training, eps, x.shape
+        dev, dt = x._device, x._dtype
+        y = result_buffer(out, x.shape, dt, dev, "batch_norm")
+        mean = kernels.empty((c,), dt, dev)
+        invstd = kernels.empty((c,), dt, dev)
+        if _live(dev):
+            xp = kernels.xp_of(x)
+            x3, keep = _reshaped(x, (n, c, length))
+            y3 = y._data.reshape(n, c, length)
+            m = n * length
+            if training:
+                mu = _channel_sums(xp, x3) / m
+                xp.subtract(x3, mu.astype(dt.np)[:, None], out=y3)
+                var = _channel_sums(xp, y3, y3) / m
+                mean._data[...] = mu
+                invstd._data[...] = 1.0 / xp.sqrt(var + eps)
+                with_stats = running_mean is not None
+                if with_stats:
+                    rm, rv = running_mean._data, running_var._data
+                    rm[...] = (1 - momentum) * rm + momentum * mu
+                    rv[...] = (1 - momentum) * rv + momentum * var * (m / max(m - 1, 1))
+                    running_mean._storage.version += 1
+                    running_var._storage.version += 1
+            else:
+                mean._data[...] = running_mean._data
+                invstd._data[...] = 1.0 / xp.sqrt(running_var._data.astype(np.float64) + eps)
+                xp.subtract(x3, mean._data[:, None], out=y3)
+            scale = invstd._data if weight is None else invstd._data * weight._data
+            xp.multiply(y3, scale[:, None], out=y3)
+            if bias is not None:
+                xp.add(y3, bias._data[:, None], out=y3)
+            del keep
+        _keep(self, mean=mean, invstd=invstd)
+        return y
+
+    def to_save(self, tensors):
+        return (0, 1) if self.present[0] else (0,)
+
+    def backward(self, g):
+        saved = self.saved_tensors
+        x = saved[0]
+        weight = saved[1] if self.present[0] else None
+        mean, invstd = self.kept("mean"), self.kept("invstd")
+        needs = _needs(self)
+        present = [True, *self.present]
+        slots = [i for i, p in enumerate(present) if p]  # arg position of each tensor input
+        want = {slot: needs[k] for k, slot in enumerate(slots)}
+        dev, dt = g._device, g._dtype
+        n, c = self.x_shape[:2]
+        length = math.prod(self.x_shape[2:])
+        m = n * length
+        gx = gw = gb = None
+        if want[0]:
+            gx = kernels.empty(self.x_shape, dt, dev)
+        if want.get(1):
+            gw = kernels.empty((c,), dt, dev)
+        if want.get(2):
+            gb = kernels.empty((c,), dt, dev)
+        if _live(dev):
+            xp = kernels.xp_of(g)
+            g3, gkeep = _reshaped(g, (n, c, length))
+            x3, xkeep = _reshaped(x, (n, c, length))
+            inv = invstd._data.astype(np.float64)
+            w = weight._data.astype(np.float64) if weight is not None else 1.0
+            sum_g = _channel_sums(xp, g3)
+            if gx is not None:
+                # x - mean in the grad_input buffer, which becomes dx below
+                c3 = gx._data.reshape(n, c, length)
+                xp.subtract(x3, mean._data[:, None], out=c3)
+                dot = _channel_sums(xp, g3, c3)  # sum(g * (x - mean))
+            else:
+                c3 = None
+                dot = _centered_dot(xp, g3, x3, mean._data)
+            if gw is not None:
+                gw._data[...] = dot * inv
+            if gb is not None:
+                gb._data[...] = sum_g
+            if gx is not None:
+                if self.training:
+                    # dx = w*inv * (g - sum_g/m - (x-mean) * inv^2 * dot/m)
+                    xp.multiply(c3, (-(inv * inv) * dot / m).astype(dt.np)[:, None], out=c3)
+                    xp.add(c3, g3, out=c3)
+                    xp.subtract(c3, (sum_g / m).astype(dt.np)[:, None], out=c3)
+                    xp.multiply(c3, (w * inv).astype(dt.np)[:, None], out=c3)
+                else:
+                    xp.multiply(g3, (inv * w).astype(dt.np)[:, None], out=c3)
+            del c3, gkeep, xkeep
+        grads = {0: gx, 1: gw, 2: gb}
+        return tuple(grads.get(slot) for slot in slots)
+
+    def name(self):
+        return "NativeBatchNormBackward0"
+
+
+class LayerNorm(_KeepsBuffers):
+    """native_layer_norm over the trailing dims: output plus mean / rstd per row."""
+
+    def prepare(self, *args):
+        self.present = (args[1] is not None, args[2] is not None)
+
+    def forward(self, x, weight=None, bias=None, out=None, normalized_shape=(), eps=1e-5):
+        normalized_shape = tuple(normalized_shape)
+        k = len(normalized_shape)
+        if k == 0 or x.shape[x.ndim - k :] != normalized_shape:
+            raise RuntimeError(
+                f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
+                f"[*, {', '.join(str(s) for s in normalized_shape)}], but got input of size{list(x.shape)}"
+            )
+        self.present = (weight is not None, bias is not None)
+        d = math.prod(normalized_shape)
+        rows = x.numel() // d if d else 0
+        self.x_shape, self.dims, self.eps = x.shape, (rows, d), eps
+        self.normalized_shape = normalized_shape
+        dev, dt = x._device, x._dtype
+        y = result_buffer(out, x.shape, dt, dev, "layer_norm")
+        mean = kernels.empty((rows,), dt, dev)
+        rstd = kernels.empty((rows,), dt, dev)
+        if _live(dev):
+            xp = kernels.xp_of(x)
+            x2, keep = _reshaped(x, (rows, d))
+            y2 = y._data.reshape(rows, d)
+            xp.mean(x2, axis=1, out=mean._data)
+            xp.subtract(x2, mean._data[:, None], out=y2)
+            var = xp.einsum("md,md->m", y2, y2) / d
+            rstd._data[...] = 1.0 / xp.sqrt(var + eps)
+            xp.multiply(y2, rstd._data[:, None], out=y2)
+            if weight is not None:
+                xp.multiply(y2, weight._data.reshape(-1), out=y2)
+            if bias is not None:
+                xp.add(y2, bias._data.reshape(-1), out=y2)
+            del keep
+        _keep(self, mean=mean, rstd=rstd)
+        return y
+
+    def to_save(self, tensors):
+        return (0, 1) if self.present[0] else (0,)
+
+    def backward(self, g):
+        saved = self.saved_tensors
+        x = saved[0]
+        weight = saved[1] if self.present[0] else None
+        mean, rstd = self.kept("mean"), self.kept("rstd")
+        needs = _needs(self)
+        slots = [0] + [i + 1 for i, p in enumerate(self.present) if p]
+        want = {slot: needs[k] for k, slot in enumerate(slots)}
+        rows, d = self.dims
+        dev, dt = g._device, g._dtype
+        gx = gw = gb = None
+        if want[0]:
+            gx = kernels.empty(self.x_shape, dt, dev)
+        if want.get(1):
+            gw = kernels.empty(self.normalized_shape, dt, dev)
+        if want.get(2):
+            gb = kernels.empty(self.normalized_shape, dt, dev)
+        if _live(dev):
+            xp = kernels.xp_of(g)
+            g2, gkeep = _reshaped(g, (rows, d))
+            x2, xkeep = _reshaped(x, (rows, d))
+            xhat = gx if gx is not None else kernels.empty(self.x_shape, dt, dev)
+            h2 = xhat._data.reshape(rows, d)
+            xp.subtract(x2, mean._data[:, None], out=h2)
+            xp.multiply(h2, rstd._data[:, None], out=h2)
+            if gw is not None:
+                xp.einsum("md,md->d", g2, h2, out=gw._data.reshape(-1))
+            if gb is not None:
+                xp.sum(g2, axis=0, out=gb._data.reshape(-1))
+            if gx is not None:
+                wv = weight._data.reshape(-1) if weight is not None else None
+                if wv is not None:
+                    a1 = g2 @ wv  # row sums of g*w
+                    a2 = xp.einsum("md,md,d->m", g2, h2, wv)
+                else:
+                    a1 = g2.sum(axis=1)
+                    a2 = xp.einsum("md,md->m", g2, h2)
+                # dx = rstd * (g*w - a1/d - xhat * a2/d)
+                xp.multiply(h2, (-a2 / d)[:, None], out=h2)
+                xp.subtract(h2, (a1 / d)[:, None], out=h2)
+                _add_product_rows(xp, h2, g2, wv)
+                xp.multiply(h2, rstd._data[:, None], out=h2)
+            del xhat, gkeep, xkeep
+        grads = {0: gx, 1: gw, 2: gb}
+        return tuple(grads.get(slot) for slot in slots)
+
+    def name(self):
+        return "NativeLayerNormBackward0"
+
+
+def _add_product_rows(xp, out2, g2, wv):
+    """out2 += g2 * wv (wv broadcast over rows, or None for 1) with bounded scratch."""
+    if wv is None:
+        xp.add(out2, g2, out=out2)
+        return
+    rows, d = out2.shape
+    step = max(1, _SCRATCH // max(d, 1))
+    scratch = xp.empty((min(step, rows), d), dtype=out2.dtype)
+    for i in range(0, rows, step):
+        j = min(i + step, rows)
+        s = scratch[: j - i]
+        xp.multiply(g2[i:j], wv, out=s)
+        xp.add(out2[i:j], s, out=out2[i:j])
+
+
+def batch_norm(
+    input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5
+):
+    """F.batch_norm's argument order; running stats (when given) are updated in place in training."""
+    return BatchNorm.apply(
+        input,
+        weight,
+        bias,
+        running_mean,
+        running_var,
+        op="batch_norm",
+        training=training,
+        momentum=momentum,
+        eps=eps,
+    )
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    return LayerNorm.apply(
+        input, weight, bias, op="layer_norm", normalized_shape=tuple(normalized_shape), eps=eps
+    )

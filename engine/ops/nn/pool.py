@@ -1,0 +1,338 @@
+"""Pooling: max_pool2d, avg_pool2d, adaptive_avg_pool2d."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine import dtypes
+from engine.autograd.function import Function
+from engine.ops import kernels
+from engine.ops.common import result_buffer
+from engine.ops.nn.common import _keep, _KeepsBuffers, _live, _pair, _reshaped, _sl, _span
+
+
+def pool_out_size(size, k, s, p, d, ceil_mode):
+    """PyTorch's pooling_output_shape."""
+    out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, opname):
+    if x.ndim != 4:
+        raise RuntimeError(f"{opname}: expected a 4-D input [N, C, H, W], got {list(x.shape)}")
+    kh, kw = _pair(kernel_size, "kernel_size")
+    sh, sw = _pair(stride if stride not in (None, ()) else (kh, kw), "stride")
+    ph, pw = _pair(padding, "padding")
+    dh, dw = _pair(dilation, "dilation")
+    if ph > (dh * (kh - 1) + 1) // 2 or pw > (dw * (kw - 1) + 1) // 2:
+        raise RuntimeError(
+            f"pad should be at most half of effective kernel size, but got pad={max(ph, pw)}, "
+            f"kernel_size={max(kh, kw)} and dilation={max(dh, dw)}"
+        )
+    n, c, h, w = x.shape
+    oh = pool_out_size(h, kh, sh, ph, dh, ceil_mode)
+    ow = pool_out_size(w, kw, sw, pw, dw, ceil_mode)
+    if oh < 1 or ow < 1:
+        raise RuntimeError(
+            f"Given input size: ({c}x{h}x{w}). Calculated output size: ({c}x{oh}x{ow}). "
+            "Output size is too small"
+        )
+    return (n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+
+
+# Max pooling compares and selects through bool masks; they cover a chunk of whole planes and are
+# bounded by this many elements (256 KiB, not charged: PyTorch's fused kernel needs none).
+_MASK_ELEMS = 1 << 18
+
+
+def _plane_chunks(planes: int, plane_elems: int):
+    step = max(1, _MASK_ELEMS // max(plane_elems, 1))
+    return [(p0, min(p0 + step, planes)) for p0 in range(0, planes, step)], min(step, planes)
+
+
+def _max_offsets(xp, geo):
+    """Per kernel offset: output ranges, input slices and the flat input index of each output."""
+    n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
+    out = []
+    for i in range(kh):
+        lh, hh, h0 = _span(oh, sh, ph, i * dh, h)
+        if hh <= lh:
+            continue
+        rows = np.arange(h0, h0 + (hh - lh) * sh, sh)[:, None] * w
+        for j in range(kw):
+            lw, hw, w0 = _span(ow, sw, pw, j * dw, w)
+            if hw <= lw:
+                continue
+            flat = xp.asarray(rows + np.arange(w0, w0 + (hw - lw) * sw, sw)[None, :])
+            out.append((lh, hh, lw, hw, _sl(h0, hh - lh, sh), _sl(w0, hw - lw, sw), flat))
+    return out
+
+
+class MaxPool2d(_KeepsBuffers):
+    """max_pool2d_with_indices: (values, int64 flat indices into H*W); gradient to the argmax."""
+
+    num_outputs = 2
+
+    def forward(
+        self, x, out=None, kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode=False
+    ):
+        geo = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
+        n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
+        self.geom, self.x_shape = geo, x.shape
+        dev = x._device
+        y = kernels.empty((n, c, oh, ow), x._dtype, dev)
+        idx = kernels.empty((n, c, oh, ow), dtypes.int64, dev)
+        if _live(dev):
+            xp = kernels.xp_of(x)
+            x3, keep = _reshaped(x, (n * c, h, w))
+            y3, i3 = y._data.reshape(n * c, oh, ow), idx._data.reshape(n * c, oh, ow)
+            # start like torch: -inf and the window's first in-bounds position
+            hs = np.arange(oh) * sh - ph
+            hs = np.where(hs < 0, hs + (-hs + dh - 1) // dh * dh, hs)
+            ws = np.arange(ow) * sw - pw
+            ws = np.where(ws < 0, ws + (-ws + dw - 1) // dw * dw, ws)
+            y3.fill(-np.inf)
+            i3[...] = xp.asarray(hs[:, None] * w + ws[None, :])
+            chunks, step = _plane_chunks(n * c, oh * ow)
+            mask = xp.empty((step, oh, ow), dtype=bool)
+            nan = xp.empty((step, oh, ow), dtype=bool)
+            offsets = _max_offsets(xp, geo)
+            for p0, p1 in chunks:
+                for lh, hh, lw, hw, hsl, wsl, flat in offsets:
+                    v = x3[p0:p1, hsl, wsl]
+                    yr = y3[p0:p1, lh:hh, lw:hw]
+                    m = mask[: p1 - p0, lh:hh, lw:hw]
+                    nm = nan[: p1 - p0, lh:hh, lw:hw]
+                    xp.greater(v, yr, out=m)
+                    xp.not_equal(v, v, out=nm)  # NaN wins, as in torch
+                    xp.logical_or(m, nm, out=m)
+                    xp.copyto(yr, v, where=m)
+                    xp.copyto(i3[p0:p1, lh:hh, lw:hw], flat, where=m)
+            del keep
+        _keep(self, indices=idx)
+        return y, idx
+
+    def backward(self, g, g_idx=None):
+        n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = self.geom
+        idx = self.kept("indices")
+        dev = g._device
+        gx = kernels.zeros(self.x_shape, g._dtype, dev)
+        if _live(dev):
+            xp = kernels.xp_of(g)
+            g3, gkeep = _reshaped(g, (n * c, oh, ow))
+            i3 = idx._data.reshape(n * c, oh, ow)
+            gx3 = gx._data.reshape(n * c, h, w)
+            chunks, step = _plane_chunks(n * c, oh * ow)
+            mask = xp.empty((step, oh, ow), dtype=bool)
+            offsets = _max_offsets(xp, self.geom)
+            for p0, p1 in chunks:
+                for lh, hh, lw, hw, hsl, wsl, flat in offsets:
+                    m = mask[: p1 - p0, lh:hh, lw:hw]
+                    xp.equal(i3[p0:p1, lh:hh, lw:hw], flat, out=m)
+                    dst = gx3[p0:p1, hsl, wsl]
+                    xp.add(dst, g3[p0:p1, lh:hh, lw:hw], out=dst, where=m)
+            del gkeep
+        return (gx,)
+
+    def name(self):
+        return "MaxPool2DWithIndicesBackward0"
+
+
+def _avg_divisor(geo, count_include_pad, divisor_override):
+    """The divisor of every output position: a number or an [OH, OW] array (PyTorch's rule)."""
+    n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
+    if divisor_override:
+        return float(divisor_override)
+
+    def extent(n_out, k, s, p, size):
+        start = np.arange(n_out) * s - p
+        end = np.minimum(start + k, size + p)
+        full = end - start
+        if not count_include_pad:
+            full = np.minimum(end, size) - np.maximum(start, 0)
+        return full
+
+    eh = extent(oh, kh, sh, ph, h)
+    ew = extent(ow, kw, sw, pw, w)
+    div = eh[:, None] * ew[None, :]
+    if (div == div.flat[0]).all():
+        return float(div.flat[0])
+    return div.astype(np.float64)
+
+
+class AvgPool2d(Function):
+    def forward(
+        self,
+        x,
+        out=None,
+        kernel_size=2,
+        stride=None,
+        padding=0,
+        ceil_mode=False,
+        count_include_pad=True,
+        divisor_override=None,
+    ):
+        geo = _pool_geometry(x, kernel_size, stride, padding, 1, ceil_mode, "avg_pool2d")
+        n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
+        self.geom, self.x_shape = geo, x.shape
+        self.div = _avg_divisor(geo, count_include_pad, divisor_override)
+        dev = x._device
+        dtype = x._dtype
+        y = result_buffer(out, (n, c, oh, ow), dtype, dev, "avg_pool2d")
+        if _live(dev):
+            xp = kernels.xp_of(x)
+            y._data.fill(0)
+            for lh, hh, lw, hw, hsl, wsl in _offsets(geo):
+                yr = y._data[:, :, lh:hh, lw:hw]
+                xp.add(yr, x._data[:, :, hsl, wsl], out=yr)
+            div = self.div if isinstance(self.div, float) else xp.asarray(self.div.astype(dtype.np))
+            xp.true_divide(y._data, div, out=y._data)
+        return y
+
+    def backward(self, g):
+        dev = g._device
+        gx = kernels.zeros(self.x_shape, g._dtype, dev)
+        if _live(dev):
+            xp = kernels.xp_of(g)
+            if isinstance(self.div, float):
+                # one divisor for every window: scatter g, then scale (no temporary)
+                for lh, hh, lw, hw, hsl, wsl in _offsets(self.geom):
+                    dst = gx._data[:, :, hsl, wsl]
+                    xp.add(dst, g._data[:, :, lh:hh, lw:hw], out=dst)
+                xp.multiply(gx._data, 1.0 / self.div, out=gx._data)
+            else:
+                # per-window divisors (count_include_pad=False, ceil_mode): g / divisor, charged
+                gd = kernels.empty(g.shape, g._dtype, dev)
+                xp.true_divide(g._data, xp.asarray(self.div.astype(g._dtype.np)), out=gd._data)
+                for lh, hh, lw, hw, hsl, wsl in _offsets(self.geom):
+                    dst = gx._data[:, :, hsl, wsl]
+                    xp.add(dst, gd._data[:, :, lh:hh, lw:hw], out=dst)
+                del gd
+        return (gx,)
+
+    def name(self):
+        return "AvgPool2DBackward0"
+
+
+def _offsets(geo):
+    """Every kernel offset that reads in-bounds input: its output ranges and input slices."""
+    n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
+    for i in range(kh):
+        lh, hh, h0 = _span(oh, sh, ph, i * dh, h)
+        if hh <= lh:
+            continue
+        for j in range(kw):
+            lw, hw, w0 = _span(ow, sw, pw, j * dw, w)
+            if hw <= lw:
+                continue
+            yield lh, hh, lw, hw, _sl(h0, hh - lh, sh), _sl(w0, hw - lw, sw)
+
+
+def _adaptive_ranges(size, n_out):
+    return [((i * size) // n_out, -(-((i + 1) * size) // n_out)) for i in range(n_out)]
+
+
+class AdaptiveAvgPool2d(Function):
+    def forward(self, x, out=None, output_size=(1, 1)):
+        if x.ndim != 4:
+            raise RuntimeError(
+                f"adaptive_avg_pool2d: expected a 4-D input [N, C, H, W], got {list(x.shape)}"
+            )
+        n, c, h, w = x.shape
+        oh, ow = output_size
+        oh = h if oh is None else oh
+        ow = w if ow is None else ow
+        self.x_shape, self.out_hw = x.shape, (oh, ow)
+        dev = x._device
+        y = result_buffer(out, (n, c, oh, ow), x._dtype, dev, "adaptive_avg_pool2d")
+        if _live(dev):
+            xp = kernels.xp_of(x)
+            if (oh, ow) == (1, 1):
+                xp.mean(x._data, axis=(2, 3), keepdims=True, out=y._data)
+            else:
+                for a, (h0, h1) in enumerate(_adaptive_ranges(h, oh)):
+                    for b, (w0, w1) in enumerate(_adaptive_ranges(w, ow)):
+                        xp.mean(x._data[:, :, h0:h1, w0:w1], axis=(2, 3), out=y._data[:, :, a, b])
+        return y
+
+    def backward(self, g):
+        n, c, h, w = self.x_shape
+        oh, ow = self.out_hw
+        dev = g._device
+        if (oh, ow) == (1, 1):
+            gx = kernels.empty(self.x_shape, g._dtype, dev)
+            if _live(dev):
+                xp = kernels.xp_of(g)
+                xp.multiply(xp.broadcast_to(g._data, self.x_shape), 1.0 / (h * w), out=gx._data)
+            return (gx,)
+        gx = kernels.zeros(self.x_shape, g._dtype, dev)
+        if _live(dev):
+            xp = kernels.xp_of(g)
+            for a, (h0, h1) in enumerate(_adaptive_ranges(h, oh)):
+                for b, (w0, w1) in enumerate(_adaptive_ranges(w, ow)):
+                    dst = gx._data[:, :, h0:h1, w0:w1]
+                    scale = 1.0 / ((h1 - h0) * (w1 - w0))
+                    xp.add(dst, g._data[:, :, a : a + 1, b : b + 1] * scale, out=dst)
+        return (gx,)
+
+    def name(self):
+        return "AdaptiveAvgPool2DBackward0"
+
+
+def _pool_input(input):
+    return (input.unsqueeze(0), True) if input.ndim == 3 else (input, False)
+
+
+def max_pool2d(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
+    x, unbatched = _pool_input(input)
+    y, idx = MaxPool2d.apply(
+        x,
+        op="max_pool2d",
+        kernel_size=kernel_size,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        ceil_mode=ceil_mode,
+    )
+    if unbatched:
+        y, idx = y.squeeze(0), idx.squeeze(0)
+    return (y, idx) if return_indices else y
+
+
+def avg_pool2d(
+    input,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
+    x, unbatched = _pool_input(input)
+    y = AvgPool2d.apply(
+        x,
+        op="avg_pool2d",
+        kernel_size=kernel_size,
+        stride=stride,
+        padding=padding,
+        ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad,
+        divisor_override=divisor_override,
+    )
+    return y.squeeze(0) if unbatched else y
+
+
+def adaptive_avg_pool2d(input, output_size):
+    x, unbatched = _pool_input(input)
+    if isinstance(output_size, int):
+        size = (output_size, output_size)
+    else:
+        size = tuple(output_size)
+        if len(size) == 1:
+            size = (size[0], size[0])
+    y = AdaptiveAvgPool2d.apply(x, op="adaptive_avg_pool2d", output_size=size)
+    return y.squeeze(0) if unbatched else y
