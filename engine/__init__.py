@@ -53,8 +53,8 @@ from engine.dtypes import (
     uint8,
 )
 from engine.errors import MetaDataError, OutOfMemoryError
+from engine.kernels import get_num_threads, set_num_threads
 from engine.ops import _ns as _ops
-from engine.ops.kernels import get_num_threads, set_num_threads
 from engine.tensor import Tensor, is_tensor
 
 # Like PyTorch, the engine computes inf/nan silently: numpy's floating-point RuntimeWarnings

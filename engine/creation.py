@@ -6,10 +6,9 @@ import math
 
 import numpy as np
 
-from engine import dtypes
+from engine import dtypes, kernels
 from engine.backends import get_xp
 from engine.device import as_device
-from engine.ops import kernels
 from engine.storage import wrap_storage
 from engine.tensor import Tensor
 

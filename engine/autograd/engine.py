@@ -31,7 +31,7 @@ class AccumulateGrad(Function):
 
     def backward(self, grad):
         var = self.variable
-        from engine.ops import kernels
+        from engine import kernels
 
         if var._grad is None:
             if _stealable(grad, var):
@@ -85,7 +85,7 @@ class CopySlices(Function):
         self.fn.release_saved()
 
     def backward(self, grad):
-        from engine.ops import kernels
+        from engine import kernels
 
         result = kernels.copy_new(grad, contiguous=True)
         region = self.view_fn(result)
@@ -115,7 +115,7 @@ class ViewRegenBackward(Function):
         return "AsStridedBackward0"
 
     def backward(self, grad):
-        from engine.ops import kernels
+        from engine import kernels
 
         result = kernels.zeros(self.base_shape, self.dtype, self.device)
         kernels.copy_into(self.view_fn(result), grad)
@@ -128,7 +128,7 @@ def _accumulate(buffer: list, pos: int, grad: Tensor) -> None:
     if old is None:
         buffer[pos] = grad
         return
-    from engine.ops import kernels
+    from engine import kernels
 
     if (
         old.shape == grad.shape
@@ -145,7 +145,7 @@ def _accumulate(buffer: list, pos: int, grad: Tensor) -> None:
 
 def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
     """Run the backward pass from `tensors` with their incoming `grad_tensors`."""
-    from engine.ops import kernels
+    from engine import kernels
 
     if retain_graph is None:
         retain_graph = False
@@ -250,7 +250,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
 
 def _retain_grads(retained, grads) -> None:
     """retain_grad(): a non-leaf keeps (a copy of) the gradient arriving at its grad_fn."""
-    from engine.ops import kernels
+    from engine import kernels
 
     for ref, nr in retained:
         t = ref()

@@ -288,7 +288,7 @@ def _clone_overwritten(tensors, to_save, out, opname):
 
 
 def _raw_clone(t: Tensor) -> Tensor:
-    from engine.ops.kernels import copy_new
+    from engine.kernels import copy_new
 
     prev = set_op("clone")
     try:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import dtypes
-from engine.ops import kernels
+from engine import dtypes, kernels
 from engine.tensor import Tensor
 
 _CAT = {}

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import dtypes
+from engine import dtypes, kernels
 from engine.allocator import tracked as _tracked
 from engine.autograd.function import Function, check_inplace
 from engine.autograd.grad_mode import STATE
-from engine.ops import kernels
+from engine.kernels import PARALLEL_MIN_ELEMS
 from engine.ops.common import (
     broadcast_shape,
     broadcast_shapes,
@@ -26,7 +26,6 @@ from engine.ops.common import (
     scalar_result_type,
     sum_to,
 )
-from engine.ops.kernels import PARALLEL_MIN_ELEMS
 from engine.tensor import Tensor
 
 _new = object.__new__

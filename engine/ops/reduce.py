@@ -7,9 +7,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from engine import dtypes
+from engine import dtypes, kernels
 from engine.autograd.function import Function
-from engine.ops import kernels
 from engine.ops.common import result_buffer
 from engine.tensor import Tensor, _wrap_dim
 

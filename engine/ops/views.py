@@ -10,11 +10,10 @@ import math
 
 import numpy as np
 
-from engine import dtypes
+from engine import dtypes, kernels
 from engine.autograd.function import Function
 from engine.autograd.grad_mode import STATE
 from engine.backends.strided import infer_shape, view_strides
-from engine.ops import kernels
 from engine.ops.common import broadcast_shape, check_out, data, sum_to
 from engine.storage import wrap_storage
 from engine.tensor import Tensor, _wrap_dim

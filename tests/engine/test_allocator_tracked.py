@@ -77,7 +77,7 @@ def test_context_nests_and_restores():
 
 def test_op_scope_names_the_op(recorder):
     with op_scope("my_op"):
-        engine.ops.kernels.empty((2,), engine.float32, engine.device("cpu"))
+        engine.kernels.empty((2,), engine.float32, engine.device("cpu"))
     assert recorder.events[0].context["op"] == "my_op"
 
 

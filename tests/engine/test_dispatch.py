@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import engine
+from engine import kernels
 from engine.autograd.function import LEAF_MSG
-from engine.ops import kernels
 
 SMALL, LARGE = 6, kernels.PARALLEL_MIN_ELEMS + 3  # LARGE: threads, and relu's blocked loop
 

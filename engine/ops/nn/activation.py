@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
+from engine import kernels
 from engine.autograd.function import Function
-from engine.ops import kernels
 from engine.ops.common import result_buffer
 from engine.ops.nn.common import _SCRATCH, _live
 from engine.tensor import Tensor

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
+from engine import kernels
 from engine.autograd.function import Function
-from engine.ops import kernels
 from engine.ops.views import view_array
 from engine.tensor import Tensor
 

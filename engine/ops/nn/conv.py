@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from engine import kernels
 from engine.autograd.function import Function
-from engine.ops import kernels
 from engine.ops.common import device_of, result_buffer, result_type
 from engine.ops.nn.common import _dense, _live, _needs, _pair, _same_dtype
 from engine.tensor import Tensor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.ops import kernels
+from engine import kernels
 from engine.ops.common import result_buffer
 from engine.ops.nn.common import _keep, _KeepsBuffers, _live
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import dtypes
+from engine import dtypes, kernels
 from engine.autograd.function import Function
-from engine.ops import kernels
 from engine.ops.common import result_buffer
 from engine.ops.nn.common import _live, _reshaped
 from engine.tensor import Tensor

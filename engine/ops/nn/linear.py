@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from engine import kernels
 from engine.autograd.function import Function
-from engine.ops import kernels
 from engine.ops.common import device_of, result_buffer, result_type
 from engine.ops.nn.common import _dense, _live, _needs, _reshaped, _same_dtype
 

@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 
-from engine import dtypes
+from engine import dtypes, kernels
 from engine.autograd.function import Function
-from engine.ops import kernels
 from engine.ops.common import broadcast_shape, device_of, result_buffer, result_type, sum_to
 from engine.ops.elementwise import _uf
 from engine.ops.nn.common import (

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from engine.ops import kernels
+from engine import kernels
 from engine.ops.common import result_buffer
 from engine.ops.nn.common import _SCRATCH, _keep, _KeepsBuffers, _live, _needs, _reshaped
 

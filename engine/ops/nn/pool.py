@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import dtypes
+from engine import dtypes, kernels
 from engine.autograd.function import Function
-from engine.ops import kernels
 from engine.ops.common import result_buffer
 from engine.ops.nn.common import _keep, _KeepsBuffers, _live, _pair, _reshaped, _sl, _span
 
