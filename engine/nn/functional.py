@@ -8,6 +8,7 @@ class-probability targets.
 from __future__ import annotations
 
 from engine.ops import _ns as _op_table
+from engine.ops.activations import FUNCTIONAL as _ACTIVATIONS
 from engine.ops.nn import (
     adaptive_avg_pool2d,
     avg_pool2d,
@@ -24,6 +25,8 @@ from engine.ops.nn import (
 )
 from engine.ops.nn.loss import _legacy_reduction
 from engine.tensor import Tensor
+
+globals().update(_ACTIVATIONS)  # silu, mish, leaky_relu(_), elu(_), celu(_), selu(_), relu6, ...
 
 _relu, _relu_ = _op_table["relu"], _op_table["relu_"]
 _sigmoid, _tanh = _op_table["sigmoid"], _op_table["tanh"]
@@ -137,4 +140,5 @@ __all__ = [
     "sigmoid",
     "softmax",
     "tanh",
+    *sorted(_ACTIVATIONS),
 ]

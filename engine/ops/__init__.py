@@ -718,4 +718,9 @@ from engine.ops import nn as _nn  # noqa: E402
 
 _nn.register(_ns, Tensor)
 
+# issue 10's ops (activations; shaping and joining; indexing writes): torch.* names and methods
+from engine.ops import activations as _activations  # noqa: E402
+
+_activations.register(_ns, Tensor)
+
 __all__ = sorted(_ns)

@@ -1,6 +1,25 @@
 """Layers, following torch.nn.modules."""
 
-from engine.nn.modules.activation import GELU, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
+from engine.nn.modules.activation import (
+    CELU,
+    ELU,
+    GELU,
+    SELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LeakyReLU,
+    LogSoftmax,
+    Mish,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softplus,
+    Tanh,
+    Threshold,
+)
 from engine.nn.modules.container import ModuleList, Sequential
 from engine.nn.modules.conv import Conv2d
 from engine.nn.modules.dropout import Dropout
@@ -18,6 +37,18 @@ from engine.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from engine.nn.modules.sparse import Embedding
 
 __all__ = [
+    "CELU",
+    "ELU",
+    "Hardsigmoid",
+    "Hardswish",
+    "Hardtanh",
+    "LeakyReLU",
+    "Mish",
+    "ReLU6",
+    "SELU",
+    "SiLU",
+    "Softplus",
+    "Threshold",
     "AdaptiveAvgPool2d",
     "AvgPool2d",
     "BatchNorm1d",

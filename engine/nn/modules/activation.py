@@ -1,4 +1,6 @@
-"""Activations: ReLU, Sigmoid, Tanh, GELU, Softmax, LogSoftmax."""
+"""Activations: ReLU, Sigmoid, Tanh, GELU, Softmax, LogSoftmax, and SiLU, LeakyReLU, ELU, CELU,
+SELU, Hardtanh, ReLU6, Hardswish, Hardsigmoid, Mish, Threshold, Softplus (PyTorch's arguments and
+reprs; each in-place form frees or clones as PyTorch's does, see engine/ops/activations.py)."""
 
 from __future__ import annotations
 
@@ -59,3 +61,165 @@ class Softmax(Module):
 class LogSoftmax(Softmax):
     def forward(self, input):
         return F.log_softmax(input, self.dim)
+
+
+def _inplace_suffix(inplace: bool, first: bool = False) -> str:
+    if not inplace:
+        return ""
+    return "inplace=True" if first else ", inplace=True"
+
+
+class SiLU(Module):
+    """x * sigmoid(x). In place it pays a clone of the input (backward reads the input)."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.silu(input, inplace=self.inplace)
+
+    def extra_repr(self) -> str:
+        return _inplace_suffix(self.inplace, first=True)
+
+
+class Mish(SiLU):
+    """x * tanh(softplus(x)). In place it pays a clone of the input."""
+
+    def forward(self, input):
+        return F.mish(input, inplace=self.inplace)
+
+
+class Hardswish(SiLU):
+    """x * relu6(x + 3) / 6. In place it pays a clone of the input."""
+
+    def forward(self, input):
+        return F.hardswish(input, inplace=self.inplace)
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+class Hardsigmoid(Hardswish):
+    """relu6(x + 3) / 6. In place it pays a clone of the input."""
+
+    def forward(self, input):
+        return F.hardsigmoid(input, inplace=self.inplace)
+
+
+class SELU(SiLU):
+    """scale * elu(x, alpha) with the self-normalising constants. In place it is free."""
+
+    def forward(self, input):
+        return F.selu(input, inplace=self.inplace)
+
+
+class LeakyReLU(Module):
+    """x, or negative_slope * x below 0. In place it is free (backward reads the result)."""
+
+    def __init__(self, negative_slope: float = 1e-2, inplace: bool = False):
+        super().__init__()
+        self.negative_slope = negative_slope
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.leaky_relu(input, self.negative_slope, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"negative_slope={self.negative_slope}" + _inplace_suffix(self.inplace)
+
+
+class ELU(Module):
+    """x above 0, alpha * (exp(x) - 1) below. In place it is free (backward reads the result)."""
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__()
+        self.alpha = alpha
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.elu(input, self.alpha, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}" + _inplace_suffix(self.inplace)
+
+
+class CELU(ELU):
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)). In place it is free."""
+
+    def forward(self, input):
+        return F.celu(input, self.alpha, self.inplace)
+
+
+class Hardtanh(Module):
+    """clamp(x, min_val, max_val). In place it pays a clone of the input (as PyTorch's)."""
+
+    def __init__(
+        self,
+        min_val: float = -1.0,
+        max_val: float = 1.0,
+        inplace: bool = False,
+        min_value: float | None = None,
+        max_value: float | None = None,
+    ):
+        super().__init__()
+        if min_value is not None:
+            min_val = min_value
+        if max_value is not None:
+            max_val = max_value
+        if max_val <= min_val:
+            raise AssertionError(f"Hardtanh: max_val ({max_val}) must be above min_val ({min_val})")
+        self.min_val = min_val
+        self.max_val = max_val
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.hardtanh(input, self.min_val, self.max_val, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}" + _inplace_suffix(self.inplace)
+
+
+class ReLU6(Hardtanh):
+    """min(max(x, 0), 6) = hardtanh(x, 0, 6): in place it pays a clone of the input, as in
+    PyTorch 2.x (backward reads the input), so ReLU6(inplace=True) saves no memory there."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__(0.0, 6.0, inplace)
+
+    def forward(self, input):
+        return F.relu6(input, self.inplace)
+
+    def extra_repr(self) -> str:
+        return _inplace_suffix(self.inplace, first=True)
+
+
+class Threshold(Module):
+    """x where x > threshold, else value. In place it pays a clone of the input."""
+
+    def __init__(self, threshold: float, value: float, inplace: bool = False):
+        super().__init__()
+        self.threshold = threshold
+        self.value = value
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.threshold(input, self.threshold, self.value, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"threshold={self.threshold}, value={self.value}" + _inplace_suffix(self.inplace)
+
+
+class Softplus(Module):
+    """log(1 + exp(beta x)) / beta (x itself where beta x > threshold). No in-place form."""
+
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0):
+        super().__init__()
+        self.beta = beta
+        self.threshold = threshold
+
+    def forward(self, input):
+        return F.softplus(input, self.beta, self.threshold)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, threshold={self.threshold}"
