@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import sqlite3
 import threading
 import uuid
 from collections import OrderedDict
@@ -18,9 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from memprof import history
 from memprof.errors import MemprofError
-from memprof.reports.store import save_report
+from memprof.reports.record import record_run
 
 log = logging.getLogger("memprof.web.jobs")
 
@@ -134,44 +132,46 @@ class JobManager:
                 allocator=job.allocator,
                 progress=lambda event: self._on_progress(job, event),
             )
-            save_report(report, self.runs_dir)
-            recorded = self._record(report)
+            recorded = record_run(self.runs_dir, report, source="web")
         except MemprofError as exc:
             self._fail(job, str(exc))
         except Exception as exc:  # the job reports it; the server keeps serving
             log.exception("scenario run %s failed", job.scenario)
             self._fail(job, f"{type(exc).__name__}: {exc}")
         else:
+            if recorded.path is None:  # no report to show on a run page
+                log.error("%s", recorded.problem)
+                self._fail(job, recorded.problem or "the report could not be saved")
+                return
+            if not recorded.ok:
+                log.error("%s", recorded.problem)
             self._update(
                 job,
                 status="done",
                 fraction=1.0,
                 run_id=report["run_id"],
                 message=f"finished: run {report['run_id']} ({report.get('status', 'ok')})"
-                + ("" if recorded else "; not recorded in the history (see the server log)"),
+                + ("" if recorded.ok else f"; {recorded.problem}"),
                 finished_at=_now(),
             )
 
-    def _record(self, report: dict[str, Any]) -> bool:
-        """Append the run to the runs directory's history (the run page charts it). The report
-        is already saved: a history database that cannot be written must not lose the run."""
-        try:
-            history.append(self.runs_dir, report, source="web")
-        except (sqlite3.Error, OSError):
-            log.exception("could not record run %s in the history", report.get("run_id"))
-            return False
-        return True
-
     def _on_progress(self, job: Job, event: dict[str, Any]) -> None:
+        from memprof.runner import progress_fraction
+
         total = max(int(event.get("total") or 1), 1)
         index = int(event.get("index") or 0)
-        done = event.get("stage") == "done"
+        stage = event.get("stage")
         name = event.get("variant", "?")
+        where = ""
+        if stage in ("node", "iteration"):
+            n = int(event.get("iterations") or 1)
+            where = f", iteration {min(int(event.get('iteration') or 0) + 1, n)} of {n}"
         self._update(
             job,
             progress=dict(event),
-            fraction=min(1.0, (index + (1 if done else 0)) / total),
-            message=f"variant {name} ({index + 1} of {total}) {'done' if done else 'running'}",
+            fraction=progress_fraction(event),
+            message=f"variant {name} ({index + 1} of {total}) "
+            f"{'done' if stage == 'done' else 'running'}{where}",
         )
 
     def _fail(self, job: Job, error: str) -> None:

@@ -9,7 +9,6 @@ every variant, save the reports and append them to the history.
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,8 +92,7 @@ def run_check(
     if problems:
         raise InvalidInput("invalid input", problems)
 
-    from memprof import history
-    from memprof.reports.store import save_report
+    from memprof.reports.record import record_run
     from memprof.runner import run_loaded
 
     outcome = CheckOutcome(baseline=base, max_increase_pct=max_increase_pct)
@@ -105,17 +103,14 @@ def run_check(
         results = evaluate_report(report, base, max_increase_pct=max_increase_pct)
         outcome.reports.append(report)
         outcome.results += results
-        if runs_dir is not None:
-            try:
-                outcome.saved.append(save_report(report, runs_dir))
-                history.append(
-                    runs_dir, report, source="check", passed={r.variant: r.passed for r in results}
-                )
-            except (OSError, sqlite3.Error) as exc:  # judge and report the rest regardless
-                outcome.save_errors.append(
-                    f"{runs_dir}: cannot save {report['run_id']} and its "
-                    f"history there: {getattr(exc, 'strerror', None) or exc}"
-                )
+        if runs_dir is not None:  # judge and report the rest regardless of a refusal
+            recorded = record_run(
+                runs_dir, report, source="check", passed={r.variant: r.passed for r in results}
+            )
+            if recorded.path is not None:
+                outcome.saved.append(recorded.path)
+            if recorded.problem:
+                outcome.save_errors.append(recorded.problem)
         for r in results:
             if on_result is not None:
                 on_result(r)

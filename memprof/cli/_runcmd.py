@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memprof import history
 from memprof.errors import CheckFailed, InvalidInput
 from memprof.reports import terminal
-from memprof.reports.store import dumps_report, output_problem, save_report, write_output
-from memprof.runner import run_loaded
+from memprof.reports.record import record_run
+from memprof.reports.store import dumps_report, output_problem, write_output
+from memprof.runner import progress_fraction, run_loaded
 from memprof.scenario import load_scenarios
 
 
@@ -54,30 +53,22 @@ def run_command(
             iters = {v.name: v.spec.iterations for v in sc.variants}
             task = progress.add_task(sc.name, total=sum(iters.values()))
 
-            def on_progress(ev, _task=task, _name=sc.name):
-                if ev["stage"] == "start":
-                    progress.update(
-                        _task,
-                        description=f"{_name} [{ev['index'] + 1}/{ev['total']}] {ev['variant']}",
-                    )
+            def on_progress(ev, _task=task, _name=sc.name, _total=sum(iters.values())):
+                progress.update(
+                    _task,
+                    description=f"{_name} [{ev['index'] + 1}/{ev['total']}] {ev['variant']}",
+                    completed=progress_fraction(ev) * _total,
+                )
 
-            def on_iteration(_variant, _k, _n, _task=task):
-                progress.advance(_task)
-
-            reports.append(run_loaded(sc, progress=on_progress, on_iteration=on_iteration))
+            reports.append(run_loaded(sc, progress=on_progress))
             progress.remove_task(task)
 
     unsaved = []
     for report in reports:
-        path = None
-        try:
-            path = save_report(report, runs_dir)
-            history.append(runs_dir, report, source="run")
-        except (OSError, sqlite3.Error) as exc:  # still show and --json what was measured
-            unsaved.append(
-                f"{runs_dir}: cannot save {report['run_id']} and its history there: "
-                f"{getattr(exc, 'strerror', None) or exc}"
-            )
+        recorded = record_run(runs_dir, report, source="run")
+        path = recorded.path
+        if recorded.problem:  # still show and --json what was measured
+            unsaved.append(recorded.problem)
         if not quiet:
             terminal.render(report, out)
             if path is not None:

@@ -1,6 +1,7 @@
 """Build the report (docs/report-format.md) from what a run recorded.
 
-The runner hands over allocator event records (anything with the attributes of `Record`),
+The runner hands over allocator event records (anything with the attributes of `Record`; the
+runner's own type lives with its recorder),
 per-node spans and what it observed; this module turns them into the documented JSON shape:
 the columnar timeline, the peak and what was live at it, per-op rows, expectations, and the
 comparison across variants. It knows nothing about the engine.
@@ -16,7 +17,7 @@ import secrets
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from memprof import __version__
 from memprof.units import format_bytes
@@ -50,12 +51,10 @@ TIMELINE_COLUMNS = (
 )
 
 
-@dataclass(slots=True)
-class Record:
-    """One allocator event as the report needs it. Category and tensor may be refined after the
-    event (a free inside the same op makes its allocation `temporary`; autograd tags a storage
-    `saved_for_backward`), which is why records are mutable and shared by alloc and free.
-    """
+class Record(Protocol):
+    """What the builder reads of one allocator event (memprof.runner.recorder.Record is the
+    runner's; tests may pass their own). A free's `storage_category` and `storage_tensor` are
+    those of its allocation."""
 
     seq: int
     time_ns: int
@@ -65,23 +64,19 @@ class Record:
     allocated: int
     reserved: int
     storage: int
-    node: str | None = None
-    op: str | None = None
-    phase: str | None = None
-    iteration: int | None = None
-    owner: Record | None = None  # for a free: the alloc record of the same storage
-    category: str | None = None
-    tensor: str | None = None
-    clone_of: str | None = None  # the in-place op this storage is a backward clone for
+    node: str | None
+    op: str | None
+    phase: str | None
+    iteration: int | None
+    category: str | None
+    tensor: str | None
+    clone_of: str | None
 
     @property
-    def storage_category(self) -> str:
-        rec = self.owner or self
-        return rec.category or "other"
+    def storage_category(self) -> str: ...
 
     @property
-    def storage_tensor(self) -> str | None:
-        return (self.owner or self).tensor
+    def storage_tensor(self) -> str | None: ...
 
 
 def timeline(records: Sequence[Record], t0_ns: int) -> dict[str, list]:

@@ -24,29 +24,26 @@ def run_scenario(
     device: str | None = None,
     allocator: str | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
-    runs_dir: str | os.PathLike | None = None,
-    on_iteration: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Check the scenario, run each variant from a fresh engine state, and return the report.
 
-    progress: called with {"variant", "index", "total", "stage": "start"|"done"} around each
-    variant. on_iteration(variant, k, n): after each iteration (for progress bars).
-    runs_dir: also save the report there (atomically) as `<run_id>.json`.
+    progress: called with progress events (see `progress_fraction`). The runner saves nothing:
+    `memprof.reports.record.record_run` records a finished report.
     Raises memprof.errors.InvalidInput (with `file:line:col` problems) for a bad scenario.
     """
     from memprof.scenario import load_scenario
 
     loaded = load_scenario(path, variants=variants, device=device, allocator=allocator)
-    return run_loaded(loaded, progress=progress, runs_dir=runs_dir, on_iteration=on_iteration)
+    return run_loaded(loaded, progress=progress)
 
 
-def run_loaded(loaded, *, progress=None, runs_dir=None, on_iteration=None) -> dict[str, Any]:
+def run_loaded(loaded, *, progress=None) -> dict[str, Any]:
     """run_scenario for an already loaded and checked scenario."""
     from memprof.reports.build import ScenarioInfo, assemble, environment
     from memprof.runner.execute import backend_of
 
     with _RUN_LOCK:
-        results = _run_variants(loaded, progress, on_iteration)
+        results = _run_variants(loaded, progress)
     first = results[0] if results else {"device": "cpu", "allocator": "exact"}
     env = environment(first["device"], backend_of(first["device"]), first["allocator"])
     info = ScenarioInfo(
@@ -57,32 +54,54 @@ def run_loaded(loaded, *, progress=None, runs_dir=None, on_iteration=None) -> di
         # stale reads are reported per variant, with the iteration, by the run
         warnings=[str(w) for w in loaded.warnings if w.kind != "stale_read"],
     )
-    report = assemble(info, env, results, loaded.baseline)
-    if runs_dir is not None:
-        from memprof.reports.store import save_report
-
-        save_report(report, runs_dir)
-    return report
+    return assemble(info, env, results, loaded.baseline)
 
 
-def _run_variants(loaded, progress, on_iteration) -> list[dict[str, Any]]:
+def _run_variants(loaded, progress) -> list[dict[str, Any]]:
     from memprof.runner.execute import run_variant
 
     results = []
     total = len(loaded.variants)
     for i, variant in enumerate(loaded.variants):
+        base = {
+            "variant": variant.name,
+            "index": i,
+            "total": total,
+            "iterations": variant.spec.iterations,
+            "nodes": len(variant.spec.program),
+        }
+        on_iteration = on_node = None
         if progress is not None:
-            progress({"variant": variant.name, "index": i, "total": total, "stage": "start"})
-        hook = None
-        if on_iteration is not None:
+            progress({**base, "stage": "start", "iteration": 0, "node": 0})
 
-            def hook(k, n, _name=variant.name):
-                on_iteration(_name, k, n)
+            def on_iteration(k, n, _base=base):
+                progress({**_base, "stage": "iteration", "iteration": k + 1, "node": 0})
 
-        results.append(run_variant(variant, on_iteration=hook))
+            def on_node(k, j, m, _base=base):
+                progress({**_base, "stage": "node", "iteration": k, "node": j})
+
+        results.append(run_variant(variant, on_iteration=on_iteration, on_node=on_node))
         if progress is not None:
-            progress({"variant": variant.name, "index": i, "total": total, "stage": "done"})
+            progress({**base, "stage": "done", "iteration": variant.spec.iterations, "node": 0})
     return results
 
 
-__all__ = ["run_scenario", "run_loaded"]
+def progress_fraction(event: dict[str, Any]) -> float:
+    """How far a run is, 0..1, from one progress event. Every variant counts the same; inside
+    one, iterations count the same and each forward node a share of its iteration.
+
+    Events: {"stage": "start" | "node" | "iteration" | "done", "variant", "index", "total",
+    "iterations", "nodes", "iteration" (iterations finished, or for "node" the one running),
+    "node" (forward nodes finished in it)}.
+    """
+    total = max(int(event.get("total") or 1), 1)
+    index = int(event.get("index") or 0)
+    if event.get("stage") == "done":
+        return min(1.0, (index + 1) / total)
+    iterations = max(int(event.get("iterations") or 1), 1)
+    nodes = max(int(event.get("nodes") or 1), 1)
+    within = (int(event.get("iteration") or 0) + int(event.get("node") or 0) / nodes) / iterations
+    return min(1.0, (index + min(within, 1.0)) / total)
+
+
+__all__ = ["progress_fraction", "run_loaded", "run_scenario"]

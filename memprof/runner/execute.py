@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import gc
 import time
+from contextlib import contextmanager
 from typing import Any
 
-from memprof.reports.build import evaluate, op_row, peak, timeline
+from memprof.reports.build import evaluate, peak, timeline
 from memprof.scenario.build import (
     Bindings,
+    ProgramHooks,
     build_module,
-    call_node,
     make_input,
     make_optimizer,
     named_parameters,
     resolve_device,
+    run_forward,
     storage_key,
 )
 from memprof.scenario.model import ModuleCall
@@ -33,10 +35,11 @@ def backend_of(device: str) -> str:
     return {"cpu": "numpy", "cuda": "cupy", "meta": "meta"}.get(device.split(":")[0], device)
 
 
-class _Run:
-    """The state of one variant run (kept on an object so a failure can still be reported)."""
+class _Run(ProgramHooks):
+    """The state of one variant run (kept on an object so a failure can still be reported); the
+    interpreter's hooks record each forward node as a recorder step."""
 
-    def __init__(self, variant):
+    def __init__(self, variant, progress=None):
         import engine
         from engine.allocator import get_allocator
         from memprof.runner.recorder import Recorder
@@ -46,18 +49,18 @@ class _Run:
         self.spec = variant.spec
         self.device = resolve_device(self.spec.device)
         self.alloc = get_allocator(self.device)
-        self.rec = Recorder()
+        self.rec = Recorder(self.alloc)
         self.bindings = Bindings()
         self.modules: dict[str, Any] = {}
         self.inputs: dict[str, Any] = {}
         self.optimizers: dict[int, Any] = {}
-        self.ops: list[dict] = []
-        self.phases: list[dict] = []
         self.warnings: list[dict] = []
         self._warned: set = set()
         self.current_node: str | None = None
         self.baseline_bytes = 0
-        self.t0_ns = 0  # when the variant started: op rows' start_s count from it
+        self.k = 0  # the iteration running
+        self._step = None
+        self._progress = progress  # (iteration, node index, nodes) after each forward node
 
     # --- lifecycle ------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -86,213 +89,156 @@ class _Run:
 
     # --- phases ---------------------------------------------------------------------------------
     def setup(self) -> None:
-        first, start = len(self.rec.records), _perf_ns()
-        try:
+        with self.rec.phase("setup", None):
             self._make_inputs_and_modules()
-        finally:
-            self._phase("setup", None, first, start)
         self.baseline_bytes = self.alloc.model.allocated_bytes
 
     def _make_inputs_and_modules(self) -> None:
-        from engine.allocator import context
-
-        spec, engine = self.spec, self.engine
-        with context(phase="setup", node="<inputs>", category="input", iteration=None):
-            for name, ispec in spec.inputs.items():
-                self.current_node = "<inputs>"
-                self.rec.span += 1  # what making an input frees (randint's floats) is temporary
-                with context(tensor=name, op=ispec.init):
-                    t = make_input(engine, ispec, spec.dtype, self.device)
-                self.inputs[name] = t
-                self.bindings.bind(name, t)
-        with context(phase="setup", node="<params>", category="parameter", iteration=None):
-            for name, mspec in spec.modules.items():
-                self.current_node = "<params>"
-                with context(tensor=name, op=mspec.type):
-                    self.modules[name] = build_module(engine, mspec, self.device, spec.dtype)
+        spec, engine, rec = self.spec, self.engine, self.rec
+        self.current_node = "<inputs>"
+        for name, ispec in spec.inputs.items():
+            # one step each: what making an input frees (randint's floats) is temporary
+            with rec.step(
+                "<inputs>",
+                ispec.init,
+                "setup",
+                None,
+                category="input",
+                context_op=ispec.init,
+                tensor=name,
+                row=False,
+            ):
+                t = make_input(engine, ispec, spec.dtype, self.device)
+            self.inputs[name] = t
+            self.bindings.bind(name, t)
+        self.current_node = "<params>"
+        for name, mspec in spec.modules.items():
+            with rec.step(
+                "<params>",
+                mspec.type,
+                "setup",
+                None,
+                category="parameter",
+                context_op=mspec.type,
+                tensor=name,
+                row=False,
+            ):
+                self.modules[name] = build_module(engine, mspec, self.device, spec.dtype)
         for pname, t in named_parameters(self.modules):
-            self.rec.name_storage(storage_key(t), pname)
+            rec.name_storage(storage_key(t), pname)
         self.current_node = None
 
     def iteration(self, k: int) -> None:
         """One training step: the phases in order, then its names are released (a step is a
         function: what it bound dies when it returns; inputs, parameters, gradients and optimizer
         state live on)."""
+        self.k = k
         for i, phase in enumerate(self.spec.phases):
-            first, start = len(self.rec.records), _perf_ns()
-            name = (
-                phase
-                if phase == "forward"
-                else ("backward" if hasattr(phase, "backward") else "optimizer")
-            )
-            try:
-                if name == "forward":
-                    self.forward(k)
-                elif name == "backward":
+            if phase == "forward":
+                with self.rec.phase("forward", k):
+                    run_forward(self.spec.program, self.bindings, self.modules, self)
+                self.current_node = None
+            elif hasattr(phase, "backward"):
+                with self.rec.phase("backward", k):
                     self.backward(k, phase)
-                else:
+            else:
+                with self.rec.phase("optimizer", k):
                     self.optimizer_step(k, i, phase.optimizer)
-            finally:  # a failed phase still gets its span, up to the failure
-                self._phase(name, k, first, start)
         self.release(k)
 
     def release(self, k: int) -> None:
-        from engine.allocator import context
+        with self.rec.phase("release", k):
+            with self.rec.step(
+                "<release>", "release", "release", k, context_op="release", row=False
+            ):
+                self.bindings.drop([n.out_name for n in self.spec.program])
 
-        first, start = len(self.rec.records), _perf_ns()
-        self.rec.span += 1
-        with context(phase="release", node="<release>", op="release", iteration=k):
-            self.bindings.drop([n.out_name for n in self.spec.program])
-        self._phase("release", k, first, start)
+    # --- the interpreter's hooks (the forward program) -------------------------------------------
+    def stale(self, index, node, stale) -> None:
+        self.current_node = node.id
+        self._stale(stale, self.k)
 
-    def forward(self, k: int) -> None:
-        from engine.allocator import context
+    @contextmanager
+    def node(self, index, node, tensors):
+        self.current_node = node.id
+        is_module = isinstance(node, ModuleCall)
+        op = self.spec.modules[node.module].type if is_module else node.op
+        with self.rec.step(node.id, op, "forward", self.k, category="activation") as step:
+            step.module = node.module if is_module else None
+            self._step = step
+            yield
+        if self._progress is not None:
+            self._progress(self.k, index + 1, len(self.spec.program))
 
-        spec, rec, b = self.spec, self.rec, self.bindings
-        for node in spec.program:
-            self.current_node = node.id
-            for name in node.inputs:
-                stale = b.stale(node.id, name)
-                if stale is not None:
-                    self._stale(stale, k)
-            tensors = [b.values[n] for n in node.inputs]
-            before = b.versions(tensors)
-            rec.span += 1
-            first = len(rec.records)
-            allocated_before = self.alloc.model.allocated_bytes
-            out_name = node.out_name
-            with context(phase="forward", node=node.id, category="activation", iteration=k):
-                n0 = _perf_ns()
-                out = call_node(node, tensors, self.modules)
-                n1 = _perf_ns()
-            wrote = b.note_writes(node.id, tensors, before)
-            sid = storage_key(out)
-            if rec.allocated_since(sid, first):  # the node's own result: an activation, by name
-                rec.name_storage(sid, out_name, category="activation")
-            b.bind(out_name, out)
-            records = rec.records[first:]
-            clone = sum(r.bytes for r in records if r.action == "alloc" and r.clone_of)
-            is_module = isinstance(node, ModuleCall)
-            self.ops.append(
-                op_row(
-                    node=node.id,
-                    op=(spec.modules[node.module].type if is_module else node.op),
-                    phase="forward",
-                    iteration=k,
-                    records=records,
-                    allocated_before=allocated_before,
-                    duration_s=(n1 - n0) / 1e9,
-                    start_s=(n0 - self.t0_ns) / 1e9,
-                    inplace=wrote or bool(getattr(node, "inplace", False)),
-                    clone_bytes=clone,
-                    module=node.module if is_module else None,
-                )
+    def done(self, index, node, tensors, out, wrote) -> None:
+        rec, step = self.rec, self._step
+        sid = storage_key(out)
+        if rec.allocated_since(sid, step.first):  # the node's own result: an activation, by name
+            rec.name_storage(sid, node.out_name, category="activation")
+        records = step.records
+        clone = sum(r.bytes for r in records if r.action == "alloc" and r.clone_of)
+        step.inplace = wrote or bool(getattr(node, "inplace", False))
+        step.clone_bytes = clone
+        if clone and (node.id, "clone") not in self._warned:
+            self._warned.add((node.id, "clone"))
+            ops = sorted({r.clone_of for r in records if r.clone_of})
+            self.warnings.append(
+                {
+                    "kind": "inplace_clone",
+                    "node": node.id,
+                    "other_node": None,
+                    "tensor": node.inputs[0] if node.inputs else None,
+                    "iteration": self.k,
+                    "bytes": clone,
+                    "message": (
+                        f"node {node.id}'s in-place {', '.join(ops)} kept a {format_bytes(clone)} "
+                        f"clone of its input for backward: it saves no memory"
+                    ),
+                }
             )
-            if clone and (node.id, "clone") not in self._warned:
-                self._warned.add((node.id, "clone"))
-                ops = sorted({r.clone_of for r in records if r.clone_of})
-                self.warnings.append(
-                    {
-                        "kind": "inplace_clone",
-                        "node": node.id,
-                        "other_node": None,
-                        "tensor": node.inputs[0] if node.inputs else None,
-                        "iteration": k,
-                        "bytes": clone,
-                        "message": (
-                            f"node {node.id}'s in-place {', '.join(ops)} kept a {format_bytes(clone)} "
-                            f"clone of its input for backward: it saves no memory"
-                        ),
-                    }
-                )
-        self.current_node = None
 
+    # --- backward and optimizer -----------------------------------------------------------------
     def backward(self, k: int, phase) -> None:
-        from engine.allocator import context
-
-        rec = self.rec
-        t0 = len(rec.records)
-        before = self.alloc.model.allocated_bytes
         self.current_node = "<backward>"
-        rec.span += 1
-        rec.per_op = True
         loss = self.bindings.values[phase.backward]
-        start = _perf_ns()
-        try:
-            with context(phase="backward", node="<backward>", category="gradient", iteration=k):
-                loss.backward(retain_graph=phase.retain_graph or None)
-        finally:
-            rec.per_op = False
-        end = _perf_ns()
+        with self.rec.step(
+            "<backward>", "backward", "backward", k, category="gradient", per_op=True
+        ):
+            loss.backward(retain_graph=phase.retain_graph or None)
         self._name_grads()
-        self.ops.append(
-            op_row(
-                node="<backward>",
-                op="backward",
-                phase="backward",
-                iteration=k,
-                records=rec.records[t0:],
-                allocated_before=before,
-                duration_s=(end - start) / 1e9,
-                start_s=(start - self.t0_ns) / 1e9,
-                inplace=False,
-            )
-        )
         self.current_node = None
 
     def optimizer_step(self, k: int, index: int, ospec) -> None:
         from engine.allocator import context
 
         rec = self.rec
-        t0 = len(rec.records)
         self.current_node = "<optimizer>"
-        with context(
-            phase="optimizer", node="<optimizer>", category="optimizer_state", iteration=k
-        ):
-            opt = self.optimizers.get(index)
-            if opt is None:
+        opt = self.optimizers.get(index)
+        if opt is None:
+            with context(
+                phase="optimizer", node="<optimizer>", category="optimizer_state", iteration=k
+            ):
                 opt = self.optimizers[index] = make_optimizer(self.engine, ospec, self.modules)
-            rec.span += 1
-            before = self.alloc.model.allocated_bytes
-            s0 = _perf_ns()
-            with context(op="step"):
-                opt.step()
-            s1 = _perf_ns()
-            self._name_optimizer_state(opt)
-            self.ops.append(
-                op_row(
-                    node="<optimizer>",
-                    op="step",
-                    phase="optimizer",
-                    iteration=k,
-                    records=rec.records[t0:],
-                    allocated_before=before,
-                    duration_s=(s1 - s0) / 1e9,
-                    start_s=(s0 - self.t0_ns) / 1e9,
-                    inplace=False,
-                )
-            )
-            if ospec.zero_grad:
-                rec.span += 1
-                z0 = len(rec.records)
-                before = self.alloc.model.allocated_bytes
-                s0 = _perf_ns()
-                with context(op="zero_grad"):
-                    opt.zero_grad(set_to_none=True)
-                s1 = _perf_ns()
-                self.ops.append(
-                    op_row(
-                        node="<optimizer>",
-                        op="zero_grad",
-                        phase="optimizer",
-                        iteration=k,
-                        records=rec.records[z0:],
-                        allocated_before=before,
-                        duration_s=(s1 - s0) / 1e9,
-                        start_s=(s0 - self.t0_ns) / 1e9,
-                        inplace=False,
-                    )
-                )
+        with rec.step(
+            "<optimizer>",
+            "step",
+            "optimizer",
+            k,
+            category="optimizer_state",
+            context_op="step",
+        ):
+            opt.step()
+        self._name_optimizer_state(opt)
+        if ospec.zero_grad:
+            with rec.step(
+                "<optimizer>",
+                "zero_grad",
+                "optimizer",
+                k,
+                category="optimizer_state",
+                context_op="zero_grad",
+            ):
+                opt.zero_grad(set_to_none=True)
         self.current_node = None
 
     # --- helpers --------------------------------------------------------------------------------
@@ -311,19 +257,6 @@ class _Run:
                 "tensor": stale.tensor,
                 "iteration": k,
                 "message": stale.message,
-            }
-        )
-
-    def _phase(self, name: str, k: int | None, first: int, start_ns: int) -> None:
-        end_ns = _perf_ns()
-        self.phases.append(
-            {
-                "name": name,
-                "iteration": k,
-                "start_index": first,
-                "end_index": len(self.rec.records),
-                "start_ns": start_ns,
-                "end_ns": end_ns,
             }
         )
 
@@ -378,13 +311,15 @@ class _Run:
         return out
 
 
-def run_variant(variant, *, on_iteration=None) -> dict[str, Any]:
+def run_variant(variant, *, on_iteration=None, on_node=None) -> dict[str, Any]:
     """Run one variant and return its report entry (docs/report-format.md, `variants[i]`).
 
     A failure (an exception from the engine, out of memory, a strict stale read) ends the run:
     the entry has status error/oom and everything measured up to the failure.
+    on_iteration(k, n): after iteration k of n; on_node(k, j, m): after forward node j of m in
+    iteration k (for progress bars).
     """
-    run = _Run(variant)
+    run = _Run(variant, on_node)
     run.prepare()
     try:
         return _measure(run, on_iteration)
@@ -398,7 +333,7 @@ def _measure(run: _Run, on_iteration) -> dict[str, Any]:
 
     spec, variant = run.spec, run.variant
     status, error = "ok", None
-    t0 = run.t0_ns = _perf_ns()
+    t0 = run.rec.t0_ns = _perf_ns()
     try:
         run.setup()
         for k in range(spec.iterations):
@@ -432,7 +367,7 @@ def _measure(run: _Run, on_iteration) -> dict[str, Any]:
         "program_duration_s": round(
             sum(
                 p["end_ns"] - p["start_ns"]
-                for p in run.phases
+                for p in run.rec.phases
                 if p["name"] not in ("setup", "release")
             )
             / 1e9,
@@ -448,10 +383,10 @@ def _measure(run: _Run, on_iteration) -> dict[str, Any]:
                 "start_s": round((p["start_ns"] - t0) / 1e9, 9),
                 "end_s": round((p["end_ns"] - t0) / 1e9, 9),
             }
-            for p in run.phases
+            for p in run.rec.phases
         ],
         "peak": peak(records),
-        "ops": run.ops,
+        "ops": run.rec.ops,
         "warnings": run.warnings,
         "expectations": [],
     }

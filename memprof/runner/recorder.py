@@ -1,16 +1,34 @@
-"""The runner's allocator observer: every event becomes a `Record` attributed to its node, op,
-phase, iteration, category and tensor name; a free inside the op that allocated the storage makes
-it `temporary`; tags from autograd refine categories.
+"""The runner's allocator observer and its protocol.
+
+Every allocator event becomes a `Record` attributed to its node, op, phase, iteration, category
+and tensor name; a free inside the step that allocated the storage makes it `temporary`; tags
+from autograd refine categories. The runner speaks to it in steps and phases only::
+
+    rec = Recorder(allocator)
+    with rec.phase("forward", k):
+        with rec.step("h", "relu", "forward", k, category="activation") as step:
+            out = engine.relu(x)
+            step.inplace = False
+
+A step is one span (what it allocates and frees in it is its own), timed, with its row in
+`rec.ops` (docs/report-format.md, `ops`); a phase is a span of `rec.phases`.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
 from engine.allocator import AllocEvent, MemoryObserver
-from memprof.reports.build import CATEGORIES, Record
+from memprof.reports.build import CATEGORIES, op_row
 
 # Engine categories outside the report's list: module buffers (BatchNorm's running stats) are
 # module state made with the parameters.
 _ALIASES = {"buffer": "parameter"}
+_perf_ns = time.perf_counter_ns
 
 
 def _category(value):
@@ -19,14 +37,89 @@ def _category(value):
     return _ALIASES.get(value, "other")
 
 
-class Recorder(MemoryObserver):
-    """Collects records for one variant. The runner sets `span` to a new value for each node (or
-    optimizer step); with `per_op` on (backward), each run of events with the same engine op is
-    its own span, since one backward call runs many ops."""
+@dataclass(slots=True)
+class Record:
+    """One allocator event as the report needs it. Category and tensor may be refined after the
+    event (a free inside the same op makes its allocation `temporary`; autograd tags a storage
+    `saved_for_backward`), which is why records are mutable and shared by alloc and free.
+    """
 
-    def __init__(self):
+    seq: int
+    time_ns: int
+    action: str  # alloc | free | oom
+    bytes: int
+    requested: int
+    allocated: int
+    reserved: int
+    storage: int
+    node: str | None = None
+    op: str | None = None
+    phase: str | None = None
+    iteration: int | None = None
+    owner: Record | None = None  # for a free: the alloc record of the same storage
+    category: str | None = None
+    tensor: str | None = None
+    clone_of: str | None = None  # the in-place op this storage is a backward clone for
+
+    @property
+    def storage_category(self) -> str:
+        rec = self.owner or self
+        return rec.category or "other"
+
+    @property
+    def storage_tensor(self) -> str | None:
+        return (self.owner or self).tensor
+
+
+class Step:
+    """One step in progress (a program node, the backward call, an optimizer step): the caller
+    may set `inplace`, `clone_bytes` and `module` before the block ends; `records` are the
+    events since the step began."""
+
+    __slots__ = (
+        "_rec",
+        "node",
+        "op",
+        "phase",
+        "iteration",
+        "first",
+        "allocated_before",
+        "start_ns",
+        "end_ns",
+        "inplace",
+        "clone_bytes",
+        "module",
+    )
+
+    def __init__(self, rec: Recorder, node, op, phase, iteration, first, allocated_before):
+        self._rec = rec
+        self.node, self.op, self.phase, self.iteration = node, op, phase, iteration
+        self.first = first
+        self.allocated_before = allocated_before
+        self.start_ns = self.end_ns = 0
+        self.inplace = False
+        self.clone_bytes = 0
+        self.module: str | None = None
+
+    @property
+    def records(self) -> list[Record]:
+        return self._rec.records[self.first :]
+
+
+class Recorder(MemoryObserver):
+    """Collects records, op rows and phase spans for one variant.
+
+    allocator: the TrackedAllocator observed (its allocated bytes start each op row's peak);
+    t0_ns: the variant's start on perf_counter_ns (op rows' `start_s` count from it).
+    """
+
+    def __init__(self, allocator=None, t0_ns: int | None = None):
         self.records: list[Record] = []
-        self.span = 0
+        self.ops: list[dict[str, Any]] = []
+        self.phases: list[dict[str, Any]] = []
+        self.allocator = allocator
+        self.t0_ns = _perf_ns() if t0_ns is None else t0_ns
+        self.span = 0  # the current step; events in one step share it
         self.per_op = False
         self._live: dict[int, tuple[Record, tuple]] = {}
         self._op_span = 0
@@ -40,6 +133,87 @@ class Recorder(MemoryObserver):
             "by_op": {},
         }
 
+    # --- the protocol ---------------------------------------------------------------------------
+    def _allocated_now(self) -> int:
+        return self.allocator.model.allocated_bytes if self.allocator is not None else 0
+
+    @contextmanager
+    def step(
+        self,
+        node: str,
+        op: str | None,
+        phase: str,
+        iteration: int | None,
+        *,
+        category: str | None = None,
+        context_op: str | None = None,
+        tensor: str | None = None,
+        per_op: bool = False,
+        row: bool = True,
+    ) -> Iterator[Step]:
+        """One span: events inside are attributed to (node, phase, iteration, category), and to
+        `context_op`/`tensor` when given (engine ops name themselves otherwise). per_op: each run
+        of events of the same engine op is its own span (backward runs many ops in one call).
+        On a normal exit the step's row is appended to `ops` (row=False: none, e.g. making an
+        input); a step that raises leaves no row, its events stay in `records`."""
+        from engine.allocator import context
+
+        self.span += 1
+        step = Step(self, node, op, phase, iteration, len(self.records), self._allocated_now())
+        keys: dict[str, Any] = {"phase": phase, "node": node, "iteration": iteration}
+        if category is not None:
+            keys["category"] = category
+        if context_op is not None:
+            keys["op"] = context_op
+        if tensor is not None:
+            keys["tensor"] = tensor
+        self.per_op = per_op
+        try:
+            with context(**keys):
+                step.start_ns = _perf_ns()
+                try:
+                    yield step
+                finally:
+                    step.end_ns = _perf_ns()
+        finally:
+            self.per_op = False
+        if row:
+            self.ops.append(self._row(step))
+
+    def _row(self, step: Step) -> dict[str, Any]:
+        return op_row(
+            node=step.node,
+            op=step.op,
+            phase=step.phase,
+            iteration=step.iteration,
+            records=step.records,
+            allocated_before=step.allocated_before,
+            duration_s=(step.end_ns - step.start_ns) / 1e9,
+            start_s=(step.start_ns - self.t0_ns) / 1e9,
+            inplace=step.inplace,
+            clone_bytes=step.clone_bytes,
+            module=step.module,
+        )
+
+    @contextmanager
+    def phase(self, name: str, iteration: int | None) -> Iterator[None]:
+        """A span of `phases`; a phase that fails still gets its span, up to the failure."""
+        first, start = len(self.records), _perf_ns()
+        try:
+            yield
+        finally:
+            self.phases.append(
+                {
+                    "name": name,
+                    "iteration": iteration,
+                    "start_index": first,
+                    "end_index": len(self.records),
+                    "start_ns": start,
+                    "end_ns": _perf_ns(),
+                }
+            )
+
+    # --- the observer ---------------------------------------------------------------------------
     def _span_key(self, op) -> tuple | None:
         if not self.per_op:
             return (self.span, 0)

@@ -1,12 +1,15 @@
 """Turn a validated scenario into engine objects: inputs, modules, optimizers, node calls; and
 the name bindings of a program with their stale-read check.
 
-Used by the meta dry run (shapes.py) and by the runner; imports the engine lazily.
+Used by the meta dry run (shapes.py) and by the runner, which share one interpreter of the
+forward program (`run_forward`); imports the engine lazily.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,3 +202,60 @@ class Bindings:
                 self._writes.append((storage_key(t), t._version, node_id))
                 wrote = True
         return wrote
+
+
+# --- the interpreter --------------------------------------------------------------------------
+
+
+class NotATensor(TypeError):
+    """A node returned something other than a tensor."""
+
+
+class ProgramHooks:
+    """What a caller of `run_forward` does around each node; the defaults do nothing.
+
+    The meta dry run (shapes.py) turns stale reads and failures into problems in the file; the
+    runner (runner/execute.py) records each node as a step and reports stale reads as warnings.
+    """
+
+    def stale(self, index: int, node, stale: StaleRead) -> None:
+        """Node `index` reads a name overwritten in place since it was bound."""
+
+    @contextmanager
+    def node(self, index: int, node, tensors: list) -> Iterator[None]:
+        """Around the call of node `index` (an exception from the node passes through)."""
+        yield
+
+    def done(self, index: int, node, tensors: list, out, wrote: bool) -> None:
+        """Inside `node`'s block, after the call: `out` is the result, `wrote` whether the node
+        wrote any input in place. The result is bound to the node's name right after."""
+
+
+def run_forward(program, bindings: Bindings, modules: dict, hooks: ProgramHooks) -> None:
+    """Run a scenario's forward program once: the one interpreter of scenario programs.
+
+    Each node reads its inputs from `bindings` (reporting stale reads first), runs, has its
+    in-place writes noted, and binds its result under its name.
+    """
+    for index, node in enumerate(program):
+        for name in node.inputs:
+            stale = bindings.stale(node.id, name)
+            if stale is not None:
+                hooks.stale(index, node, stale)
+        tensors = [bindings.values[n] for n in node.inputs]
+        before = bindings.versions(tensors)
+        with hooks.node(index, node, tensors):
+            out = call_node(node, tensors, modules)
+            if not _is_tensor(out):
+                raise NotATensor(
+                    f"expected node {node.id!r} to return a tensor, found {type(out).__name__}"
+                )
+            wrote = bindings.note_writes(node.id, tensors, before)
+            hooks.done(index, node, tensors, out, wrote)
+        bindings.bind(node.out_name, out)
+
+
+def _is_tensor(value) -> bool:
+    import engine
+
+    return isinstance(value, engine.Tensor)

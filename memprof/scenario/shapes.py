@@ -4,13 +4,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from memprof.scenario.build import (
     Bindings,
+    NotATensor,
+    ProgramHooks,
     build_module,
-    call_node,
     describe_tensor,
     make_input,
     module_parameters,
+    run_forward,
 )
 from memprof.scenario.loader import Document, Problem, dedupe
 from memprof.scenario.model import ModuleCall
@@ -56,70 +61,48 @@ def dry_run(variant, doc: Document) -> list[Problem]:
         state = Bindings()
         for name, t in inputs.items():
             state.bind(name, t)
-        rounds = 2 if spec.iterations > 1 else 1
-        for _ in range(rounds):
-            state.drop([n.out_name for n in spec.program])
-            for i, node in enumerate(spec.program):
-                for name in node.inputs:
-                    stale = state.stale(node.id, name)
-                    if stale is not None:
-                        problems.append(
-                            doc.problem(
-                                ("program", i),
-                                stale.message
-                                + (" (strict: true makes this an error)" if spec.strict else ""),
-                                severity="error"
-                                if spec.strict and not allowed_to_fail
-                                else "warning",
-                                kind="stale_read",
-                            )
-                        )
-                tensors = [state.values[n] for n in node.inputs]
-                before = state.versions(tensors)
-                try:
-                    out = call_node(node, tensors, modules)
-                except Exception as exc:
-                    if allowed_to_fail:
-                        return dedupe(problems)
-                    if _meta_limitation(engine, exc):
-                        problems.append(
-                            doc.problem(
-                                ("program", i),
-                                (
-                                    f"shapes from node {node.id!r} on are not checked: the meta device "
-                                    f"cannot run it ({_error(exc)}); they are checked when it runs"
-                                ),
-                                severity="warning",
-                            )
-                        )
-                        return dedupe(problems)
-                    shown = ", ".join(
-                        describe_tensor(n, t) for n, t in zip(node.inputs, tensors, strict=True)
+        hooks = _DryRunHooks(doc, spec.strict and not allowed_to_fail, spec.strict)
+        rounds = 2 if spec.iterations > 1 else 1  # the second round sees what the first wrote
+        try:
+            for _ in range(rounds):
+                state.drop([n.out_name for n in spec.program])
+                run_forward(spec.program, state, modules, hooks)
+        except Exception as exc:
+            problems = hooks.problems
+            if allowed_to_fail:
+                return dedupe(problems)
+            i, node, tensors = hooks.current
+            if isinstance(exc, NotATensor):
+                problems.append(doc.problem(("program", i), str(exc)))
+            elif _meta_limitation(engine, exc):
+                problems.append(
+                    doc.problem(
+                        ("program", i),
+                        (
+                            f"shapes from node {node.id!r} on are not checked: the meta device "
+                            f"cannot run it ({_error(exc)}); they are checked when it runs"
+                        ),
+                        severity="warning",
                     )
-                    what = (
-                        f"module {node.module} ({spec.modules[node.module].type})"
-                        if isinstance(node, ModuleCall)
-                        else f"op {node.op}"
+                )
+            else:
+                shown = ", ".join(
+                    describe_tensor(n, t) for n, t in zip(node.inputs, tensors, strict=True)
+                )
+                what = (
+                    f"module {node.module} ({spec.modules[node.module].type})"
+                    if isinstance(node, ModuleCall)
+                    else f"op {node.op}"
+                )
+                problems.append(
+                    doc.problem(
+                        ("program", i),
+                        f"node {node.id!r} ({what}) cannot run on "
+                        f"{shown or 'no inputs'}: {_error(exc)}",
                     )
-                    problems.append(
-                        doc.problem(
-                            ("program", i),
-                            f"node {node.id!r} ({what}) cannot run on "
-                            f"{shown or 'no inputs'}: {_error(exc)}",
-                        )
-                    )
-                    return dedupe(problems)
-                state.note_writes(node.id, tensors, before)
-                if not _is_tensor(engine, out):
-                    problems.append(
-                        doc.problem(
-                            ("program", i),
-                            f"expected node {node.id!r} to return a "
-                            f"tensor, found {type(out).__name__}",
-                        )
-                    )
-                    return dedupe(problems)
-                state.bind(node.out_name, out)
+                )
+            return dedupe(problems)
+        problems = hooks.problems
         for i, phase in enumerate(spec.phases):
             if hasattr(phase, "backward"):
                 loss = state.values[phase.backward]
@@ -161,10 +144,32 @@ def _meta_limitation(engine, exc: BaseException) -> bool:
     return isinstance(exc, (NotImplementedError, AttributeError, engine.errors.MetaDataError))
 
 
-def _is_tensor(engine, value) -> bool:
-    return isinstance(value, engine.Tensor)
-
-
 def _error(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _DryRunHooks(ProgramHooks):
+    """Stale reads become problems at their node; the node running now is kept for a failure."""
+
+    def __init__(self, doc: Document, stale_is_error: bool, strict: bool):
+        self.doc = doc
+        self.stale_is_error = stale_is_error
+        self.strict = strict
+        self.problems: list[Problem] = []
+        self.current: tuple = (0, None, [])
+
+    def stale(self, index, node, stale) -> None:
+        self.problems.append(
+            self.doc.problem(
+                ("program", index),
+                stale.message + (" (strict: true makes this an error)" if self.strict else ""),
+                severity="error" if self.stale_is_error else "warning",
+                kind="stale_read",
+            )
+        )
+
+    @contextmanager
+    def node(self, index, node, tensors) -> Iterator[None]:
+        self.current = (index, node, tensors)
+        yield

@@ -303,7 +303,7 @@ def test_a_run_whose_history_cannot_be_written_still_shows_and_writes_what_it_me
     assert "relu-cli" in res.stdout and "64.00 KiB 50.0%" in res.stdout
     assert json.loads(out.read_text())["scenario"]["name"] == "relu-cli"
     [saved] = runs.glob("*.json")
-    assert f"{runs}: cannot save {saved.stem} and its history there: " in res.stderr
+    assert f"{runs}: saved run {saved.stem}, but cannot add it to the history there: " in res.stderr
     assert "Traceback" not in res.output
 
 

@@ -5,7 +5,7 @@ import textwrap
 
 import jsonschema
 
-from memprof.runner import run_loaded, run_scenario
+from memprof.runner import progress_fraction, run_loaded, run_scenario
 from memprof.scenario import load_scenario
 from memprof.schemas import REPORT, read_schema
 
@@ -229,20 +229,32 @@ def test_unexpected_error_fails_the_report(tmp_path):
     assert report["status"] == "failed"
 
 
-def test_progress_callback_and_saved_report(tmp_path):
+def test_progress_events_follow_variants_iterations_and_nodes(tmp_path):
     events = []
-    report = run_scenario(
-        scenario(tmp_path, RELU), progress=events.append, runs_dir=tmp_path / "runs"
-    )
-    assert events == [
-        {"variant": "inplace", "index": 0, "total": 2, "stage": "start"},
-        {"variant": "inplace", "index": 0, "total": 2, "stage": "done"},
-        {"variant": "out_of_place", "index": 1, "total": 2, "stage": "start"},
-        {"variant": "out_of_place", "index": 1, "total": 2, "stage": "done"},
+    report = run_scenario(scenario(tmp_path, RELU), progress=events.append)
+    stages = [(e["variant"], e["stage"], e["iteration"], e["node"]) for e in events]
+    assert stages == [
+        ("inplace", "start", 0, 0),
+        ("inplace", "node", 0, 1),
+        ("inplace", "iteration", 1, 0),
+        ("inplace", "done", 1, 0),
+        ("out_of_place", "start", 0, 0),
+        ("out_of_place", "node", 0, 1),
+        ("out_of_place", "iteration", 1, 0),
+        ("out_of_place", "done", 1, 0),
     ]
-    saved = tmp_path / "runs" / f"{report['run_id']}.json"
-    assert json.loads(saved.read_text()) == json.loads(json.dumps(report))
-    assert [p.name for p in (tmp_path / "runs").iterdir()] == [saved.name]  # no temp files left
+    fractions = [progress_fraction(e) for e in events]
+    assert fractions == [0.0, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 1.0]
+    assert fractions == sorted(fractions)
+    assert not (tmp_path / "runs").exists()  # the runner saves nothing (record_run does)
+    assert report["status"] == "ok"
+
+
+def test_progress_moves_within_an_iteration_node_by_node():
+    event = {"stage": "node", "index": 1, "total": 2, "iterations": 4, "nodes": 5}
+    assert progress_fraction({**event, "iteration": 0, "node": 0}) == 0.5
+    assert progress_fraction({**event, "iteration": 2, "node": 1}) == 0.5 + 0.5 * (2.2 / 4)
+    assert progress_fraction({**event, "stage": "done"}) == 1.0
 
 
 def test_reports_match_the_shipped_schema(tmp_path):

@@ -6,7 +6,6 @@ import jsonschema
 import pytest
 
 from memprof.reports.build import (
-    Record,
     ScenarioInfo,
     assemble,
     comparison,
@@ -16,6 +15,7 @@ from memprof.reports.build import (
     peak,
     timeline,
 )
+from memprof.runner.recorder import Record
 from memprof.scenario.model import Expectation
 from memprof.schemas import REPORT, read_schema
 

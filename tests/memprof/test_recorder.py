@@ -1,0 +1,81 @@
+"""The recorder's protocol: steps take the span, timing and op row; phases their span."""
+
+from __future__ import annotations
+
+import pytest
+
+import engine
+from engine.allocator import get_allocator
+from memprof.runner.recorder import Recorder
+
+KiB = 1024
+
+
+@pytest.fixture
+def rec():
+    alloc = get_allocator("cpu")
+    alloc.reset()
+    r = Recorder(alloc)
+    alloc.add_observer(r)
+    try:
+        yield r
+    finally:
+        alloc.remove_observer(r)
+        alloc.reset()
+
+
+def test_a_step_is_one_span_with_its_timed_row(rec):
+    x = engine.ones(256)  # 1 KiB before any step
+    with rec.phase("forward", 0):
+        with rec.step("h", "exp", "forward", 0, category="activation") as step:
+            tmp = engine.exp(x)  # allocated and freed inside the step: a temporary
+            del tmp
+            y = engine.exp(x)
+            step.inplace = False
+    [row] = rec.ops
+    assert row["node"] == "h" and row["op"] == "exp" and row["phase"] == "forward"
+    assert (row["allocated_bytes"], row["freed_bytes"]) == (2 * KiB, KiB)
+    assert row["peak_bytes"] == 2 * KiB  # x and one exp at a time
+    assert row["duration_s"] > 0 and row["start_s"] >= 0
+    allocs = [r for r in rec.records if r.action == "alloc" and r.node == "h"]
+    assert [r.category for r in allocs] == ["temporary", "activation"]
+    assert {(r.phase, r.iteration) for r in allocs} == {("forward", 0)}
+    [phase] = rec.phases
+    assert (phase["name"], phase["iteration"]) == ("forward", 0)
+    assert (phase["start_index"], phase["end_index"]) == (1, 4)  # x was made before the phase
+    del y
+
+
+def test_a_free_in_a_later_step_is_not_a_temporary(rec):
+    with rec.step("a", "exp", "forward", 0, category="activation"):
+        y = engine.ones(256)
+    with rec.step("b", "release", "forward", 0):
+        del y
+    assert [r.category for r in rec.records if r.action == "alloc"] == ["activation"]
+    assert [r.node for r in rec.records] == ["a", "b"]
+
+
+def test_a_step_that_raises_leaves_its_events_but_no_row(rec):
+    with pytest.raises(RuntimeError), rec.phase("forward", 3):
+        with rec.step("boom", "exp", "forward", 3):
+            keep = engine.ones(256)
+            raise RuntimeError("engine error")
+    assert rec.ops == []
+    assert [(r.action, r.node) for r in rec.records] == [("alloc", "boom")]
+    assert rec.phases[0]["end_index"] == 1  # the failed phase still has its span
+    del keep
+
+
+def test_row_false_records_events_without_a_row(rec):
+    with rec.step("<inputs>", "rand", "setup", None, category="input", tensor="x", row=False):
+        x = engine.rand(256)
+    assert rec.ops == []
+    [r] = rec.records
+    assert (r.category, r.tensor, r.node, r.phase, r.iteration) == (
+        "input",
+        "x",
+        "<inputs>",
+        "setup",
+        None,
+    )
+    del x
