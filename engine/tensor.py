@@ -223,8 +223,13 @@ class Tensor:
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's .grad (a non-scalar needs `gradient`)."""
+        from engine.allocator import tracked
         from engine.autograd.engine import backward
 
+        if tracked.observed:  # a profiler is listening: what backward allocates is its phase
+            with tracked.context(phase="backward"):
+                backward([self], [gradient], retain_graph=retain_graph, inputs=inputs)
+            return
         backward([self], [gradient], retain_graph=retain_graph, inputs=inputs)
 
     # --- values ---------------------------------------------------------------------------------

@@ -8,8 +8,10 @@ where PyTorch allocates it too.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections import defaultdict
 
+from engine.allocator import tracked
 from engine.allocator.tracked import context
 from engine.autograd.grad_mode import enable_grad
 from engine.tensor import Tensor
@@ -23,8 +25,34 @@ class _RequiredParameter:
 required = _RequiredParameter()
 
 
+def _in_optimizer_phase(fn):
+    """Wrap an optimizer method so that, while an observer listens to an allocator (a profiler),
+    what it allocates and frees is attributed to phase "optimizer"."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        if not tracked.observed or tracked.current_context().get("phase") == "optimizer":
+            return fn(self, *args, **kwargs)
+        with context(phase="optimizer"):
+            return fn(self, *args, **kwargs)
+
+    wrapper._optimizer_phase = True
+    return wrapper
+
+
 class Optimizer:
-    """Base class: subclasses implement `step()` with their update rule."""
+    """Base class: subclasses implement `step()` with their update rule.
+
+    `step` and `zero_grad` (also a subclass's own) run in allocator context phase="optimizer"
+    while a profiler observes an allocator, so memprof.profile tells the optimizer phase apart.
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in ("step", "zero_grad"):
+            fn = cls.__dict__.get(name)
+            if fn is not None and not getattr(fn, "_optimizer_phase", False):
+                setattr(cls, name, _in_optimizer_phase(fn))
 
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
@@ -73,6 +101,7 @@ class Optimizer:
             raise ValueError("some parameters appear in more than one parameter group")
         self.param_groups.append(group)
 
+    @_in_optimizer_phase
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop every .grad (the default: its memory is freed), or zero it in place."""
         from engine.nn.modules.module import _zero_grad

@@ -179,6 +179,10 @@ class AccountingModel:
     """
 
     name: str = ""
+    # The memory history (engine.allocator.snapshot): when set, called as
+    # trace(action, address, size, requested) for alloc, free_requested, free_completed,
+    # segment_alloc, segment_free and oom, in the order the allocator takes them.
+    trace = None
     # memory_stats() key -> the counted stat it reads (None: always 0), where they differ.
     _STAT_SOURCE: dict[str, str | None] = {}
 

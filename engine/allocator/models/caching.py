@@ -122,6 +122,8 @@ class CachingModel(AccountingModel):
         block.requested = nbytes
         self._all.add_block(block.size, nbytes, split_blocks, split_bytes)
         stats.add_block(block.size, nbytes, split_blocks, split_bytes)
+        if self.trace is not None:
+            self.trace("alloc", block.address, block.size, nbytes)
         return block
 
     def free(self, block: Block) -> None:
@@ -184,6 +186,9 @@ class CachingModel(AccountingModel):
             split_bytes += merged.size
         self._all.remove_block(block.size, block.requested, split_blocks, split_bytes)
         stats.remove_block(block.size, block.requested, split_blocks, split_bytes)
+        if self.trace is not None:
+            self.trace("free_requested", block.address, block.size, block.requested)
+            self.trace("free_completed", block.address, block.size, block.requested)
 
     def empty_cache(self) -> None:
         self.num_sync_all_streams += 1  # PyTorch syncs every stream before releasing
@@ -220,6 +225,8 @@ class CachingModel(AccountingModel):
             self.num_alloc_retries += 1
             if self._all.reserved_bytes - self._cached_segment_bytes() + alloc_size > limit:
                 self.num_ooms += 1
+                if self.trace is not None:
+                    self.trace("oom", 0, alloc_size, nbytes)
                 raise self._out_of_memory(alloc_size, nbytes)
             self.empty_cache()
         address = self._next_address
@@ -230,6 +237,8 @@ class CachingModel(AccountingModel):
         self._all.add_segment(alloc_size)
         (self._small if pool == "small" else self._large).add_segment(alloc_size)
         self.num_device_alloc += 1
+        if self.trace is not None:
+            self.trace("segment_alloc", address, alloc_size, alloc_size)
         return segment.head
 
     def _release(self, segment: _Segment, stats: _Stats) -> None:
@@ -237,6 +246,8 @@ class CachingModel(AccountingModel):
         self._all.remove_segment(segment.size)
         stats.remove_segment(segment.size)
         self.num_device_free += 1
+        if self.trace is not None:
+            self.trace("segment_free", segment.address, segment.size, segment.size)
 
     def _cached_segment_bytes(self) -> int:
         """Bytes that empty_cache() would release: the fully free segments."""

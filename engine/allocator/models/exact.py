@@ -83,6 +83,8 @@ class ExactModel(AccountingModel):
         limit = self.limit
         if limit is not None and total > limit:
             self.num_ooms += 1
+            if self.trace is not None:
+                self.trace("oom", 0, nbytes, nbytes)
             raise self._out_of_memory(nbytes, nbytes)
         stats.allocated_bytes = allocated
         stats.allocated_bytes_inc += nbytes
@@ -101,6 +103,9 @@ class ExactModel(AccountingModel):
         address = self._next_address
         self._next_address = address + (nbytes + 511) // 512 * 512  # keep addresses 512-aligned
         self._live[address] = nbytes
+        if self.trace is not None:  # every allocation is its own segment
+            self.trace("segment_alloc", address, nbytes, nbytes)
+            self.trace("alloc", address, nbytes, nbytes)
         return address
 
     def uncharge(self, address: int) -> None:
@@ -114,6 +119,10 @@ class ExactModel(AccountingModel):
         stats = self._large if nbytes > SMALL_SIZE else self._small
         stats.allocated_bytes -= nbytes
         stats.allocation -= 1
+        if self.trace is not None:
+            self.trace("free_requested", address, nbytes, nbytes)
+            self.trace("free_completed", address, nbytes, nbytes)
+            self.trace("segment_free", address, nbytes, nbytes)
 
     def handle_sizes(self, address: int) -> tuple[int, int]:
         nbytes = self._live.get(address, 0)
