@@ -105,10 +105,37 @@ def append(
             )
             added = conn.total_changes - before
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as exc:
+            _rollback(conn)
+            if isinstance(exc, sqlite3.Error):
+                raise _plain_error(exc) from None
             raise
     return added
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back what is open, never hiding the error that got us here: SQLite ends the
+    transaction itself on a full disk, and a second error ("cannot rollback - no transaction is
+    active") would replace the real one."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
+def _plain_error(exc: sqlite3.Error) -> sqlite3.Error:
+    """SQLite's error with the operating system's words where SQLite has its own."""
+    text = str(exc)
+    if "disk is full" in text or "disk I/O error" in text and _disk_full(exc):
+        return type(exc)("no space left on device (SQLite: " + text + ")")
+    if "readonly database" in text or "read-only" in text:
+        return type(exc)("the history database is read-only (SQLite: " + text + ")")
+    return exc
+
+
+def _disk_full(exc: sqlite3.Error) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) == 13  # SQLITE_FULL
 
 
 def query(
@@ -143,13 +170,12 @@ def query(
     if limit is not None:
         sql += " LIMIT ?"
         args.append(max(0, int(limit)))
-    with closing(_connect(path)) as conn:
-        try:
-            fetched = conn.execute(sql, args).fetchall()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):  # created by a writer that has not committed yet
-                return []
-            raise
+    try:
+        fetched = _read(path, lambda conn: conn.execute(sql, args).fetchall())
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):  # created by a writer that has not committed yet
+            return []
+        raise
     rows = [dict(zip(COLUMNS, r, strict=True)) for r in reversed(fetched)]
     for row in rows:
         if row["passed"] is not None:
@@ -162,18 +188,13 @@ def scenarios(runs_dir: str | os.PathLike) -> list[str]:
     path = db_path(runs_dir)
     if not path.is_file():
         return []
-    with closing(_connect(path)) as conn:
-        try:
-            return [
-                r[0]
-                for r in conn.execute(
-                    "SELECT DISTINCT scenario FROM variant_runs ORDER BY scenario"
-                )
-            ]
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []
-            raise
+    sql = "SELECT DISTINCT scenario FROM variant_runs ORDER BY scenario"
+    try:
+        return [r[0] for r in _read(path, lambda conn: conn.execute(sql).fetchall())]
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
 
 
 # --- internals --------------------------------------------------------------------------------
@@ -185,6 +206,28 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
     return conn
+
+
+def _read(path: Path, fetch):
+    """Run a read; on read-only media (where SQLite cannot make the WAL's shared-memory file)
+    read the database as an immutable file instead."""
+    try:
+        with closing(_connect(path)) as conn:
+            return fetch(conn)
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc) or os.access(path.parent, os.W_OK) and _writable_fs(path):
+            raise
+    uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+    with closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)) as conn:
+        return fetch(conn)
+
+
+def _writable_fs(path: Path) -> bool:
+    """Whether the file system holding `path` is mounted read-write."""
+    try:
+        return not os.statvfs(path.parent).f_flag & os.ST_RDONLY
+    except (OSError, AttributeError):
+        return True
 
 
 def _ensure_schema(conn: sqlite3.Connection) -> None:
@@ -202,7 +245,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
         except sqlite3.OperationalError as exc:
             transient = "locked" in str(exc) or "busy" in str(exc)
             if not transient or time.monotonic() > deadline:
-                raise
+                raise _plain_error(exc) from None
             time.sleep(0.01)
     try:
         # One statement at a time: executescript() would commit the transaction first.
@@ -210,8 +253,10 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
+    except BaseException as exc:
+        _rollback(conn)
+        if isinstance(exc, sqlite3.Error):
+            raise _plain_error(exc) from None
         raise
 
 
@@ -223,6 +268,8 @@ def _rows(
     commit = env.get("git_commit") or git_commit()
     rows = []
     for v in report.get("variants") or []:
+        if not isinstance(v, Mapping) or not isinstance(v.get("name"), str):
+            continue
         verdict = (passed or {}).get(v["name"])
         if verdict is None:
             verdict = all(e.get("passed") for e in v.get("expectations") or [])
@@ -232,11 +279,11 @@ def _rows(
                 "created_at": report["created_at"],
                 "scenario": scenario.get("name"),
                 "variant": v["name"],
-                "peak_allocated_bytes": v.get("peak_allocated_bytes"),
-                "peak_reserved_bytes": v.get("peak_reserved_bytes"),
-                "status": v.get("status", "ok"),
+                "peak_allocated_bytes": _int64(v.get("peak_allocated_bytes")),
+                "peak_reserved_bytes": _int64(v.get("peak_reserved_bytes")),
+                "status": str(v.get("status", "ok")),
                 "passed": int(bool(verdict)),
-                "duration_s": v.get("duration_s"),
+                "duration_s": _number(v.get("duration_s")),
                 "git_commit": commit,
                 "device": v.get("device") or env.get("device"),
                 "allocator": v.get("allocator") or env.get("allocator"),
@@ -245,6 +292,19 @@ def _rows(
             }
         )
     return rows
+
+
+def _int64(value: Any) -> int | None:
+    """An integer SQLite can store (a byte count past 64 bits, from a meta run, is left out)."""
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+        return value
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) if abs(float(value)) < float("inf") else None
+    return None
 
 
 def git_commit(cwd: str | os.PathLike | None = None) -> str | None:

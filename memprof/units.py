@@ -20,6 +20,7 @@ _UNITS = {
     "gib": 1024**3,
     "tib": 1024**4,
 }
+MAX_SIZE = 2**63 - 1  # bytes: what an int64 byte count holds
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
@@ -33,8 +34,16 @@ def parse_size(value: int | float | str) -> int:
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"expected a non-negative size, found {value}")
+        if value > MAX_SIZE:
+            raise ValueError(
+                f"expected a size that fits in 64 bits (at most {MAX_SIZE}), found {value}"
+            )
         return value
     if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"expected a finite size, found {value}")
+        if value > MAX_SIZE:
+            raise ValueError(f"expected a size that fits in 64 bits (at most 8 EiB), found {value}")
         if value < 0 or value != int(value):
             raise ValueError(f"expected a whole number of bytes, found {value}")
         return int(value)
@@ -45,6 +54,8 @@ def parse_size(value: int | float | str) -> int:
         )
     number = float(m.group(1))
     result = number * _UNITS[m.group(2).lower()]
+    if result > MAX_SIZE:
+        raise ValueError(f"expected a size that fits in 64 bits (at most 8 EiB), found {value!r}")
     if result != int(result):
         raise ValueError(f"{value!r} is not a whole number of bytes")
     return int(result)

@@ -18,24 +18,34 @@ from pathlib import Path
 from typing import Any
 
 from memprof.errors import InvalidInput
-from memprof.reports.build import SCHEMA_VERSION
 
 DEFAULT_RUNS_DIR = Path("memprof-runs")
+# The one rule for run ids (and so for report file names). A run id is made from the UTC time,
+# the scenario name (whose characters the scenario format limits to these) and random hex; it has
+# no path separator and does not start with a dot, so no run id names anything outside the runs
+# directory ("a..b" is an ordinary name).
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to `path` so that readers see the old file or the whole new one, never half."""
+    """Write `text` to `path` so that readers see the old file or the whole new one, never half.
+
+    The text goes to a hidden `.NAME.*.tmp` file beside it, renamed over `path` when complete;
+    on any failure the temporary file is removed. While it is written the writer holds a lock on
+    it, so `clean_orphans` can tell a live temporary file from one a killed writer left.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    clean_orphans(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            _lock(fh.fileno())
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
-        os.replace(tmp, path)
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give it normal permissions
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -43,6 +53,62 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             pass
         raise
     return path
+
+
+TMP_SUFFIX = ".tmp"
+MIN_ORPHAN_AGE_S = 1.0
+
+
+def _lock(fd: int, *, wait: bool = True) -> bool:
+    """An exclusive lock on an open file (released when the process ends, however it ends)."""
+    try:
+        import fcntl
+    except ImportError:  # no fcntl (Windows): clean_orphans goes by age instead
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError:
+        return False
+    return True
+
+
+def clean_orphans(directory: str | os.PathLike, *, max_age_s: float = 3600.0) -> list[Path]:
+    """Remove the temporary files of writers that died mid-write (killed, power loss): hidden
+    `*.tmp` files in `directory` that no live writer holds locked (without file locks: older than
+    `max_age_s`). Returns what was removed; never raises."""
+    removed = []
+    try:
+        candidates = [
+            p for p in Path(directory).iterdir() if p.name.startswith(".") and p.suffix == ".tmp"
+        ]
+    except OSError:
+        return removed
+    for p in candidates:
+        try:
+            if not _orphaned(p, max_age_s):
+                continue
+            p.unlink()
+            removed.append(p)
+        except OSError:
+            continue
+    return removed
+
+
+def _orphaned(path: Path, max_age_s: float) -> bool:
+    import time
+
+    age = time.time() - path.lstat().st_mtime
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        return age > max_age_s
+    if age < MIN_ORPHAN_AGE_S:  # a writer locks its file right after making it: give it time
+        return False
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        return _lock(fd, wait=False)
+    finally:
+        os.close(fd)
 
 
 def write_output(path: str | os.PathLike, text: str) -> Path:
@@ -97,8 +163,8 @@ def save_report(report: dict[str, Any], runs_dir: str | os.PathLike = DEFAULT_RU
 
 
 def is_valid_run_id(run_id: str) -> bool:
-    """Run ids are file stems with no path separators (guards against traversal)."""
-    return bool(_RUN_ID_RE.match(run_id)) and ".." not in run_id
+    """Run ids are file stems with no path separators and no leading dot (no traversal)."""
+    return isinstance(run_id, str) and bool(_RUN_ID_RE.fullmatch(run_id))
 
 
 def report_path(runs_dir: str | os.PathLike, run_id: str) -> Path | None:
@@ -142,24 +208,21 @@ def read_report(path: str | os.PathLike) -> dict[str, Any]:
         ) from None
     except UnicodeDecodeError:
         raise InvalidInput(f"{path}: cannot read the report: not UTF-8 text") from None
+    except RecursionError:
+        raise InvalidInput(
+            f"{path}: cannot read the report: values nested too deep to be a report"
+        ) from None
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read the report: {exc.strerror or exc}") from None
     return require_report(data, str(path))
 
 
 def require_report(report: Any, source: str = "report") -> dict[str, Any]:
-    """The report if it looks like docs/report-format.md (this schema_version), else InvalidInput."""
-    if not isinstance(report, dict):
-        raise InvalidInput(f"{source} is not a memprof report (expected a JSON object)")
-    version = report.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise InvalidInput(
-            f"{source} has schema_version {version!r}; this memprof reads schema_version "
-            f"{SCHEMA_VERSION}"
-        )
-    if not isinstance(report.get("variants"), list):
-        raise InvalidInput(f"{source} has no 'variants' list")
-    return report
+    """The report if every reader can use it (docs/report-format.md, this schema_version), else
+    InvalidInput (memprof.reports.load.UnreadableReport) naming the first bad field."""
+    from memprof.reports.load import check_report
+
+    return check_report(report, source)
 
 
 def list_report_paths(runs_dir: str | os.PathLike) -> list[Path]:

@@ -29,6 +29,8 @@ from memprof.scenario.catalog import DTYPES, INITS, MODULES, OPS, OPTIMIZERS, RE
 from memprof.units import parse_size
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+MAX_SEED = 2**64 - 1
+MAX_ITERATIONS = 10_000
 VARIANT_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.,=+-]*$"
 PARAM_REF_RE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 SIZE_PATTERN = r"^\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*([kKmMgGtT]([iI]?[bB])?|[bB])?\s*$"
@@ -336,7 +338,11 @@ class Expectation(Strict):
     ) = Field(None, description="bytes of each category live at the peak, e.g. {gradient: 2 MiB}")
     error: ErrorExpectation | None = None
     values: (
-        dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.grad)?$")], float] | None
+        dict[
+            Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.grad)?$")],
+            Annotated[float, Field(allow_inf_nan=False)],
+        ]
+        | None
     ) = Field(None, description="every element of the tensor (or NAME.grad) equals this number")
     warnings: dict[Literal["stale_read", "inplace_clone"], Annotated[int, Field(ge=0)]] | None = (
         Field(None, description="how many warnings of each kind the variant reports")
@@ -359,7 +365,9 @@ class Scenario(Strict):
     description: str = ""
     device: Literal["cpu", "cuda", "meta", "auto"] = "cpu"
     dtype: Literal[DTYPES] = "float32"
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = Field(
+        0, description="the random seed (0 to 2**64 - 1, as numpy and torch take it)"
+    )
     allocator: Literal["exact", "caching"] = Field(
         "exact", description="exact: bytes as requested; caching: PyTorch's CUDA caching allocator"
     )
@@ -369,7 +377,7 @@ class Scenario(Strict):
     modules: dict[Name, ModuleSpec] = Field(default_factory=dict)
     program: list[Node] = Field(..., min_length=1)
     phases: list[Phase] = Field(default_factory=lambda: ["forward"])
-    iterations: Annotated[int, Field(ge=1)] = 1
+    iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS)] = 1
     variants: (
         dict[Annotated[str, Field(pattern=VARIANT_NAME_PATTERN)], dict[Name, ParamValue]] | None
     ) = Field(None, description="named variants: each maps parameter names to values")

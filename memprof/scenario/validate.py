@@ -8,6 +8,7 @@ raises `memprof.errors.InvalidInput` carrying them all (exit code 2, no tracebac
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,17 @@ from memprof.scenario.problems import pydantic_problems
 from memprof.scenario.variants import expand_variants, references, substitute
 
 DEVICES = ("cpu", "cuda", "meta", "auto")
+INT64_MAX = 2**63 - 1
+ITEMSIZE = {
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "float64": 8,
+    "uint8": 1,
+    "int32": 4,
+    "int64": 8,
+    "bool": 1,
+}
 ALLOCATORS = ("exact", "caching")
 
 
@@ -75,9 +87,15 @@ def read_scenario_text(path: str | os.PathLike) -> tuple[str, bytes]:
     try:
         return raw.decode("utf-8"), raw
     except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        start = raw.rfind(b"\n", 0, exc.start) + 1
+        column = len(raw[start : exc.start].decode("utf-8", errors="replace")) + 1
         raise InvalidInput(
-            f"{path}: expected UTF-8 text, found a byte 0x{raw[exc.start]:02x} "
-            f"at offset {exc.start}"
+            f"{path}: not UTF-8 text",
+            [
+                f"{path}:{line}:{column}: expected UTF-8 text, found the byte "
+                f"0x{raw[exc.start]:02x}; save the file as UTF-8"
+            ],
         ) from None
 
 
@@ -339,6 +357,16 @@ def check_semantics(spec: Scenario, doc: Document, variant_names: list[str]) -> 
     later = {n.out_name: ("program", i) for i, n in enumerate(spec.program)}
     for name, inp in spec.inputs.items():
         bound[name] = ("inputs", name)
+        nbytes = math.prod(inp.shape) * ITEMSIZE[inp.dtype or spec.dtype]
+        if nbytes > INT64_MAX or any(d > INT64_MAX for d in inp.shape):
+            problems.append(
+                doc.problem(
+                    ("inputs", name, "shape"),
+                    f"expected a shape whose size in bytes fits in 64 bits (at most {INT64_MAX}), "
+                    f"found {'x'.join(map(str, inp.shape))} of {inp.dtype or spec.dtype}: "
+                    f"{nbytes} bytes",
+                )
+            )
         if inp.requires_grad and not _is_float(inp.dtype or spec.dtype):
             problems.append(
                 doc.problem(

@@ -9,6 +9,7 @@ A value written exactly `$name` is replaced by the parameter's value (any YAML v
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from memprof.scenario.model import NAME_PATTERN, PARAM_REF_RE, VARIANT_NAME_PATT
 _NAME_RE = re.compile(NAME_PATTERN)
 _VARIANT_RE = re.compile(VARIANT_NAME_PATTERN)
 DEFAULT_VARIANT = "default"
+MAX_VARIANTS = 256  # variants one scenario may define (named variants x matrix combinations)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ def expand_variants(doc: Document) -> tuple[list[VariantDef], list[Problem]]:
                             key=True,
                         )
                     )
+                for k, v in params.items():
+                    problems += _value_problems(doc, ("variants", name, k), v)
                 named.append(VariantDef(name, dict(params)))
     combos: list[dict[str, Any]] = [{}]
     raw_matrix = data.get("matrix")
@@ -110,10 +114,34 @@ def expand_variants(doc: Document) -> tuple[list[VariantDef], list[Problem]]:
                         )
                     )
                     continue
+                for i, v in enumerate(values):
+                    problems += _value_problems(doc, ("matrix", key, i), v)
                 axes.append([(key, v) for v in values])
-            combos = [dict(c) for c in itertools.product(*axes)] if axes else [{}]
+            asked = max(len(named), 1) * math.prod(len(a) for a in axes)
+            if asked > MAX_VARIANTS:
+                sizes = " x ".join(str(len(a)) for a in axes)
+                named_part = f"{len(named)} named variants x " if named else ""
+                problems.append(
+                    doc.problem(
+                        ("matrix",),
+                        f"expected at most {MAX_VARIANTS} variants, found {asked} "
+                        f"({named_part}{len(axes)} matrix axes of {sizes} values); "
+                        "split the scenario or use fewer values",
+                        key=True,
+                    )
+                )
+            elif not problems:
+                combos = [dict(c) for c in itertools.product(*axes)] if axes else [{}]
     if problems:
         return [], problems
+    if len(named) > MAX_VARIANTS:
+        return [], [
+            doc.problem(
+                ("variants",),
+                f"expected at most {MAX_VARIANTS} variants, found {len(named)}; split the scenario",
+                key=True,
+            )
+        ]
     if not named and raw_matrix is None:
         return [VariantDef(DEFAULT_VARIANT, {})], []
     result: list[VariantDef] = []
@@ -185,6 +213,21 @@ def references(doc: Document) -> dict[str, list[tuple]]:
 
     walk(doc.data, ())
     return found
+
+
+def _value_problems(doc: Document, path: tuple, value: Any) -> list[Problem]:
+    """A parameter value goes into the report as JSON: no NaN or infinity (JSON has none)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [
+            doc.problem(
+                path, f"expected a finite number as a parameter value, found {_short(value)}"
+            )
+        ]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _value_problems(doc, path + (i,), v)]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _value_problems(doc, path + (k,), v)]
+    return []
 
 
 def _short(value: Any) -> str:

@@ -163,10 +163,9 @@ def test_list(tmp_path):
 
 
 def report_with(tmp_path, name, peaks):
-    variants = [{"name": n, "peak_allocated_bytes": p} for n, p in peaks.items()]
-    path = tmp_path / name
-    path.write_text(json.dumps({"schema_version": 1, "variants": variants}))
-    return path
+    from tests.memprof.report_factory import write_report
+
+    return write_report(tmp_path / name, peaks)
 
 
 def test_compare_shows_delta_and_fails_past_the_limit(tmp_path):
