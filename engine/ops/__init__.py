@@ -1,8 +1,10 @@
-"""The op table: public functions (engine.relu, engine.add, ...) and Tensor methods.
+"""The core ops' rows of the op table (engine/ops/registry.py): engine.relu, Tensor.add_, ...
 
 Every op is a primitive from elementwise.py / reduce.py / linalg.py / views.py applied through
 Function.apply, in three spellings where PyTorch has them: `op(x)`, `op(x, out=y)` and the
-in-place `x.op_()` (which returns x itself, allocates nothing and bumps x._version).
+in-place `x.op_()` (which returns x itself, allocates nothing and bumps x._version). Each public
+name is one row, registered here (or in the module that defines the op: engine/ops/nn/*.py, ...);
+importing this package registers them all and binds the Tensor methods.
 """
 
 from __future__ import annotations
@@ -16,16 +18,17 @@ from engine.ops import linalg as L
 from engine.ops import reduce as R
 from engine.ops import views as V
 from engine.ops.common import data  # noqa: F401
+from engine.ops.registry import alias, register
 from engine.tensor import Tensor
 
-_ns: dict = {}
 
+def _export(name, **options):
+    """Register the decorated function as row `name`: engine.<name> and Tensor.<name>."""
+    options.setdefault("method", True)
 
-def _export(name):
     def deco(fn):
         fn.__name__ = name
-        _ns[name] = fn
-        return fn
+        return register(name, fn, **options)
 
     return deco
 
@@ -37,7 +40,7 @@ def _export(name):
 # new bound method on every call, a noticeable cost for a small op.
 
 
-def _unary(name, cls):
+def _unary(name, cls, functional=None, functional_inplace=False):
     apply = cls.apply
 
     def fn(input, *, out=None):
@@ -46,9 +49,40 @@ def _unary(name, cls):
     def fn_(input):
         return apply(input, out=input, op=name + "_")
 
-    _export(name)(fn)
-    _export(name + "_")(fn_)
+    _export(name, inplace=name + "_", functional=functional or False)(fn)
+    _export(name + "_", functional=functional_inplace)(fn_)
     return fn
+
+
+# engine.nn.functional's forms, where they differ from engine.<name> (PyTorch's signatures)
+def _f_relu(input, inplace=False):
+    """max(x, 0); inplace=True overwrites input (free: backward keeps the result, not the input)."""
+    return input.relu_() if inplace else relu(input)
+
+
+def _f_sigmoid(input):
+    return sigmoid(input)
+
+
+def _f_tanh(input):
+    return tanh(input)
+
+
+def _softmax_dim(ndim: int) -> int:
+    # PyTorch's implicit choice (deprecated there, kept for the same results)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def _f_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    return softmax(input, _softmax_dim(input.ndim) if dim is None else dim, dtype=dtype)
+
+
+def _f_log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    return log_softmax(input, _softmax_dim(input.ndim) if dim is None else dim, dtype=dtype)
+
+
+for _fn in (_f_relu, _f_sigmoid, _f_tanh, _f_softmax, _f_log_softmax):
+    _fn.__name__ = _fn.__name__[3:]
 
 
 neg = _unary("neg", E.Neg)
@@ -57,16 +91,18 @@ log = _unary("log", E.Log)
 sqrt = _unary("sqrt", E.Sqrt)
 sin = _unary("sin", E.Sin)
 cos = _unary("cos", E.Cos)
-tanh = _unary("tanh", E.Tanh)
-sigmoid = _unary("sigmoid", E.Sigmoid)
-relu = _unary("relu", E.Relu)
+tanh = _unary("tanh", E.Tanh, _f_tanh)
+sigmoid = _unary("sigmoid", E.Sigmoid, _f_sigmoid)
+relu = _unary("relu", E.Relu, _f_relu, functional_inplace=True)
 abs = _unary("abs", E.Abs)  # noqa: A001 - PyTorch's name
 sign = _unary("sign", E.Sign)
 erf = _unary("erf", E.Erf)
-_ns["negative"], _ns["negative_"], _ns["absolute"] = _ns["neg"], _ns["neg_"], _ns["abs"]
+alias("negative", "neg")
+alias("negative_", "neg_")
+alias("absolute", "abs")
 
 
-@_export("clamp")
+@_export("clamp", inplace="clamp_")
 def clamp(input, min=None, max=None, *, out=None):
     return E.Clamp.apply(input, min, max, out=out, op="clamp")
 
@@ -76,10 +112,11 @@ def clamp_(input, min=None, max=None):
     return E.Clamp.apply(input, min, max, out=input, op="clamp_")
 
 
-_ns["clip"], _ns["clip_"] = clamp, clamp_
+alias("clip", "clamp")
+alias("clip_", "clamp_")
 
 
-@_export("pow")
+@_export("pow", inplace="pow_")
 def pow(input, exponent, *, out=None):
     if isinstance(input, Tensor) and not isinstance(exponent, Tensor):
         return E.PowScalar.apply(input, out=out, op="pow", exponent=exponent)
@@ -112,7 +149,7 @@ _mul = E.Mul.apply
 _div = E.Div.apply
 
 
-@_export("add")
+@_export("add", inplace="add_")
 def add(input, other, *, alpha=1, out=None):
     if not isinstance(input, Tensor):
         input, other = other, input
@@ -130,7 +167,7 @@ def add_(input, other, *, alpha=1):
     return _add(input, other, out=input, op="add_", alpha=alpha)
 
 
-@_export("sub")
+@_export("sub", inplace="sub_")
 def sub(input, other, *, alpha=1, out=None):
     if alpha == 1:  # attributes only when given: the fast path of Binary.apply takes none
         return _sub(input, other, out=out, op="sub")
@@ -151,7 +188,7 @@ def rsub(input, other, *, alpha=1):
     return _sub(other, input, op="rsub", alpha=alpha)
 
 
-@_export("mul")
+@_export("mul", inplace="mul_")
 def mul(input, other, *, out=None):
     if not isinstance(input, Tensor):
         input, other = other, input
@@ -163,7 +200,7 @@ def mul_(input, other):
     return _mul(input, other, out=input, op="mul_")
 
 
-@_export("div")
+@_export("div", inplace="div_")
 def div(input, other, *, rounding_mode=None, out=None):
     if rounding_mode is None:
         return _div(input, other, out=out, op="div")
@@ -177,19 +214,20 @@ def div_(input, other, *, rounding_mode=None):
     return _div(input, other, out=input, op="div_", rounding_mode=rounding_mode)
 
 
-_ns.update(
-    subtract=sub,
-    subtract_=sub_,
-    multiply=mul,
-    multiply_=mul_,
-    divide=div,
-    divide_=div_,
-    true_divide=div,
-    true_divide_=div_,
-)
+for _name, _target in (
+    ("subtract", "sub"),
+    ("subtract_", "sub_"),
+    ("multiply", "mul"),
+    ("multiply_", "mul_"),
+    ("divide", "div"),
+    ("divide_", "div_"),
+    ("true_divide", "div"),
+    ("true_divide_", "div_"),
+):
+    alias(_name, _target)
 
 
-@_export("scale")
+@_export("scale", inplace="scale_")
 def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, *, out=None):
     """Paddle's scale: x * scale + bias (or (x + bias) * scale when bias_after_scale is False)."""
     return Scale.apply(x, out=out, op="scale", s=scale, b=bias, after=bias_after_scale)
@@ -231,7 +269,7 @@ def _binary_plain(name, cls):
     def fn_(input, other):
         return apply(input, other, out=input, op=name + "_")
 
-    _export(name)(fn)
+    _export(name, inplace=name + "_")(fn)
     _export(name + "_")(fn_)
     return fn
 
@@ -246,14 +284,15 @@ gt = _binary_plain("gt", E.Gt)
 ge = _binary_plain("ge", E.Ge)
 logical_and = _binary_plain("logical_and", E.LogicalAnd)
 logical_or = _binary_plain("logical_or", E.LogicalOr)
-_ns.update(
-    greater=_ns["gt"],
-    less=_ns["lt"],
-    greater_equal=_ns["ge"],
-    less_equal=_ns["le"],
-    equal=_ns["eq"],
-    not_equal=_ns["ne"],
-)
+for _name, _target in (
+    ("greater", "gt"),
+    ("less", "lt"),
+    ("greater_equal", "ge"),
+    ("less_equal", "le"),
+    ("equal", "eq"),
+    ("not_equal", "ne"),
+):
+    alias(_name, _target)
 
 
 @_export("logical_not")
@@ -261,12 +300,12 @@ def logical_not(input, *, out=None):
     return E.LogicalNot.apply(input, out=out, op="logical_not")
 
 
-@_export("where")
+@_export("where", method=lambda self, condition, other: where(condition, self, other))
 def where(condition, input, other, *, out=None):
     return E.Where.apply(condition, input, other, out=out, op="where")
 
 
-@_export("masked_fill")
+@_export("masked_fill", inplace="masked_fill_")
 def masked_fill(input, mask, value):
     return E.MaskedFill.apply(input, mask, value, op="masked_fill")
 
@@ -330,13 +369,13 @@ def argmax(input, dim=None, keepdim=False):
     return max(input, dim, keepdim).indices
 
 
-@_export("softmax")
+@_export("softmax", functional=_f_softmax)
 def softmax(input, dim, *, dtype=None, out=None):
     x = input.to(dtype) if dtype is not None else input
     return R.Softmax.apply(x, out=out, op="softmax", dim=dim)
 
 
-@_export("log_softmax")
+@_export("log_softmax", functional=_f_log_softmax)
 def log_softmax(input, dim, *, dtype=None, out=None):
     x = input.to(dtype) if dtype is not None else input
     return R.LogSoftmax.apply(x, out=out, op="log_softmax", dim=dim)
@@ -350,7 +389,8 @@ def matmul(input, other, *, out=None):
     return _matmul(input, other, out=out, op="matmul")
 
 
-_ns["mm"] = _ns["bmm"] = matmul
+alias("mm", "matmul")
+alias("bmm", "matmul")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,7 +430,7 @@ def permute(input, *dims):
     return V.Permute.apply(input, op="permute", dims=_shape_args(dims))
 
 
-@_export("transpose")
+@_export("transpose", inplace="transpose_")
 def transpose(input, dim0, dim1):
     n = input.ndim
     perm = list(range(n))
@@ -402,10 +442,10 @@ def transpose(input, dim0, dim1):
     return V.Permute.apply(input, op="transpose", dims=tuple(perm))
 
 
-_ns["swapaxes"] = transpose
+alias("swapaxes", "transpose")
 
 
-@_export("t")
+@_export("t", inplace="t_")
 def t(input):
     if input.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input.ndim}D")
@@ -634,11 +674,8 @@ def setitem(self, index, value):
 # ---------------------------------------------------------------------------------------------
 # Tensor methods and Python operators
 # ---------------------------------------------------------------------------------------------
-def _bind_methods() -> None:
-    skip = {"where", "broadcast_to"}
-    for name, fn in _ns.items():
-        if name not in skip:
-            setattr(Tensor, name, fn)
+def _register_methods() -> None:
+    """Rows that are Tensor methods only (no engine.<name>): views, casts, Python operators."""
     extra = dict(
         view=view,
         expand=expand,
@@ -650,8 +687,6 @@ def _bind_methods() -> None:
         to=to,
         __getitem__=getitem,
         __setitem__=setitem,
-        broadcast_to=broadcast_to,
-        where=lambda self, condition, other: where(condition, self, other),
         view_as=lambda self, other: view(self, other.shape),
         reshape_as=lambda self, other: reshape(self, other.shape),
         expand_as=lambda self, other: expand(self, other.shape),
@@ -664,7 +699,6 @@ def _bind_methods() -> None:
         bool=lambda self: to(self, dtypes.bool_),
         cpu=lambda self: to(self, device="cpu"),
         cuda=lambda self, device=None: to(self, device=device or "cuda"),
-        argmax=argmax,
         __neg__=neg,
         __abs__=abs,
         __invert__=logical_not,
@@ -698,7 +732,7 @@ def _bind_methods() -> None:
         __or__=logical_or,
     )
     for name, fn in extra.items():
-        setattr(Tensor, name, fn)
+        register(name, fn, function=False, method=True)
     Tensor.T = property(lambda self: permute(self, *reversed(range(self.ndim))))
     Tensor.mT = property(lambda self: transpose(self, -2, -1))
     Tensor.data = property(detach, lambda self, value: _set_data(self, value))
@@ -711,16 +745,15 @@ def _set_data(self, value):
     self._device = value._device
 
 
-_bind_methods()
+_register_methods()
 
-# nn primitives (conv2d, pooling, gather, addcmul_, lerp_, ...): torch.* names and Tensor methods
-from engine.ops import nn as _nn  # noqa: E402
+# nn primitives (conv2d, pooling, gather, addcmul_, lerp_, ...) register their rows on import
+# issue 10's ops (activations; shaping and joining; indexing writes) register theirs too
+from engine.ops import activations as _activations  # noqa: E402, F401
+from engine.ops import nn as _nn  # noqa: E402, F401
+from engine.ops import registry as _registry  # noqa: E402
 
-_nn.register(_ns, Tensor)
-
-# issue 10's ops (activations; shaping and joining; indexing writes): torch.* names and methods
-from engine.ops import activations as _activations  # noqa: E402
-
-_activations.register(_ns, Tensor)
+_ns = _registry.functions()  # engine.<name>: engine/__init__.py publishes these
+_registry.bind_methods(Tensor)
 
 __all__ = sorted(_ns)

@@ -31,6 +31,7 @@ import numpy as np
 from engine import kernels
 from engine.autograd.function import Function
 from engine.ops.common import result_buffer
+from engine.ops.registry import register
 from engine.tensor import Tensor
 
 _SCRATCH = kernels.SCRATCH_ELEMS
@@ -534,10 +535,14 @@ FUNCTIONS = dict(
 )
 
 
-def register(namespace: dict, tensor_cls) -> None:
-    """Add the torch.* activation names to the op table."""
-    for name, fn in FUNCTIONS.items():
-        namespace.setdefault(name, fn)
+# One row of the op table (engine/ops/registry.py) per name: engine.<name> and/or F.<name>
+for _name in dict.fromkeys([*FUNCTIONAL, *FUNCTIONS]):
+    register(
+        _name,
+        FUNCTIONS.get(_name, FUNCTIONAL.get(_name)),
+        function=_name in FUNCTIONS,
+        functional=FUNCTIONAL.get(_name, False),
+    )
 
 
 __all__ = sorted(FUNCTIONAL)

@@ -26,43 +26,39 @@ from engine.ops.nn.conv import conv2d
 from engine.ops.nn.dropout import dropout, dropout_
 from engine.ops.nn.indexing import embedding, gather, index_select
 from engine.ops.nn.linear import linear
-from engine.ops.nn.loss import mse_loss, nll_loss
+from engine.ops.nn.loss import cross_entropy, mse_loss, nll_loss
 from engine.ops.nn.norm import batch_norm, layer_norm
 from engine.ops.nn.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from engine.ops.nn.ternary import addcdiv, addcdiv_, addcmul, addcmul_, lerp, lerp_
+from engine.ops.registry import register
 
-# torch.* functions and Tensor methods (bound by engine.ops at import)
-FUNCTIONS = dict(
-    conv2d=conv2d,
-    max_pool2d=max_pool2d,
-    avg_pool2d=avg_pool2d,
-    adaptive_avg_pool2d=adaptive_avg_pool2d,
-    gather=gather,
-    index_select=index_select,
-    addcmul=addcmul,
-    addcdiv=addcdiv,
-    lerp=lerp,
-    dropout=lambda input, p, train: dropout(input, p, train),
+# The rows of the op table (engine/ops/registry.py): torch.* functions, Tensor methods and
+# engine.nn.functional's forms.
+register("linear", linear, function=False, functional=True)
+register("conv2d", conv2d, functional=True)
+register("max_pool2d", max_pool2d, functional=True)
+register("avg_pool2d", avg_pool2d, functional=True)
+register("adaptive_avg_pool2d", adaptive_avg_pool2d, functional=True)
+register("mse_loss", mse_loss, function=False, functional=True)
+register("nll_loss", nll_loss, function=False, functional=True)
+register("cross_entropy", cross_entropy, function=False, functional=True)
+register(
+    "gather", gather, method=lambda self, dim, index: gather(self, dim, index), functional=False
 )
-METHODS = dict(
-    gather=lambda self, dim, index: gather(self, dim, index),
-    index_select=lambda self, dim, index: index_select(self, dim, index),
-    addcmul=addcmul,
-    addcmul_=addcmul_,
-    addcdiv=addcdiv,
-    addcdiv_=addcdiv_,
-    lerp=lerp,
-    lerp_=lerp_,
+register(
+    "index_select", index_select, method=lambda self, dim, index: index_select(self, dim, index)
 )
-
-
-def register(namespace: dict, tensor_cls) -> None:
-    """Add the torch.* functions to the op table and the methods to Tensor."""
-    for name, fn in FUNCTIONS.items():
-        namespace.setdefault(name, fn)
-    for name, fn in METHODS.items():
-        if not hasattr(tensor_cls, name):
-            setattr(tensor_cls, name, fn)
+register("embedding", embedding, function=False, functional=True)
+register("dropout", lambda input, p, train: dropout(input, p, train), functional=dropout)
+register("batch_norm", batch_norm, function=False, functional=True)
+register("layer_norm", layer_norm, function=False, functional=True)
+register("gelu", gelu, function=False, functional=True)
+register("addcmul", addcmul, method=True, inplace="addcmul_")
+register("addcmul_", addcmul_, function=False, method=True)
+register("addcdiv", addcdiv, method=True, inplace="addcdiv_")
+register("addcdiv_", addcdiv_, function=False, method=True)
+register("lerp", lerp, method=True, inplace="lerp_")
+register("lerp_", lerp_, function=False, method=True)
 
 
 __all__ = [
@@ -72,6 +68,7 @@ __all__ = [
     "avg_pool2d",
     "adaptive_avg_pool2d",
     "mse_loss",
+    "cross_entropy",
     "nll_loss",
     "gather",
     "index_select",

@@ -221,3 +221,60 @@ def _legacy_reduction(size_average, reduce, reduction):
     if not reduce:
         return "none"
     return "mean" if size_average else "sum"
+
+
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """Cross-entropy of logits `input` [N, C, *] against class indices or class probabilities."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    class_dim = 1 if input.ndim >= 2 else 0
+    n_classes = input.shape[class_dim]
+    logp = input.log_softmax(class_dim)
+    wshape = [1] * input.ndim
+    wshape[class_dim] = n_classes
+    if target.is_floating_point():
+        if target.shape != input.shape:
+            raise RuntimeError(
+                f"Expected target size {list(input.shape)}, got {list(target.shape)}"
+            )
+        if label_smoothing > 0:
+            target = target * (1 - label_smoothing) + label_smoothing / n_classes
+        prod = logp * target
+        if weight is not None:
+            prod = prod * weight.reshape(wshape)
+        loss = -prod.sum(class_dim)
+        if reduction == "none":
+            return loss
+        if reduction == "sum":
+            return loss.sum()
+        return loss.sum() / (input.numel() / n_classes)
+    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    if label_smoothing <= 0:
+        return nll
+    # PyTorch: (1 - eps) * nll + eps/C * (sum over classes of -logp, weighted, ignoring ignore_index)
+    smooth = (
+        -(logp * weight.reshape(wshape)).sum(class_dim)
+        if weight is not None
+        else -logp.sum(class_dim)
+    )
+    ignored = target == ignore_index
+    smooth = smooth.masked_fill(ignored, 0.0)
+    if reduction == "sum":
+        smooth = smooth.sum()
+    elif reduction == "mean":
+        if weight is None:
+            smooth = smooth.sum() / (~ignored).sum()
+        else:
+            picked = weight.index_select(0, target.masked_fill(ignored, 0).reshape(-1))
+            smooth = smooth.sum() / (picked * (~ignored).reshape(-1)).sum()
+    return nll * (1 - label_smoothing) + smooth * (label_smoothing / n_classes)
