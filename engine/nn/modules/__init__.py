@@ -35,6 +35,11 @@ from engine.nn.modules.module import (
 from engine.nn.modules.normalization import BatchNorm1d, BatchNorm2d, LayerNorm
 from engine.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from engine.nn.modules.sparse import Embedding
+from engine.nn.modules.transformer import (
+    MultiheadAttention,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "CELU",
@@ -66,6 +71,7 @@ __all__ = [
     "MSELoss",
     "MaxPool2d",
     "Module",
+    "MultiheadAttention",
     "ModuleList",
     "NLLLoss",
     "ReLU",
@@ -74,6 +80,8 @@ __all__ = [
     "Sigmoid",
     "Softmax",
     "Tanh",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
     "register_module_forward_hook",
     "register_module_forward_pre_hook",
 ]

@@ -8,6 +8,7 @@ from engine import kernels
 from engine.autograd.function import Function
 from engine.ops.common import device_of, result_buffer, result_type
 from engine.ops.nn.common import _dense, _live, _needs, _reshaped, _same_dtype
+from engine.ops.views import view_array
 
 
 class Linear(Function):
@@ -86,6 +87,14 @@ class Linear(Function):
 
 def linear(input, weight, bias=None):
     """y = input @ weight.T + bias (weight [out_features, in_features])."""
+    if input.ndim > 2 and weight.ndim == 2 and input.shape[-1] == weight.shape[1]:
+        rows = math.prod(input.shape[:-1])
+        if rows and view_array(input, (rows, input.shape[-1])) is None:
+            # PyTorch's at::linear on an input that cannot be viewed as 2-D (a transposed batch):
+            # matmul folds it with a copy, and that copy is what mm keeps for backward.
+            flat = input.reshape(rows, input.shape[-1])
+            y = linear(flat, weight, bias)
+            return y.view(input.shape[:-1] + (weight.shape[0],))
     if bias is None:
         return Linear.apply(input, weight, op="linear")
     return Linear.apply(input, weight, bias, op="linear")

@@ -1,0 +1,412 @@
+"""scaled_dot_product_attention: PyTorch's math path, and the fused kernels' accounting.
+
+Two ways to run the same attention, chosen like PyTorch with
+`engine.nn.attention.sdpa_kernel(SDPBackend.MATH | FLASH_ATTENTION | EFFICIENT_ATTENTION)`:
+
+- MATH (the default here) is composed of ordinary ops exactly as ATen's
+  `_scaled_dot_product_attention_math` is (torch 2.13): the boolean or causal mask becomes a float
+  mask first (`where(mask, 0, -inf)`, L x S), then `q * sqrt(scale)` and
+  `k.transpose(-2, -1) * sqrt(scale)` (two new tensors, both kept by the matmul), `attn = q @ k^T`
+  (B x H x L x S), `attn.add_(mask)`, `_safe_softmax` (its result is kept; a bool `isneginf`
+  and an `all` row mask are temporaries), dropout (its scaled mask is kept), `attn @ v`.
+  Every intermediate is a real tensor of the engine, so its bytes and lifetime are the ones
+  torch's profiler shows for `sdpa_kernel(SDPBackend.MATH)`.
+- FLASH_ATTENTION / EFFICIENT_ATTENTION account the attention as the fused kernels do: one
+  primitive whose forward allocates only the output and the log-sum-exp (B x H x L, float32) and
+  keeps q, k, v, the output and the log-sum-exp for backward; backward allocates grad_q, grad_k
+  and grad_v. The L x S scores are recomputed tile by tile in the kernel and never reach memory,
+  so the values here are computed one (batch, head) slice at a time in uncharged scratch. Dropout
+  keeps no mask (the kernels keep a random seed and regenerate it in backward; so does this).
+
+Note: on CPU and CUDA PyTorch's default choice is the flash kernel when the inputs allow it
+(no dropout on CPU, no arbitrary mask for flash); the engine does not guess: MATH unless told.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine import dtypes
+from engine.autograd.function import Function
+from engine.autograd.grad_mode import no_grad
+from engine.tensor import Tensor
+
+# ---------------------------------------------------------------------------------------------
+# backend choice (engine.nn.attention.sdpa_kernel sets it)
+# ---------------------------------------------------------------------------------------------
+MATH, FLASH_ATTENTION, EFFICIENT_ATTENTION = "MATH", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"
+_FUSED = (FLASH_ATTENTION, EFFICIENT_ATTENTION)
+
+
+class _Choice:
+    backends: tuple[str, ...] = (MATH,)
+
+
+CHOICE = _Choice()
+
+
+def _backend() -> str:
+    # The first allowed one, like PyTorch's priority order when several are allowed: fused first.
+    allowed = CHOICE.backends
+    for b in (FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH):
+        if b in allowed:
+            return b
+    raise RuntimeError("scaled_dot_product_attention: no backend is enabled (sdpa_kernel([]))")
+
+
+def _ops():
+    from engine.ops import _ns
+
+    return _ns
+
+
+def _empty(shape, dtype, device) -> Tensor:
+    from engine.creation import empty
+
+    return empty(*shape, dtype=dtype, device=device)
+
+
+def _live(t: Tensor) -> bool:
+    return t._device.type != "meta"
+
+
+def _xp(t: Tensor):
+    from engine.backends import get_xp
+
+    return get_xp(t._device.type)
+
+
+# ---------------------------------------------------------------------------------------------
+# _safe_softmax: softmax whose fully masked rows are 0 instead of nan
+# ---------------------------------------------------------------------------------------------
+def _softmax_cls():
+    from engine.ops.reduce import Softmax
+
+    return Softmax
+
+
+class SafeSoftmax(Function):
+    """at::_safe_softmax: softmax(x) with rows that are all -inf set to 0.
+
+    Keeps its result for backward (like softmax). ATen allocates two temporaries on the way: the
+    bool `isneginf(x)` (x's shape) and its `all` over `dim` (keepdim); they die at return.
+    """
+
+    retain_output = True
+
+    def forward(self, x, out=None, dim=-1):
+        node = _softmax_cls().__new__(_softmax_cls())
+        y = node.forward(x, out=out, dim=dim)
+        self.dim = node.dim
+        masked = _empty(x.shape, dtypes.bool_, x._device)
+        keep = list(x.shape)
+        keep[self.dim] = 1
+        rows = _empty(tuple(keep), dtypes.bool_, x._device)
+        if _live(x):
+            xp = _xp(x)
+            xp.isneginf(x._data, out=masked._data)
+            xp.all(masked._data, axis=self.dim, keepdims=True, out=rows._data)
+            if rows._data.any():
+                xp.copyto(y._data, 0, where=np.broadcast_to(rows._data, y.shape))
+        del masked, rows
+        return y
+
+    def backward(self, g):
+        # _softmax_backward_data: one output, y * (g - sum(g * y)); the row sums stay in
+        # uncharged scratch (the fused ATen kernel keeps them in registers).
+        (y,) = self.saved_tensors
+        gx = _empty(g.shape, g._dtype, g._device)
+        if _live(g):
+            xp = _xp(g)
+            xp.multiply(g._data, y._data, out=gx._data)
+            rows = gx._data.sum(axis=self.dim, keepdims=True)
+            xp.subtract(g._data, rows, out=gx._data)
+            xp.multiply(gx._data, y._data, out=gx._data)
+        return (gx,)
+
+    def name(self):
+        return "SafeSoftmaxBackward0"
+
+
+def safe_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    return SafeSoftmax.apply(x, op="_safe_softmax", dim=dim)
+
+
+# ---------------------------------------------------------------------------------------------
+# masks
+# ---------------------------------------------------------------------------------------------
+def _causal_mask(L: int, S: int, dtype, device) -> Tensor:
+    """ATen's is_causal mask: ones(L, S, bool).tril(), then where(mask, 0, -inf) as `dtype`."""
+    with no_grad():
+        ones = _empty((L, S), dtypes.bool_, device)
+        tril = _empty((L, S), dtypes.bool_, device)
+        if device.type != "meta":
+            tril._data[...] = (
+                np.tri(L, S, dtype=bool)
+                if device.type == "cpu"
+                else _xp(tril).tri(L, S, dtype=bool)
+            )
+        del ones
+        return _float_mask(tril, dtype)
+
+
+def _float_mask(mask: Tensor, dtype) -> Tensor:
+    """convert_boolean_attn_mask: where(mask, 0, -inf) (a new tensor of mask's shape)."""
+    with no_grad():
+        out = _empty(mask.shape, dtype, mask._device)
+        if _live(mask):
+            xp = _xp(mask)
+            out._data[...] = xp.where(mask._data, 0.0, -np.inf)
+        return out
+
+
+def _check_qkv(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"scaled_dot_product_attention: {name} must be a Tensor, got {type(t).__name__}"
+            )
+        if t.ndim < 2:
+            raise RuntimeError(
+                f"scaled_dot_product_attention: {name} must be at least 2-D ([..., L, E]), "
+                f"got shape {list(t.shape)}"
+            )
+    if query.shape[-1] != key.shape[-1]:
+        raise RuntimeError(
+            "scaled_dot_product_attention: query and key must have the same embedding size, got "
+            f"query {list(query.shape)} and key {list(key.shape)}"
+        )
+    if key.shape[-2] != value.shape[-2]:
+        raise RuntimeError(
+            "scaled_dot_product_attention: key and value must have the same sequence length, got "
+            f"key {list(key.shape)} and value {list(value.shape)}"
+        )
+    if not query._dtype is key._dtype is value._dtype:
+        raise RuntimeError(
+            "Expected query, key, and value to have the same dtype, but got query.dtype: "
+            f"{query._dtype.name} key.dtype: {key._dtype.name} and value.dtype: "
+            f"{value._dtype.name} instead."
+        )
+    if is_causal and attn_mask is not None:
+        raise RuntimeError(
+            "_scaled_dot_product_attention: Explicit attn_mask should not be set when "
+            "is_causal=True"
+        )
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
+    if enable_gqa:
+        raise NotImplementedError(
+            "scaled_dot_product_attention: enable_gqa=True is not supported yet; repeat key and "
+            "value over the head groups (repeat_interleave) and call it with enable_gqa=False"
+        )
+    if attn_mask is not None:
+        if not isinstance(attn_mask, Tensor):
+            raise TypeError("scaled_dot_product_attention: attn_mask must be a Tensor or None")
+        if attn_mask._dtype is not dtypes.bool_ and not attn_mask._dtype.is_floating_point:
+            raise RuntimeError(
+                "scaled_dot_product_attention: attn_mask must be bool or floating point, got "
+                f"{attn_mask._dtype.name}"
+            )
+        scores = query.shape[:-1] + (key.shape[-2],)
+        try:
+            np.broadcast_shapes(attn_mask.shape, scores)
+        except ValueError:
+            raise RuntimeError(
+                f"scaled_dot_product_attention: attn_mask of shape {list(attn_mask.shape)} does "
+                f"not broadcast to the attention scores' shape {list(scores)}"
+            ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# the math path
+# ---------------------------------------------------------------------------------------------
+def attention_math(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None
+) -> tuple[Tensor, Tensor]:
+    """ATen's _scaled_dot_product_attention_math: (output, attention weights)."""
+    ops = _ops()
+    L, S = query.shape[-2], key.shape[-2]
+    if is_causal:
+        attn_mask = _causal_mask(L, S, query._dtype, query._device)
+    elif attn_mask is not None and attn_mask._dtype is dtypes.bool_:
+        attn_mask = _float_mask(attn_mask, query._dtype)
+    s = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(query.shape[-1]))
+    q = ops["mul"](query, s)
+    k = ops["mul"](ops["transpose"](key, -2, -1), s)
+    attn = ops["matmul"](q, k)
+    del q, k
+    if attn_mask is not None:
+        attn = ops["add_"](attn, attn_mask)
+    attn = safe_softmax(attn, -1)
+    if dropout_p > 0.0:
+        from engine.nn.functional import dropout
+
+        attn = dropout(attn, dropout_p, True)
+    return ops["matmul"](attn, value), attn
+
+
+# ---------------------------------------------------------------------------------------------
+# the fused kernels' accounting
+# ---------------------------------------------------------------------------------------------
+class FusedAttention(Function):
+    """Flash / memory-efficient attention: output and log-sum-exp out, L x S never stored.
+
+    Keeps q, k, v (inputs), the output and the log-sum-exp (B..., L) float32 for backward.
+    """
+
+    retain_output = True
+
+    def prepare(self, *args):
+        self.has_mask = len(args) == 4
+
+    def to_save(self, tensors):
+        return (0, 1, 2, 3) if len(tensors) == 4 else (0, 1, 2)
+
+    def forward(self, q, k, v, mask=None, out=None, causal=False, scale=1.0, p=0.0, seed=0):
+        self.causal, self.scale, self.p, self.seed = causal, scale, p, seed
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        L, Dv = q.shape[-2], v.shape[-1]
+        y = _empty(batch + (L, Dv), q._dtype, q._device)
+        lse = _empty(batch + (L,), dtypes.float32, q._device)
+        if _live(q):
+            xp = _xp(q)
+            mk = None if mask is None else mask._data
+            for idx in np.ndindex(*batch):
+                P, m, keep = self._probs(xp, q, k, mk, idx)
+                if keep is not None:
+                    P = P * keep / (1.0 - self.p)
+                lse._data[idx] = m
+                y._data[idx] = P @ _at(v._data, idx, batch)
+        self.lse = lse
+        alloc = lse._storage.allocator
+        if alloc is not None and alloc.observers:
+            alloc.tag(lse._storage.id, "saved_for_backward", True)
+        return y
+
+    def _probs(self, xp, q, k, mk, idx):
+        """One (batch, head) slice: softmax probabilities, log-sum-exp, dropout keep mask."""
+        batch = self.lse.shape[:-1] if getattr(self, "lse", None) is not None else None
+        batch = batch if batch is not None else np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        qs = _at(q._data, idx, batch).astype(np.float64)
+        ks = _at(k._data, idx, batch).astype(np.float64)
+        sc = (qs @ ks.T) * self.scale
+        L, S = sc.shape
+        if self.causal:
+            sc = xp.where(np.tri(L, S, dtype=bool), sc, -np.inf)
+        if mk is not None:
+            m = _at(mk, idx, batch)
+            sc = xp.where(m, sc, -np.inf) if m.dtype == np.bool_ else sc + m
+        mx = sc.max(axis=-1, keepdims=True)
+        mx = xp.where(np.isfinite(mx), mx, 0.0)
+        e = xp.exp(sc - mx)
+        tot = e.sum(axis=-1, keepdims=True)
+        safe = xp.where(tot > 0, tot, 1.0)
+        P = e / safe
+        lse = (mx + xp.log(safe))[..., 0]
+        keep = None
+        if self.p > 0:  # the kernels regenerate the mask from a seed: nothing is stored
+            keep = np.random.default_rng((self.seed, *idx)).random(P.shape) >= self.p
+        return P, lse, keep
+
+    def backward(self, g):
+        saved = self.saved_tensors
+        q, k, v = saved[0], saved[1], saved[2]
+        mask = saved[3] if self.has_mask else None
+        needs = tuple(e is not None for e in self.next_functions)
+        gq = _empty(q.shape, q._dtype, q._device) if needs[0] else None
+        gk = _empty(k.shape, k._dtype, k._device) if needs[1] else None
+        gv = _empty(v.shape, v._dtype, v._device) if needs[2] else None
+        if _live(g):
+            xp = _xp(g)
+            batch = self.lse.shape[:-1]
+            for a in (gq, gk, gv):
+                if a is not None:
+                    a._data[...] = 0
+            mk = None if mask is None else mask._data
+            for idx in np.ndindex(*batch):
+                P, _, keep = self._probs(xp, q, k, mk, idx)
+                gs = _at(g._data, idx, batch).astype(np.float64)
+                vs = _at(v._data, idx, batch).astype(np.float64)
+                dP = gs @ vs.T
+                Pd = P
+                if keep is not None:
+                    Pd = P * keep / (1.0 - self.p)
+                    dP = dP * keep / (1.0 - self.p)
+                if gv is not None:
+                    _acc(gv._data, idx, Pd.T @ gs)
+                dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True)) * self.scale
+                if gq is not None:
+                    _acc(gq._data, idx, dS @ _at(k._data, idx, batch).astype(np.float64))
+                if gk is not None:
+                    _acc(gk._data, idx, dS.T @ _at(q._data, idx, batch).astype(np.float64))
+        grads = [gq, gk, gv]
+        if self.has_mask:
+            grads.append(None)
+        return tuple(grads)
+
+    def release_saved(self) -> None:
+        super().release_saved()
+        self.lse = None
+
+    def name(self):
+        return "ScaledDotProductFlashAttentionBackward0"
+
+
+def _at(arr, idx, batch):
+    """The (L, E) slice of `arr` at batch index `idx`, broadcasting arr's leading dims."""
+    lead = arr.ndim - 2
+    if lead <= 0:
+        return arr
+    sub = idx[len(idx) - lead :]
+    shape = arr.shape[:lead]
+    return arr[tuple(0 if n == 1 else i for i, n in zip(sub, shape, strict=True))]
+
+
+def _acc(arr, idx, value):
+    """Add a slice's gradient into arr (summing over batch dims that arr broadcast)."""
+    lead = arr.ndim - 2
+    sub = idx[len(idx) - lead :] if lead > 0 else ()
+    key = tuple(0 if n == 1 else i for i, n in zip(sub, arr.shape[:lead], strict=True))
+    arr[key] += value.astype(arr.dtype)
+
+
+def attention_fused(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    from engine.creation import get_generator
+
+    sc = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    seed = int(get_generator().integers(0, 2**31)) if dropout_p > 0 else 0
+    args = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
+    return FusedAttention.apply(
+        *args, op="scaled_dot_product_attention", causal=is_causal, scale=sc, p=dropout_p, seed=seed
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the public function
+# ---------------------------------------------------------------------------------------------
+def scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+):
+    """softmax(q @ k^T * scale + mask) @ v over the last two dims (PyTorch's signature).
+
+    `attn_mask`: bool (True = take part) or float (added to the scores), broadcast to
+    [..., L, S]. `is_causal`: the upper triangle is masked. `dropout_p` is applied whenever it is
+    non-zero (as in PyTorch: pass 0.0 in eval). Memory follows the backend chosen by
+    `engine.nn.attention.sdpa_kernel` (MATH by default; see this module's docstring).
+    """
+    _check_qkv(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    if _backend() == MATH:
+        return attention_math(query, key, value, attn_mask, dropout_p, is_causal, scale)[0]
+    return attention_fused(query, key, value, attn_mask, dropout_p, is_causal, scale)
+
+
+__all__ = ["scaled_dot_product_attention", "safe_softmax", "attention_math"]

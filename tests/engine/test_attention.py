@@ -1,0 +1,418 @@
+"""scaled_dot_product_attention (math path and fused accounting), MultiheadAttention and
+TransformerEncoderLayer: values and gradients vs float64 central differences and torch, memory
+vs torch's CPU profiler and vs bytes counted by hand."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+import engine
+from engine.nn import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+from engine.nn.attention import SDPBackend, sdpa_kernel
+from engine.ops.attention import scaled_dot_product_attention as sdpa
+from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
+from tests.engine.test_nn import gradcheck
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - torch is the oracle only
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="needs PyTorch as an oracle")
+BACKENDS = ["MATH", "FLASH_ATTENTION"]
+MASKS = ["none", "causal", "bool", "float"]
+
+
+def _ctx(m, backend):
+    """sdpa_kernel(backend) for the engine; torch's own for torch (math or its default)."""
+    if m is engine:
+        return sdpa_kernel(SDPBackend[backend])
+    from torch.nn.attention import SDPBackend as TB
+    from torch.nn.attention import sdpa_kernel as tk
+
+    return tk(TB.MATH) if backend == "MATH" else contextlib.nullcontext()
+
+
+def _F(m):
+    if m is engine:
+        import engine.ops.attention as attention  # also engine.nn.functional's, once registered
+
+        return attention
+    return m.nn.functional
+
+
+def _mask_kwargs(m, kind, L, S, seed=3):
+    rng = np.random.default_rng(seed)
+    if kind == "causal":
+        return {"is_causal": True}
+    if kind == "bool":
+        keep = rng.random((L, S)) > 0.3
+        keep[:, 0] = True  # no fully masked row
+        return {"attn_mask": m.tensor(keep)}
+    if kind == "float":
+        return {"attn_mask": m.tensor(rng.standard_normal((2, 1, L, S)))}
+    return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# scaled_dot_product_attention: gradients
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mask", MASKS)
+def test_sdpa_gradients_match_central_differences_and_torch(backend, mask):
+    shapes = [(2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 3)]  # q [B,H,L,E], k [B,H,S,E], v [B,H,S,Ev]
+    arrays = [np.random.default_rng(i).standard_normal(s) for i, s in enumerate(shapes)]
+
+    def fn(m, q, k, v):
+        kw = _mask_kwargs(m, mask, 3, 5)
+        with _ctx(m, backend):
+            return _F(m).scaled_dot_product_attention(q, k, v, scale=0.7, **kw)
+
+    gradcheck(fn, arrays, torch=torch)
+
+
+def test_sdpa_fully_masked_row_is_zero_like_torchs_safe_softmax():
+    q, k, v = (engine.ones(1, 1, 2, 2, requires_grad=True) for _ in range(3))
+    mask = engine.tensor([[True, True], [False, False]])
+    for backend in BACKENDS:
+        with sdpa_kernel(SDPBackend[backend]):
+            y = sdpa(q, k, v, attn_mask=mask)
+        assert y.detach().numpy()[0, 0, 1].tolist() == [0.0, 0.0], backend
+        assert np.isfinite(y.detach().numpy()).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sdpa_dropout_is_reproducible_within_a_step_and_scales_the_kept(backend):
+    # Given dropout p=0.5: the gradient of sum(out) w.r.t. v is the column sums of the dropped
+    # probabilities, which backward must reproduce from what forward used.
+    engine.manual_seed(0)
+    q, k, v = (engine.randn(1, 2, 4, 3, dtype=engine.float64, requires_grad=True) for _ in range(3))
+    with sdpa_kernel(SDPBackend[backend]):
+        y = sdpa(q, k, v, dropout_p=0.5)
+    y.sum().backward()
+    # out = P_drop @ v  =>  d out.sum() / dv[s, j] = sum_l P_drop[l, s]
+    with engine.no_grad(), sdpa_kernel(SDPBackend[backend]):
+        # recover P_drop from out with v = identity columns (same seed, same draw)
+        engine.manual_seed(0)
+        q2, k2 = (engine.randn(1, 2, 4, 3, dtype=engine.float64) for _ in range(2))
+        engine.randn(1, 2, 4, 3, dtype=engine.float64)
+        eye = engine.tensor(np.broadcast_to(np.eye(4), (1, 2, 4, 4)).copy())
+        p_drop = sdpa(q2, k2, eye, dropout_p=0.5).numpy()
+    expected = np.broadcast_to(p_drop.sum(axis=-2)[..., None], (1, 2, 4, 3))
+    np.testing.assert_allclose(v.grad.numpy(), expected, rtol=1e-12, atol=1e-12)
+    values = set(np.round(p_drop.ravel(), 12)) - {0.0}
+    assert 0.0 in np.round(p_drop, 12) and values  # some dropped, some kept
+
+
+def test_sdpa_errors_name_the_problem():
+    q = engine.randn(1, 1, 3, 4)
+    with pytest.raises(RuntimeError, match="is_causal"):
+        sdpa(q, q, q, attn_mask=engine.ones(3, 3), is_causal=True)
+    with pytest.raises(RuntimeError, match="same embedding size"):
+        sdpa(q, engine.randn(1, 1, 3, 5), q)
+    with pytest.raises(RuntimeError, match="does not broadcast"):
+        sdpa(q, q, q, attn_mask=engine.ones(2, 2))
+    with pytest.raises(ValueError, match="unknown SDPA backend"):
+        sdpa_kernel("fast")
+
+
+# ---------------------------------------------------------------------------------------------
+# scaled_dot_product_attention: memory
+# ---------------------------------------------------------------------------------------------
+B, H, L, D = 2, 4, 64, 16
+QKV = B * H * L * D * 4  # one of q, k, v, out (float32)
+SCORES = B * H * L * L * 4  # one attention matrix (float32)
+
+
+def _sdpa_step(m, backend, kind):
+    rng = np.random.default_rng(0)
+    q, k, v = (
+        m.tensor(rng.standard_normal((B, H, L, D)).astype(np.float32), requires_grad=True)
+        for _ in range(3)
+    )
+    kw = {"dropout_p": 0.2} if kind == "dropout" else _mask_kwargs(m, kind, L, L)
+    if "attn_mask" in kw and kw["attn_mask"].dtype != m.bool:
+        kw["attn_mask"] = kw["attn_mask"].float()
+
+    def region():
+        with _ctx(m, backend):
+            y = _F(m).scaled_dot_product_attention(q, k, v, **kw)
+        y.sum().backward()
+
+    return region
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.parametrize("kind", ["none", "causal", "bool", "float", "dropout"])
+def test_sdpa_math_path_peak_matches_torch_profiler(kind):
+    e = engine_peak(_sdpa_step(engine, "MATH", kind))
+    t = torch_peak(_sdpa_step(torch, "MATH", kind))
+    # With dropout torch's CPU bmm backward copies one transposed (L, D) batch matrix into a
+    # temporary (BLAS layout) at the peak; the engine's matmul reads strided operands directly.
+    slack = SCALAR_SLACK + (L * D * 4 if kind == "dropout" else 0)
+    assert abs(e - t) <= slack, (e, t)
+
+
+def test_sdpa_math_path_peak_by_hand():
+    # forward keeps q', k' (scaled copies) and the softmax; the scores die after softmax.
+    # backward's peak, in softmax's backward: saved (2 QKV + SCORES) + the output y (QKV) and
+    # its sum (4 bytes) + grad_v (QKV) + grad of the weights (SCORES) + softmax's grad (SCORES).
+    peak = engine_peak(_sdpa_step(engine, "MATH", "none"))
+    assert peak == 2 * QKV + SCORES + QKV + 4 + QKV + SCORES + SCORES
+
+
+def test_sdpa_fused_accounting_keeps_only_output_and_logsumexp():
+    rng = np.random.default_rng(0)
+    q, k, v = (
+        engine.tensor(rng.standard_normal((B, H, L, D)).astype(np.float32), requires_grad=True)
+        for _ in range(3)
+    )
+    before = engine.memory.memory_allocated()
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        y = sdpa(q, k, v, is_causal=True, dropout_p=0.1)
+    # out (B,H,L,D) float32 + log-sum-exp (B,H,L) float32; no L x L matrix, no dropout mask
+    assert engine.memory.memory_allocated() - before == QKV + B * H * L * 4
+    assert y.grad_fn.name() == "ScaledDotProductFlashAttentionBackward0"
+    peak = engine_peak(lambda: y.sum().backward())
+    # backward: the sum and its gradient (4 bytes each; the ones broadcast as a view) and
+    # grad_q, grad_k, grad_v (3 QKV); no scores materialised
+    assert peak == 3 * QKV + 8
+
+
+@needs_torch
+@pytest.mark.torch
+def test_sdpa_fused_accounting_matches_torchs_flash_kernel_between_forward_and_backward():
+    # What stays alive from forward to backward is what activation memory is made of: torch's
+    # CPU flash kernel keeps the output and the log-sum-exp, as the fused accounting does.
+    def kept(m):
+        rng = np.random.default_rng(0)
+        q, k, v = (
+            m.tensor(rng.standard_normal((B, H, L, D)).astype(np.float32), requires_grad=True)
+            for _ in range(3)
+        )
+        out = {}
+
+        def region():
+            with _ctx(m, "FLASH_ATTENTION"):
+                out["y"] = _F(m).scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        return region, out
+
+    e_region, e_out = kept(engine)
+    t_region, t_out = kept(torch)
+    from tests.engine.test_memory_vs_torch import RegionPeak
+
+    probe = RegionPeak()
+    with engine.allocator.tracked.get_allocator("cpu").observing(probe):
+        e_region()
+    e_live = probe.total
+    t_live = _torch_live_after(t_region)
+    assert e_live == t_live == QKV + B * H * L * 4
+
+
+def _torch_live_after(fn) -> int:
+    """Bytes allocated in fn and still alive at its end, from torch's profiler."""
+    import json
+    import os
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as fh:
+            events = json.load(fh)["traceEvents"]
+    finally:
+        os.unlink(path)
+    live: dict[int, list[int]] = {}
+    total = 0
+    for e in sorted(
+        (e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
+        key=lambda e: e["ts"],
+    ):
+        n, addr = e["args"]["Bytes"], e["args"]["Addr"]
+        if n > 0:
+            live.setdefault(addr, []).append(n)
+            total += n
+        elif live.get(addr):
+            total -= live[addr].pop()
+    return total
+
+
+def test_sdpa_on_meta_with_the_caching_model_costs_the_scores_only_on_the_math_path():
+    engine.memory.set_allocator_model("caching", device="meta")
+    try:
+        q, k, v = (
+            engine.empty(4, 12, 1024, 64, device="meta", requires_grad=True) for _ in range(3)
+        )
+        results = {}
+        for backend in BACKENDS:
+            engine.memory.reset_peak_memory_stats("meta")
+            base = engine.memory.memory_allocated("meta")
+            with sdpa_kernel(SDPBackend[backend]):
+                y = sdpa(q, k, v, is_causal=True)
+            results[backend] = engine.memory.memory_allocated("meta") - base
+            del y
+        del q, k, v
+        scores = 4 * 12 * 1024 * 1024 * 4
+        assert results["MATH"] >= scores + 2 * 4 * 12 * 1024 * 64 * 4  # softmax kept, q', k'
+        assert results["FLASH_ATTENTION"] < scores // 8
+    finally:
+        engine.memory.set_allocator_model("exact", device="meta")
+
+
+# ---------------------------------------------------------------------------------------------
+# MultiheadAttention / TransformerEncoderLayer
+# ---------------------------------------------------------------------------------------------
+N_, L_, E_, H_ = 2, 5, 8, 2
+
+
+def _copy_params(em, tm):
+    names = [n for n, _ in em.named_parameters()]
+    assert names == [n for n, _ in tm.named_parameters()]
+    with torch.no_grad():
+        for p, tp in zip(em.parameters(), tm.parameters(), strict=True):
+            tp.copy_(torch.tensor(p.detach().numpy()))
+
+
+def _mha_masks(m, kind):
+    causal = np.triu(np.ones((L_, L_), bool), 1)
+    if kind == "bool":
+        return {"attn_mask": m.tensor(causal)}
+    if kind == "float":
+        return {"attn_mask": m.tensor(np.random.default_rng(5).standard_normal((L_, L_)))}
+    if kind == "key_padding":
+        kp = np.zeros((N_, L_), bool)
+        kp[0, -2:] = True
+        return {"key_padding_mask": m.tensor(kp)}
+    if kind == "causal":
+        return {"attn_mask": m.tensor(causal), "is_causal": True}
+    return {}
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("mask", ["none", "bool", "float", "key_padding", "causal"])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_multihead_attention_matches_torch(need_weights, mask, batch_first):
+    em = MultiheadAttention(E_, H_, batch_first=batch_first, dtype=engine.float64)
+    tm = torch.nn.MultiheadAttention(E_, H_, batch_first=batch_first, dtype=torch.float64)
+    _copy_params(em, tm)
+    shape = (N_, L_, E_) if batch_first else (L_, N_, E_)
+    x = np.random.default_rng(0).standard_normal(shape)
+    ex, tx = engine.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    ey, ew = em(ex, ex, ex, need_weights=need_weights, **_mha_masks(engine, mask))
+    ty, tw = tm(tx, tx, tx, need_weights=need_weights, **_mha_masks(torch, mask))
+    assert (ew is None) == (tw is None) == (not need_weights)
+    w = np.random.default_rng(1).standard_normal(ey.shape)
+    (ey * engine.tensor(w)).sum().backward()
+    (ty * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(ey.detach().numpy(), ty.detach().numpy(), atol=1e-12)
+    if need_weights:
+        np.testing.assert_allclose(ew.detach().numpy(), tw.detach().numpy(), atol=1e-12)
+    np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), atol=1e-12)
+    for p, tp in zip(em.parameters(), tm.parameters(), strict=True):
+        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), atol=1e-12)
+
+
+def test_multihead_attention_gradients_match_central_differences():
+    em = MultiheadAttention(4, 2, batch_first=True, dtype=engine.float64)
+
+    def fn(m, q, kv):
+        return em(q, kv, kv, need_weights=False)[0]
+
+    rng = np.random.default_rng(2)
+    gradcheck(fn, [rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 4))])
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.parametrize("layer", ["mha_weights", "mha_sdpa", "encoder_layer"])
+def test_attention_modules_peak_matches_torch_profiler(layer):
+    x = np.random.default_rng(0).standard_normal((2, 32, 64)).astype(np.float32)
+
+    def program(m):
+        m.manual_seed(0)
+        if layer == "encoder_layer":
+            mod = m.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True)
+        else:
+            mod = m.nn.MultiheadAttention(64, 4, dropout=0.1, batch_first=True)
+        xx = m.tensor(x, requires_grad=True)
+
+        def region():
+            with _ctx(m, "MATH"):
+                if layer == "encoder_layer":
+                    y = mod(xx)
+                else:
+                    y = mod(xx, xx, xx, need_weights=layer == "mha_weights")[0]
+            y.sum().backward()
+
+        return region
+
+    e, t = engine_peak(program(engine)), torch_peak(program(torch))
+    assert abs(e - t) <= SCALAR_SLACK, (e, t)
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_transformer_encoder_layer_matches_torch(norm_first, activation):
+    kw = dict(dropout=0.0, batch_first=True, norm_first=norm_first, activation=activation)
+    el = TransformerEncoderLayer(8, 2, 16, dtype=engine.float64, **kw)
+    tl = torch.nn.TransformerEncoderLayer(8, 2, 16, dtype=torch.float64, **kw)
+    _copy_params(el, tl)
+    x = np.random.default_rng(0).standard_normal((2, 5, 8))
+    ex, tx = engine.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    mask = np.triu(np.ones((5, 5), bool), 1)
+    ey = el(ex, src_mask=engine.tensor(mask))
+    ty = tl(tx, src_mask=torch.tensor(mask))
+    ey.sum().backward()
+    ty.sum().backward()
+    # the engine's float64 erf (inside gelu) is good to ~1e-8, not to the last bit
+    tol = 1e-12 if activation == "relu" else 1e-6
+    np.testing.assert_allclose(ey.detach().numpy(), ty.detach().numpy(), atol=tol)
+    np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), atol=tol)
+
+
+def test_transformer_encoder_stacks_independent_copies():
+    layer = TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    enc = TransformerEncoder(layer, 3)
+    assert len(enc.layers) == 3
+    w0, w1 = enc.layers[0].linear1.weight, enc.layers[1].linear1.weight
+    assert w0 is not w1 and w0.data_ptr() != w1.data_ptr()
+    np.testing.assert_array_equal(w0.detach().numpy(), w1.detach().numpy())
+    assert len(list(enc.parameters())) == 3 * len(list(layer.parameters()))
+    y = enc(engine.randn(2, 5, 8))
+    assert y.shape == (2, 5, 8)
+
+
+def test_gpt_style_block_runs_on_meta():
+    engine.memory.set_allocator_model("caching", device="meta")
+    try:
+        mha = MultiheadAttention(768, 12, batch_first=True, device="meta")
+        x = engine.empty(2, 1024, 768, device="meta", requires_grad=True)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            y, w = mha(
+                x,
+                x,
+                x,
+                need_weights=False,
+                is_causal=True,
+                attn_mask=engine.empty(1024, 1024, dtype=engine.bool, device="meta"),
+            )
+        assert w is None and y.shape == (2, 1024, 768) and y.is_meta
+        y.sum().backward()
+        assert mha.in_proj_weight.grad.shape == (2304, 768)
+        del mha, x, y
+    finally:
+        engine.memory.set_allocator_model("exact", device="meta")
