@@ -55,14 +55,30 @@ def _as_plain(t: Tensor) -> Tensor:
 
 
 def _stealable(grad: Tensor, var: Tensor) -> bool:
-    # PyTorch steals the incoming buffer when nothing else references it and its layout obeys
-    # the variable's (same strides, dense). References here: the engine's buffer slot was
-    # cleared before the call, so we expect: `grad` argument, the caller's local, getrefcount's.
-    if grad._base is not None or grad._data.strides != var._data.strides:
+    # PyTorch steals the incoming buffer when nothing else references the tensor and its layout
+    # obeys the variable's (same strides, dense): a view counts too (Matmul's gradient ends in a
+    # reshape), as in AccumulateGrad::accumulateGrad, which looks at the tensor's use count only.
+    # References here: the engine's buffer slot was cleared before the call, so we expect the
+    # `grad` argument, the caller's local and getrefcount's own.
+    if grad._data.strides != var._data.strides or grad._dtype is not var._dtype:
         return False
-    if grad._dtype is not var._dtype:
+    if sys.getrefcount(grad) > 4:
         return False
-    return sys.getrefcount(grad) <= 4 and sys.getrefcount(grad._storage) <= 3
+    if grad._base is None:
+        return sys.getrefcount(grad._storage) <= 3
+    return _dense(grad._data)
+
+
+def _dense(a) -> bool:
+    """Non-overlapping and dense (PyTorch's is_non_overlapping_and_dense), any order of dims."""
+    expected = a.itemsize
+    for n, st in sorted(zip(a.shape, a.strides, strict=True), key=lambda p: abs(p[1])):
+        if n == 1:
+            continue
+        if st != expected:
+            return False
+        expected *= n
+    return True
 
 
 class CopySlices(Function):
@@ -214,12 +230,12 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
                     g = grads[0]
                     del grads
                     if g is None:
-                        out = (None,) * len(node.next_functions)
+                        out = [None] * len(node.next_functions)
                     else:
-                        out = node.backward(g)
+                        out = list(node.backward(g))
                         del g
                 else:
-                    out = node.backward(*grads)
+                    out = list(node.backward(*grads))
                     del grads
             finally:
                 set_op(prev_op)
@@ -232,7 +248,10 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
                 buf = buffers.get(nxt)
                 if buf is None:
                     buf = buffers[nxt] = [None] * nxt.num_outputs
-                gi = out[i] if i < len(out) else None
+                gi = None
+                if i < len(out):
+                    gi = out[i]
+                    out[i] = None  # the buffer becomes the gradient's only holder
                 if gi is not None:
                     _accumulate(buf, nr, gi)
                 del gi

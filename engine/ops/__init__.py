@@ -626,15 +626,7 @@ def split(input, split_size_or_sections, dim=0):
                 f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
                 f"dimension {d}), but got split_sizes={sizes}"
             )
-    outs = []
-    start = 0
-    for i, k in enumerate(sizes):
-        idx = (slice(None),) * d + (slice(start, start + k),)
-        v = V.Select.apply(input, op="split", index=idx)
-        v._view_meta = ("multi", i, "SplitBackward0")
-        outs.append(v)
-        start += k
-    return tuple(outs)
+    return V.SplitViews.apply(input, op="split", dim=d, sizes=tuple(sizes))
 
 
 @_export("chunk")
@@ -648,12 +640,8 @@ def unbind(input, dim=0):
     from engine.tensor import _wrap_dim
 
     d = _wrap_dim(dim, input.ndim)
-    outs = []
-    for i in range(input.shape[d]):
-        v = V.Select.apply(input, op="unbind", index=(slice(None),) * d + (i,))
-        v._view_meta = ("multi", i, "UnbindBackward0")
-        outs.append(v)
-    return tuple(outs)
+    n = input.shape[d]
+    return V.SplitViews.apply(input, op="unbind", dim=d, sizes=(1,) * n, unbind=True)
 
 
 def getitem(self, index):

@@ -40,6 +40,16 @@ def matmul_shape(sa, sb):
     return shape
 
 
+def _blas_ready(arr) -> bool:
+    """Whether BLAS reads this matrix in place: unit stride along one dim, a leading dimension
+    no smaller than the other (PyTorch's test before it copies an mm operand)."""
+    n0, n1 = arr.shape
+    s0, s1 = (st // arr.itemsize for st in arr.strides)
+    if s1 == 1 and (n0 == 1 or s0 >= max(1, n1)):
+        return True
+    return s0 == 1 and (n1 == 1 or s1 >= max(1, n0))
+
+
 class Matmul(Function):
     def to_save(self, tensors):
         a, b = tensors
@@ -57,23 +67,47 @@ class Matmul(Function):
         self.shapes = (a.shape, b.shape)
         y = result_buffer(out, shape, result_type(a, b), dev, "matmul")
         if dev.type != "meta":
-            kernels.xp_of_device(dev).matmul(a._data, b._data, out=y._data)
+            ad, bd = a._data, b._data
+            if ad.ndim == 2 and bd.ndim == 2:
+                # Like PyTorch's mm (CPU and CUDA), an operand BLAS cannot read in place (a
+                # stride-0 expanded gradient, say) is first copied into a contiguous temporary.
+                ta = None if _blas_ready(ad) else kernels.copy_new(a)
+                tb = None if _blas_ready(bd) else kernels.copy_new(b)
+                if ta is not None:
+                    ad = ta._data
+                if tb is not None:
+                    bd = tb._data
+                kernels.xp_of_device(dev).matmul(ad, bd, out=y._data)
+                del ta, tb
+            else:
+                kernels.xp_of_device(dev).matmul(ad, bd, out=y._data)
         return y
 
     def backward(self, g):
         # Work on the 2-D (or batched) forms: a vector a is (1, n), a vector b is (n, 1).
+        # The second operand's gradient comes first, as in PyTorch's MmBackward0 / BmmBackward0.
         saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
         sa, sb = self.shapes
         a2s = (1,) + sa if len(sa) == 1 else sa
         b2s = sb + (1,) if len(sb) == 1 else sb
-        g2 = g.reshape(matmul_shape(a2s, b2s))
         ga = gb = None
-        if self.next_functions[0] is not None:
-            b2 = saved[1].reshape(b2s)
-            ga = sum_to(g2.matmul(b2.transpose(-1, -2)), a2s).reshape(sa)
+        if len(sa) >= 3 and len(sb) <= 2:
+            # PyTorch folds a batched `a` times a matrix into one mm (a.view(-1, k) @ b): one
+            # gradient buffer per operand, no batch of per-matrix products summed afterwards.
+            g2 = g.reshape(-1, b2s[-1])
+            if self.next_functions[1] is not None:
+                a2 = saved[0].reshape(-1, sa[-1])
+                gb = a2.transpose(0, 1).matmul(g2).reshape(sb)
+            if self.next_functions[0] is not None:
+                ga = g2.matmul(saved[1].reshape(b2s).transpose(0, 1)).reshape(sa)
+            return (ga, gb)
+        g2 = g.reshape(matmul_shape(a2s, b2s))
         if self.next_functions[1] is not None:
             a2 = saved[0].reshape(a2s)
             gb = sum_to(a2.transpose(-1, -2).matmul(g2), b2s).reshape(sb)
+        if self.next_functions[0] is not None:
+            b2 = saved[1].reshape(b2s)
+            ga = sum_to(g2.matmul(b2.transpose(-1, -2)), a2s).reshape(sa)
         return (ga, gb)
 
     def name(self):

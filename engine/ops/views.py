@@ -183,6 +183,62 @@ class Select(Function):
         return "SliceBackward0"
 
 
+class SplitViews(Function):
+    """split / chunk / unbind: views of consecutive pieces along `dim`, and one backward node that
+    writes every piece's gradient into one buffer (PyTorch's SplitBackward0 / UnbindBackward0).
+
+    A piece whose output got no gradient contributes zeros, made as PyTorch makes them: a
+    piece-sized zeros tensor for split (split_with_sizes_backward), a 0-d zero expanded for
+    unbind (unbind_backward); then one cat / stack allocates the input-sized gradient.
+    """
+
+    def forward(self, x, out=None, dim=0, sizes=(), unbind=False):
+        self.dim, self.sizes, self.unbind = dim, tuple(sizes), unbind
+        self.in_shape = x.shape
+        self.num_outputs = len(sizes)
+        label = "UnbindBackward0" if unbind else "SplitBackward0"
+        outs = []
+        start = 0
+        lead = (slice(None),) * dim
+        for i, k in enumerate(sizes):
+            idx = lead + ((start,) if unbind else (slice(start, start + k),))
+            v = make_view(x, x._data[idx + (Ellipsis,)], lambda b, idx=idx: b[idx])
+            v._view_meta = ("multi", i, label)
+            outs.append(v)
+            start += k
+        return tuple(outs)
+
+    def backward(self, *grads):
+        ref = next((g for g in grads if g is not None), None)
+        if ref is None:
+            return (None,)
+        dtype, dev = ref._dtype, ref._device
+        meta = dev.type == "meta"
+        zeros = {}
+        for i, g in enumerate(grads):
+            if g is None:
+                shape = () if self.unbind else _piece_shape(self.in_shape, self.dim, self.sizes[i])
+                zeros[i] = kernels.zeros(shape, dtype, dev)
+        result = kernels.empty(self.in_shape, dtype, dev)
+        if not meta:
+            lead = (slice(None),) * self.dim
+            start = 0
+            for i, k in enumerate(self.sizes):
+                idx = lead + ((start,) if self.unbind else (slice(start, start + k),))
+                src = grads[i] if i not in zeros else zeros[i]
+                result._data[idx] = src._data
+                start += k
+        del zeros
+        return (result,)
+
+    def name(self):
+        return "UnbindBackward0" if self.unbind else "SplitBackward0"
+
+
+def _piece_shape(shape, dim, k):
+    return shape[:dim] + (k,) + shape[dim + 1 :]
+
+
 class IndexGather(Function):
     """Advanced indexing (integer / bool tensors): a copy."""
 
@@ -341,6 +397,7 @@ __all__ = [
     "Permute",
     "Expand",
     "Select",
+    "SplitViews",
     "IndexGather",
     "IndexPut",
     "Clone",
