@@ -738,6 +738,7 @@ _register_methods()
 # nn primitives (conv2d, pooling, gather, addcmul_, lerp_, ...) register their rows on import
 # issue 10's ops (activations; shaping and joining; indexing writes) register theirs too
 from engine.ops import activations as _activations  # noqa: E402, F401
+from engine.ops import attention as _attention  # noqa: E402, F401
 from engine.ops import nn as _nn  # noqa: E402, F401
 from engine.ops import registry as _registry  # noqa: E402
 

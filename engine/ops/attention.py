@@ -410,3 +410,27 @@ def scaled_dot_product_attention(
 
 
 __all__ = ["scaled_dot_product_attention", "safe_softmax", "attention_math"]
+
+
+def _register() -> None:
+    from engine.ops.registry import Scenario, register
+
+    register(
+        "scaled_dot_product_attention",
+        scaled_dot_product_attention,
+        function=False,
+        functional=True,
+        scenario=Scenario(
+            inputs=("query", "key", "value"),
+            optional_inputs=("attn_mask",),
+            args=(
+                ("dropout_p", float, 0.0, "dropout on the attention weights"),
+                ("is_causal", bool, False, "mask the upper triangle (no attn_mask then)"),
+                ("scale", float | None, None, "default 1/sqrt(E)"),
+            ),
+            doc="softmax(q k^T * scale + mask) v; memory of the backend sdpa_kernel picks",
+        ),
+    )
+
+
+_register()

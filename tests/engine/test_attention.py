@@ -37,10 +37,6 @@ def _ctx(m, backend):
 
 
 def _F(m):
-    if m is engine:
-        import engine.ops.attention as attention  # also engine.nn.functional's, once registered
-
-        return attention
     return m.nn.functional
 
 
