@@ -518,6 +518,9 @@ def measure_torch_cuda(program: Program) -> Figures:
 
     lib = Lib(torch, "cuda")
     torch.manual_seed(0)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    lib.own_reserved = torch.cuda.memory_reserved()  # for the warm-up's memory cap
     # Warm-up: cuBLAS/cuDNN handles and workspaces, lazy CUDA module loading.
     kept = program.run(lib, program.setup(lib), {})
     del kept
