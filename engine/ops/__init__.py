@@ -741,6 +741,8 @@ from engine.ops import activations as _activations  # noqa: E402, F401
 from engine.ops import attention as _attention  # noqa: E402, F401
 from engine.ops import nn as _nn  # noqa: E402, F401
 from engine.ops import registry as _registry  # noqa: E402
+from engine.ops import scatter as _scatter  # noqa: E402, F401
+from engine.ops import shape as _shape  # noqa: E402, F401
 
 _ns = _registry.functions()  # engine.<name>: engine/__init__.py publishes these
 _registry.bind_methods(Tensor)

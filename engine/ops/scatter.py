@@ -1,0 +1,623 @@
+"""Indexing writes: scatter / scatter_add / scatter_reduce, index_add, index_copy, index_fill,
+masked_scatter, put (each with its in-place form) and take.
+
+What backward keeps follows PyTorch's derivatives.yaml: the index (or mask) only, never the
+tensor written into, so every in-place form is free (no clone). The out-of-place forms copy the
+input once and write into the copy. Gradients (as in PyTorch):
+- scatter:        self <- g.scatter(dim, index, 0);   src <- g.gather(dim, index)
+- scatter_add:    self <- g;                          src <- g.gather(dim, index)
+- index_add:      self <- g;                          source <- alpha * g.index_select(dim, index)
+- index_copy:     self <- g.index_fill(dim, index, 0); source <- g.index_select(dim, index)
+- index_fill:     self <- g.index_fill(dim, index, 0)
+- masked_scatter: self <- g.masked_fill(mask, 0);     source <- g[mask], zero-padded
+- put:            self <- g (accumulate) or g.put(index, 0); source <- g.take(index)
+scatter(..., reduce='add'|'multiply') has no derivative in PyTorch ("derivative for aten::scatter
+is not implemented"); scatter_reduce has one for sum, mean, amax and amin here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine import dtypes, kernels
+from engine.autograd.function import Function
+from engine.ops import registry as _registry
+from engine.tensor import Tensor, _wrap_dim
+
+
+def _live(dev) -> bool:
+    return dev.type != "meta"
+
+
+def _check_index(index, opname, dtypes_ok=(dtypes.int64,)):
+    if not isinstance(index, Tensor):
+        raise TypeError(f"{opname}(): argument 'index' must be Tensor, not {type(index).__name__}")
+    if index._dtype not in dtypes_ok:
+        raise RuntimeError(f"{opname}(): Expected dtype int64 for index")
+
+
+def _start(x: Tensor, out):
+    """The tensor written into: `out` (in place, x itself) or a copy of x."""
+    if out is not None:
+        return out
+    return kernels.copy_new(x)
+
+
+def _scatter_coords(xp, index_arr, dim):
+    """Coordinates addressing x at index's positions with index's values along `dim`."""
+    nd = index_arr.ndim
+    coords = [
+        xp.arange(n).reshape([-1 if k == i else 1 for k in range(nd)])
+        for i, n in enumerate(index_arr.shape)
+    ]
+    coords[dim] = index_arr
+    return tuple(coords)
+
+
+def _check_scatter_shapes(x, index, src, d, opname):
+    if index.ndim != x.ndim and index.numel() > 0:
+        raise RuntimeError(
+            f"{opname}(): Index tensor must have the same number of dimensions as self tensor"
+        )
+    if isinstance(src, Tensor) and src.ndim != index.ndim and index.numel() > 0:
+        raise RuntimeError(
+            f"{opname}(): Index tensor must have the same number of dimensions as src tensor"
+        )
+    for i in range(index.ndim):
+        if i != d and index.shape[i] > x.shape[i]:
+            raise RuntimeError(
+                f"Size does not match at dimension {i} expected index {list(index.shape)} to be "
+                f"no larger than self {list(x.shape)} apart from dimension {d}"
+            )
+        if isinstance(src, Tensor) and index.shape[i] > src.shape[i]:
+            raise RuntimeError(
+                f"Size does not match at dimension {i} expected index {list(index.shape)} to be "
+                f"no larger than src {list(src.shape)}"
+            )
+
+
+def _check_bounds(index_arr, n, opname, dim):
+    if index_arr.size:
+        lo, hi = int(index_arr.min()), int(index_arr.max())
+        if lo < -n or hi >= n:
+            bad = hi if hi >= n else lo
+            raise RuntimeError(
+                f"{opname}(): index {bad} is out of bounds for dimension {dim} with size {n}"
+            )
+
+
+def _src_block(src, index_shape):
+    return src._data[tuple(slice(0, k) for k in index_shape)]
+
+
+def _same_dtype(x, src, opname):
+    if isinstance(src, Tensor) and src._dtype is not x._dtype:
+        a = x._dtype.torch_tensor_name.replace("Tensor", "")
+        b = src._dtype.torch_tensor_name.replace("Tensor", "")
+        raise RuntimeError(
+            f"{opname}(): Expected self.dtype to be equal to src.dtype (got {a} and {b})"
+        )
+
+
+def _grad_to_shape(gi: Tensor, shape) -> Tensor:
+    """A gradient of index's shape placed in a zero tensor of `shape` (src larger than index)."""
+    if gi.shape == tuple(shape):
+        return gi
+    full = kernels.zeros(tuple(shape), gi._dtype, gi._device)
+    if _live(gi._device):
+        full._data[tuple(slice(0, k) for k in gi.shape)] = gi._data
+    return full
+
+
+# ---------------------------------------------------------------------------------------------
+# scatter family
+# ---------------------------------------------------------------------------------------------
+_REDUCE_UFUNC = {
+    "add": np.add,
+    "multiply": np.multiply,
+    "sum": np.add,
+    "prod": np.multiply,
+    "amax": np.maximum,
+    "amin": np.minimum,
+}
+
+
+class Scatter(Function):
+    """scatter (src tensor or value), scatter_add (`add=True`), scatter(reduce='add'|'multiply')."""
+
+    def to_save(self, tensors):
+        return (1,)  # the index
+
+    def forward(self, x, index, src=None, out=None, dim=0, value=None, add=False, reduce=None):
+        opname = "scatter_add" if add else "scatter"
+        _check_index(index, opname)
+        d = _wrap_dim(dim, x.ndim)
+        _check_scatter_shapes(x, index, src, d, opname)
+        _same_dtype(x, src, opname)
+        if reduce is not None and reduce not in ("add", "multiply"):
+            raise RuntimeError(f"reduce argument must be either add or multiply, got {reduce!r}")
+        self.dim, self.add, self.reduce = d, add, reduce
+        self.src_shape = src.shape if isinstance(src, Tensor) else None
+        y = _start(x, out)
+        if _live(x._device) and index.numel():
+            xp = kernels.xp_of(x)
+            ia = index._data
+            _check_bounds(ia, x.shape[d], opname, d)
+            coords = _scatter_coords(xp, ia, d)
+            vals = _src_block(src, ia.shape) if isinstance(src, Tensor) else value
+            if add or reduce == "add":
+                xp.add.at(y._data, coords, vals)
+            elif reduce == "multiply":
+                xp.multiply.at(y._data, coords, vals)
+            else:
+                y._data[coords] = vals
+        return y
+
+    def backward(self, g):
+        if self.reduce is not None:
+            raise RuntimeError("derivative for aten::scatter is not implemented")
+        (index,) = self.saved_tensors
+        nf = self.next_functions
+        gx = None
+        if nf[0] is not None:
+            gx = g if self.add else scatter(g, self.dim, index, 0.0)
+        if self.src_shape is None:
+            return (gx, None)
+        gs = None
+        if nf[2] is not None:
+            gs = _grad_to_shape(g.gather(self.dim, index), self.src_shape)
+        return (gx, None, gs)
+
+    def name(self):
+        return (
+            "ScatterAddBackward0"
+            if self.add
+            else ("ScatterBackward0" if self.src_shape is not None else "ScatterBackward1")
+        )
+
+
+def _scatter(input, dim, index, src, value, out, reduce, op):
+    if isinstance(src, Tensor):
+        return Scatter.apply(input, index, src, out=out, op=op, dim=dim, reduce=reduce)
+    return Scatter.apply(
+        input, index, out=out, op=op, dim=dim, value=src if value is None else value, reduce=reduce
+    )
+
+
+def scatter(input, dim, index, src=None, value=None, *, reduce=None):
+    if src is None and value is None:
+        raise TypeError("scatter() missing 1 required argument: 'src' (a tensor or a number)")
+    return _scatter(input, dim, index, src, value, None, reduce, "scatter")
+
+
+def scatter_(input, dim, index, src=None, value=None, *, reduce=None):
+    if src is None and value is None:
+        raise TypeError("scatter_() missing 1 required argument: 'src' (a tensor or a number)")
+    return _scatter(input, dim, index, src, value, input, reduce, "scatter_")
+
+
+def scatter_add(input, dim, index, src):
+    return Scatter.apply(input, index, src, op="scatter_add", dim=dim, add=True)
+
+
+def scatter_add_(input, dim, index, src):
+    return Scatter.apply(input, index, src, out=input, op="scatter_add_", dim=dim, add=True)
+
+
+class ScatterReduce(Function):
+    """scatter_reduce(dim, index, src, reduce, include_self): sum, prod, mean, amax, amin."""
+
+    def to_save(self, tensors):
+        return (0, 1, 2)  # self (its original values: a clone when in place), index, src
+
+    retain_output = True
+
+    def forward(self, x, index, src, out=None, dim=0, reduce="sum", include_self=True):
+        _check_index(index, "scatter_reduce")
+        if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+            raise RuntimeError(
+                f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}"
+            )
+        d = _wrap_dim(dim, x.ndim)
+        _check_scatter_shapes(x, index, src, d, "scatter_reduce")
+        _same_dtype(x, src, "scatter_reduce")
+        self.dim, self.reduce, self.include_self = d, reduce, include_self
+        self.src_shape = src.shape
+        y = _start(x, out)
+        if _live(x._device) and index.numel():
+            xp = kernels.xp_of(x)
+            ia = index._data
+            _check_bounds(ia, x.shape[d], "scatter_reduce", d)
+            coords = _scatter_coords(xp, ia, d)
+            vals = _src_block(src, ia.shape)
+            if not include_self:
+                ident = {"sum": 0, "mean": 0, "prod": 1}.get(reduce)
+                if ident is None:
+                    big = np.inf if x._dtype.is_floating_point else np.iinfo(x._dtype.np).max
+                    ident = -big if reduce == "amax" else big
+                y._data[coords] = ident
+            _REDUCE_UFUNC["sum" if reduce == "mean" else reduce].at(y._data, coords, vals)
+            if reduce == "mean":
+                counts = self._counts(xp, y, coords)
+                if x._dtype.is_floating_point:
+                    xp.divide(y._data, counts._data, out=y._data)
+                else:
+                    xp.floor_divide(y._data, counts._data, out=y._data)
+        return y
+
+    def _counts(self, xp, y, coords):
+        """How many values (self included when include_self) met at each place: a charged temp."""
+        counts = kernels.full(y.shape, 1 if self.include_self else 0, y._dtype, y._device)
+        xp.add.at(counts._data, coords, 1)
+        xp.maximum(counts._data, 1, out=counts._data)
+        return counts
+
+    def backward(self, g):
+        x, index, src, result = self.saved_tensors
+        d = self.dim
+        xp = kernels.xp_of(g)
+        live = _live(g._device)
+        nf = self.next_functions
+        gx = gs = None
+        if self.reduce == "sum":
+            gx = g if self.include_self else scatter(g, d, index, 0.0)
+            gs = g.gather(d, index)
+        elif self.reduce == "mean":
+            counts = kernels.empty(g.shape, g._dtype, g._device)
+            if live:
+                coords = _scatter_coords(xp, index._data, d)
+                counts = self._counts(xp, g, coords)
+            gx = g / counts
+            if not self.include_self:
+                gx = scatter(gx, d, index, 0.0)
+            gs = gx.gather(d, index) if self.include_self else (g / counts).gather(d, index)
+        elif self.reduce in ("amax", "amin"):
+            # the gradient is shared equally among the values equal to the result
+            src_i = _src_block_t(src, index.shape)
+            hit_s = (src_i == result.gather(d, index)).to(g._dtype)
+            hit_x = (x == result).to(g._dtype)
+            if not self.include_self:
+                hit_x = scatter(hit_x, d, index, 0.0)
+            n = scatter_add(hit_x, d, index, hit_s)
+            share = g / n
+            gx = share * hit_x
+            gs = share.gather(d, index) * hit_s
+        else:
+            raise RuntimeError(
+                "scatter_reduce: the derivative for reduce='prod' is not supported by the engine"
+            )
+        gx = gx if nf[0] is not None else None
+        gs = _grad_to_shape(gs, self.src_shape) if nf[2] is not None else None
+        return (gx, None, gs)
+
+    def name(self):
+        return "ScatterReduceBackward0"
+
+
+def _src_block_t(src: Tensor, index_shape) -> Tensor:
+    if src.shape == tuple(index_shape):
+        return src
+    return src[tuple(slice(0, k) for k in index_shape)]
+
+
+def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
+    return ScatterReduce.apply(
+        input, index, src, op="scatter_reduce", dim=dim, reduce=reduce, include_self=include_self
+    )
+
+
+def scatter_reduce_(input, dim, index, src, reduce, *, include_self=True):
+    return ScatterReduce.apply(
+        input,
+        index,
+        src,
+        out=input,
+        op="scatter_reduce_",
+        dim=dim,
+        reduce=reduce,
+        include_self=include_self,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# index_add / index_copy / index_fill
+# ---------------------------------------------------------------------------------------------
+def _check_index_vector(index, opname):
+    _check_index(index, opname, (dtypes.int64, dtypes.int32))
+    if index.ndim > 1:
+        raise IndexError(f"{opname}(): Index is supposed to be a vector")
+
+
+def _check_source(x, source, index, d, opname):
+    want = list(x.shape)
+    if x.ndim:
+        want[d] = index.numel()
+    got = list(source.shape)
+    if source.ndim == 0 and index.numel() == 1:
+        return
+    if got != want:
+        raise RuntimeError(
+            f"{opname}(): source {got} must have the shape of self {list(x.shape)} with "
+            f"dimension {d} of size len(index) = {index.numel()}"
+        )
+
+
+class IndexWrite(Function):
+    """index_add (`kind='add'`, with alpha), index_copy (`'copy'`), index_fill (`'fill'`)."""
+
+    def to_save(self, tensors):
+        return (1,)
+
+    def forward(self, x, index, source=None, out=None, dim=0, kind="add", alpha=1, value=None):
+        opname = f"index_{kind}"
+        _check_index_vector(index, opname)
+        d = _wrap_dim(dim, max(x.ndim, 1))
+        if isinstance(source, Tensor) and kind != "fill":
+            _check_source(x, source, index, d, opname)
+            _same_dtype(x, source, opname)
+        if kind == "fill" and isinstance(source, Tensor) and source.ndim:
+            raise RuntimeError(
+                "index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                f"{source.ndim} dimension(s)."
+            )
+        self.dim, self.kind, self.alpha = d, kind, alpha
+        self.src_shape = source.shape if isinstance(source, Tensor) else None
+        y = _start(x, out)
+        if _live(x._device) and index.numel():
+            xp = kernels.xp_of(x)
+            ia = index._data.reshape(-1).astype(np.int64, copy=False)
+            n = x.shape[d] if x.ndim else 1
+            _check_bounds(ia, n, opname, d)
+            where = (slice(None),) * d + (ia,) if x.ndim else ()
+            if kind == "fill":
+                y._data[where] = source._data if isinstance(source, Tensor) else value
+            else:
+                src = source._data
+                if source.ndim == 0 and x.ndim:
+                    src = src.reshape((1,) * x.ndim)
+                if kind == "copy":
+                    y._data[where] = src
+                elif alpha == 1:
+                    xp.add.at(y._data, where, src)
+                else:
+                    xp.add.at(y._data, where, src * alpha)
+        return y
+
+    def backward(self, g):
+        (index,) = self.saved_tensors
+        nf = self.next_functions
+        d = self.dim
+        gx = None
+        if nf[0] is not None:
+            gx = g if self.kind == "add" else index_fill(g, d, index, 0.0)
+        if self.src_shape is None:
+            return (gx, None)
+        gs = None
+        if nf[2] is not None:
+            picked = g.index_select(d, index.reshape(-1)) if g.ndim else g
+            if self.kind == "fill":  # a 0-d value tensor: the sum of the filled places' grads
+                gs = picked.sum()
+            else:
+                if self.kind == "add" and self.alpha != 1:
+                    picked = picked * self.alpha
+                gs = picked.reshape(self.src_shape)
+        return (gx, None, gs)
+
+    def name(self):
+        return {
+            "add": "IndexAddBackward0",
+            "copy": "IndexCopyBackward0",
+            "fill": "IndexFillBackward0" if self.src_shape is None else "IndexFillBackward1",
+        }[self.kind]
+
+
+def index_add(input, dim, index, source, *, alpha=1):
+    return IndexWrite.apply(input, index, source, op="index_add", dim=dim, kind="add", alpha=alpha)
+
+
+def index_add_(input, dim, index, source, *, alpha=1):
+    return IndexWrite.apply(
+        input, index, source, out=input, op="index_add_", dim=dim, kind="add", alpha=alpha
+    )
+
+
+def index_copy(input, dim, index, source):
+    return IndexWrite.apply(input, index, source, op="index_copy", dim=dim, kind="copy")
+
+
+def index_copy_(input, dim, index, source):
+    return IndexWrite.apply(input, index, source, out=input, op="index_copy_", dim=dim, kind="copy")
+
+
+def _fill(input, dim, index, value, out, op):
+    if isinstance(value, Tensor):
+        return IndexWrite.apply(input, index, value, out=out, op=op, dim=dim, kind="fill")
+    return IndexWrite.apply(input, index, out=out, op=op, dim=dim, kind="fill", value=value)
+
+
+def index_fill(input, dim, index, value):
+    return _fill(input, dim, index, value, None, "index_fill")
+
+
+def index_fill_(input, dim, index, value):
+    return _fill(input, dim, index, value, input, "index_fill_")
+
+
+# ---------------------------------------------------------------------------------------------
+# masked_scatter, put, take
+# ---------------------------------------------------------------------------------------------
+class MaskedScatter(Function):
+    def to_save(self, tensors):
+        return (1,)
+
+    def forward(self, x, mask, source, out=None):
+        if not isinstance(mask, Tensor) or mask._dtype is not dtypes.bool_:
+            raise RuntimeError("masked_scatter_ only supports boolean masks")
+        _same_dtype(x, source, "masked_scatter_")
+        try:
+            np.broadcast_shapes(x.shape, mask.shape)
+        except ValueError:
+            raise RuntimeError(
+                f"masked_scatter_: mask {list(mask.shape)} cannot be broadcast to self "
+                f"{list(x.shape)}"
+            ) from None
+        if out is not None and np.broadcast_shapes(x.shape, mask.shape) != x.shape:
+            raise RuntimeError(
+                f"masked_scatter_: mask {list(mask.shape)} must broadcast to self "
+                f"{list(x.shape)} in place"
+            )
+        self.src_shape = source.shape
+        shape = np.broadcast_shapes(x.shape, mask.shape)
+        if out is None:
+            y = kernels.empty(shape, x._dtype, x._device)
+            if _live(x._device):
+                kernels.xp_of(x).copyto(y._data, x._data)
+        else:
+            y = out
+        if _live(x._device):
+            xp = kernels.xp_of(x)
+            m = xp.broadcast_to(mask._data, shape)
+            k = int(m.sum())
+            if k > source.numel():
+                raise RuntimeError(
+                    f"masked_scatter_: expected source to have at least {k} elements (the "
+                    f"number of True values of the mask), but it has {source.numel()}"
+                )
+            y._data[m] = source._data.reshape(-1)[:k]
+        return y
+
+    def backward(self, g):
+        (mask,) = self.saved_tensors
+        nf = self.next_functions
+        gx = g.masked_fill(mask, 0.0) if nf[0] is not None else None
+        gs = None
+        if nf[2] is not None:
+            # masked_scatter_backward: g's masked values in order, zero-padded to source's size
+            gs = kernels.zeros(self.src_shape, g._dtype, g._device)
+            if _live(g._device):
+                xp = kernels.xp_of(g)
+                vals = g._data[xp.broadcast_to(mask._data, g.shape)]
+                gs._data.reshape(-1)[: vals.size] = vals
+        return (gx, None, gs)
+
+    def name(self):
+        return "MaskedScatterBackward0"
+
+
+def masked_scatter(input, mask, source):
+    return MaskedScatter.apply(input, mask, source, op="masked_scatter")
+
+
+def masked_scatter_(input, mask, source):
+    return MaskedScatter.apply(input, mask, source, out=input, op="masked_scatter_")
+
+
+def _flat_coords(xp, index_arr, shape):
+    n = int(np.prod(shape))
+    flat = index_arr.reshape(-1).astype(np.int64, copy=False)
+    if flat.size:
+        lo, hi = int(flat.min()), int(flat.max())
+        if lo < -n or hi >= n:
+            bad = hi if hi >= n else lo
+            raise IndexError(
+                f"out of range: tried to access index {bad} on a tensor of {n} elements."
+            )
+    flat = xp.where(flat < 0, flat + n, flat)
+    return xp.unravel_index(flat, shape) if len(shape) else ()
+
+
+class Put(Function):
+    def to_save(self, tensors):
+        return (1,)
+
+    def forward(self, x, index, source, out=None, accumulate=False):
+        _check_index(index, "put_")
+        _same_dtype(x, source, "put_")
+        if index.numel() != source.numel():
+            raise RuntimeError(
+                f"put_(): Expected source and index to have the same number of elements, but got "
+                f"source.numel() = {source.numel()}, index.numel() = {index.numel()}"
+            )
+        self.accumulate, self.src_shape = accumulate, source.shape
+        y = _start(x, out)
+        if _live(x._device) and index.numel():
+            xp = kernels.xp_of(x)
+            coords = _flat_coords(xp, index._data, x.shape)
+            vals = source._data.reshape(-1)
+            if accumulate:
+                xp.add.at(y._data, coords, vals)
+            else:
+                y._data[coords] = vals
+        return y
+
+    def backward(self, g):
+        (index,) = self.saved_tensors
+        nf = self.next_functions
+        gx = None
+        if nf[0] is not None:
+            if self.accumulate:
+                gx = g
+            else:
+                zeros = kernels.zeros(self.src_shape, g._dtype, g._device)
+                gx = put(g, index, zeros)
+        gs = take(g, index).reshape(self.src_shape) if nf[2] is not None else None
+        return (gx, None, gs)
+
+    def name(self):
+        return "PutBackward0"
+
+
+def put(input, index, source, accumulate=False):
+    return Put.apply(input, index, source, op="put", accumulate=accumulate)
+
+
+def put_(input, index, source, accumulate=False):
+    return Put.apply(input, index, source, out=input, op="put_", accumulate=accumulate)
+
+
+class Take(Function):
+    def to_save(self, tensors):
+        return (1,)
+
+    def forward(self, x, index, out=None):
+        _check_index(index, "take")
+        self.in_shape = x.shape
+        y = kernels.empty(index.shape, x._dtype, x._device)
+        if _live(x._device) and index.numel():
+            xp = kernels.xp_of(x)
+            coords = _flat_coords(xp, index._data, x.shape)
+            y._data[...] = x._data[coords].reshape(index.shape)
+        return y
+
+    def backward(self, g):
+        (index,) = self.saved_tensors
+        gx = kernels.zeros(self.in_shape, g._dtype, g._device)
+        return (put_(gx, index, g.reshape(-1) if g.ndim != 1 else g, accumulate=True), None)
+
+    def name(self):
+        return "TakeBackward0"
+
+
+def take(input, index):
+    return Take.apply(input, index, op="take")
+
+
+# One row of the op table (engine/ops/registry.py) per public name
+_row = _registry.register
+_row("scatter", scatter, method=True, inplace="scatter_")
+_row("scatter_", scatter_, function=False, method=True)
+_row("scatter_add", scatter_add, method=True, inplace="scatter_add_")
+_row("scatter_add_", scatter_add_, function=False, method=True)
+_row("scatter_reduce", scatter_reduce, method=True, inplace="scatter_reduce_")
+_row("scatter_reduce_", scatter_reduce_, function=False, method=True)
+_row("index_add", index_add, method=True, inplace="index_add_")
+_row("index_add_", index_add_, function=False, method=True)
+_row("index_copy", index_copy, method=True, inplace="index_copy_")
+_row("index_copy_", index_copy_, function=False, method=True)
+_row("index_fill", index_fill, method=True, inplace="index_fill_")
+_row("index_fill_", index_fill_, function=False, method=True)
+_row("masked_scatter", masked_scatter, method=True, inplace="masked_scatter_")
+_row("masked_scatter_", masked_scatter_, function=False, method=True)
+_row("put", put, method=True, inplace="put_")
+_row("put_", put_, function=False, method=True)
+_row("take", take, method=True)

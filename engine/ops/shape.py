@@ -1,0 +1,664 @@
+"""Joining and shaping ops: cat, stack, tril/triu, repeat, roll, flip, pad, one_hot, var/std.
+
+Each is one primitive with PyTorch's name, arguments and backward node. What they allocate
+follows PyTorch's CPU kernels:
+- cat / stack: one output; backward hands each input a *view* of the gradient (CatBackward0 and
+  StackBackward0 narrow / select it), so nothing is allocated there.
+- tril_ / triu_ keep nothing for backward: in place they are free.
+- flip, roll, repeat, pad: one output, copied with slice assignments (no hidden temporaries);
+  their backward makes one input-sized gradient (repeat's sums the tiles).
+- var / std keep the input (std also its result), as var_backward / std_backward read them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from engine import dtypes, kernels
+from engine.autograd.function import Function
+from engine.ops import registry as _registry
+from engine.ops.common import result_buffer, result_type
+from engine.ops.reduce import norm_dims, reduced_shape
+from engine.tensor import Tensor, _wrap_dim
+
+
+def _live(dev) -> bool:
+    return dev.type != "meta"
+
+
+def _tensor_list(tensors, opname):
+    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
+        raise TypeError(
+            f"{opname}(): argument 'tensors' must be tuple of Tensors, not {type(tensors).__name__}"
+        )
+    if not tensors:
+        raise RuntimeError(f"{opname}(): expected a non-empty list of Tensors")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"{opname}(): expected Tensor as element {i} in argument 0, but got "
+                f"{type(t).__name__}"
+            )
+    return list(tensors)
+
+
+def _same_device(tensors, opname):
+    dev = tensors[0]._device
+    for t in tensors[1:]:
+        if t._device != dev:
+            raise RuntimeError(
+                f"{opname}(): Expected all tensors to be on the same device, but found at least "
+                f"two devices, {dev} and {t._device}!"
+            )
+    return dev
+
+
+# ---------------------------------------------------------------------------------------------
+# cat / stack
+# ---------------------------------------------------------------------------------------------
+class Cat(Function):
+    def forward(self, *tensors, out=None, dim=0):
+        # PyTorch skips legacy empty 1-d tensors (shape [0]) whatever the other shapes are
+        used_ids = {id(t) for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)}
+        used = [t for t in tensors if id(t) in used_ids]
+        ref = used[0] if used else tensors[0]
+        d = _wrap_dim(dim, max(ref.ndim, 1))
+        if ref.ndim == 0:
+            raise RuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated")
+        for i, t in enumerate(tensors):
+            if t.ndim == 0:
+                raise RuntimeError(
+                    f"zero-dimensional tensor (at position {i}) cannot be concatenated"
+                )
+        for i, t in enumerate(tensors):
+            if id(t) in used_ids and t.ndim != ref.ndim:
+                raise RuntimeError(
+                    f"Tensors must have same number of dimensions: got {ref.ndim} and {t.ndim}"
+                )
+            if id(t) not in used_ids:
+                continue
+            for k, (a, b) in enumerate(zip(ref.shape, t.shape, strict=True)):
+                if k != d and a != b:
+                    raise RuntimeError(
+                        f"Sizes of tensors must match except in dimension {d}. Expected size {a} "
+                        f"but got size {b} for tensor number {i} in the list."
+                    )
+        dev = _same_device(tensors, "cat")
+        dtype = result_type(*tensors)
+        shape = list(ref.shape)
+        shape[d] = sum(t.shape[d] for t in used)
+        y = result_buffer(out, tuple(shape), dtype, dev, "cat")
+        self.dim = d
+        self.pieces = []  # (start, size) along d, None for a skipped tensor
+        start = 0
+        lead = (slice(None),) * d
+        xp = kernels.xp_of_device(dev) if _live(dev) else None
+        for t in tensors:
+            if id(t) not in used_ids:
+                self.pieces.append(None)
+                continue
+            k = t.shape[d]
+            self.pieces.append((start, k))
+            if xp is not None:
+                xp.copyto(y._data[lead + (slice(start, start + k),)], t._data, casting="unsafe")
+            start += k
+        return y
+
+    def backward(self, g):
+        lead = (slice(None),) * self.dim
+        grads = []
+        for piece, nf in zip(self.pieces, self.next_functions, strict=True):
+            if piece is None or nf is None:
+                grads.append(None)
+            else:
+                start, k = piece
+                grads.append(g[lead + (slice(start, start + k),)])  # a view: no allocation
+        return tuple(grads)
+
+    def name(self):
+        return "CatBackward0"
+
+
+class Stack(Function):
+    def forward(self, *tensors, out=None, dim=0):
+        ref = tensors[0]
+        d = _wrap_dim(dim, ref.ndim + 1)
+        for i, t in enumerate(tensors):
+            if t.shape != ref.shape:
+                raise RuntimeError(
+                    f"stack expects each tensor to be equal size, but got {list(ref.shape)} at "
+                    f"entry 0 and {list(t.shape)} at entry {i}"
+                )
+        dev = _same_device(tensors, "stack")
+        dtype = result_type(*tensors)
+        shape = ref.shape[:d] + (len(tensors),) + ref.shape[d:]
+        y = result_buffer(out, shape, dtype, dev, "stack")
+        self.dim = d
+        if _live(dev):
+            xp = kernels.xp_of_device(dev)
+            lead = (slice(None),) * d
+            for i, t in enumerate(tensors):
+                xp.copyto(y._data[lead + (i,)], t._data, casting="unsafe")
+        return y
+
+    def backward(self, g):
+        lead = (slice(None),) * self.dim
+        return tuple(
+            g[lead + (i,)] if nf is not None else None for i, nf in enumerate(self.next_functions)
+        )
+
+    def name(self):
+        return "StackBackward0"
+
+
+def cat(tensors, dim=0, *, out=None):
+    tensors = _tensor_list(tensors, "cat")
+    return Cat.apply(*tensors, out=out, op="cat", dim=dim)
+
+
+def stack(tensors, dim=0, *, out=None):
+    tensors = _tensor_list(tensors, "stack")
+    return Stack.apply(*tensors, out=out, op="stack", dim=dim)
+
+
+def hstack(tensors, *, out=None):
+    tensors = _tensor_list(tensors, "hstack")
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1, out=out)
+
+
+def vstack(tensors, *, out=None):
+    tensors = [t.reshape(1, -1) if t.ndim < 2 else t for t in _tensor_list(tensors, "vstack")]
+    return cat(tensors, 0, out=out)
+
+
+# ---------------------------------------------------------------------------------------------
+# tril / triu
+# ---------------------------------------------------------------------------------------------
+class Tri(Function):
+    """tril / triu: copy (unless in place), then zero the other triangle row by row."""
+
+    def forward(self, x, out=None, diagonal=0, upper=False):
+        if x.ndim < 2:
+            raise RuntimeError(
+                f"{'triu' if upper else 'tril'}: input tensor must have at least 2 dimensions"
+            )
+        self.diagonal, self.upper = diagonal, upper
+        y = result_buffer(out, x.shape, x._dtype, x._device, "triu" if upper else "tril")
+        if _live(x._device):
+            xp = kernels.xp_of(x)
+            if y is not x:
+                xp.copyto(y._data, x._data)
+            _zero_triangle(y._data, diagonal, upper)
+        return y
+
+    def backward(self, g):
+        return (
+            Tri.apply(
+                g, op="triu" if self.upper else "tril", diagonal=self.diagonal, upper=self.upper
+            ),
+        )
+
+    def name(self):
+        return "TriuBackward0" if self.upper else "TrilBackward0"
+
+
+def _zero_triangle(a, diagonal, upper):
+    rows, cols = a.shape[-2], a.shape[-1]
+    for i in range(rows):
+        if upper:  # triu keeps j >= i + diagonal
+            hi = min(max(i + diagonal, 0), cols)
+            if hi:
+                a[..., i, :hi] = 0
+        else:  # tril keeps j <= i + diagonal
+            lo = min(max(i + diagonal + 1, 0), cols)
+            if lo < cols:
+                a[..., i, lo:] = 0
+
+
+def tril(input, diagonal=0, *, out=None):
+    return Tri.apply(input, out=out, op="tril", diagonal=diagonal, upper=False)
+
+
+def tril_(input, diagonal=0):
+    return Tri.apply(input, out=input, op="tril_", diagonal=diagonal, upper=False)
+
+
+def triu(input, diagonal=0, *, out=None):
+    return Tri.apply(input, out=out, op="triu", diagonal=diagonal, upper=True)
+
+
+def triu_(input, diagonal=0):
+    return Tri.apply(input, out=input, op="triu_", diagonal=diagonal, upper=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# repeat / flip / roll
+# ---------------------------------------------------------------------------------------------
+class Repeat(Function):
+    def forward(self, x, out=None, repeats=()):
+        repeats = tuple(int(r) for r in repeats)
+        if len(repeats) < x.ndim:
+            raise RuntimeError(
+                "Number of dimensions of repeat dims can not be smaller than number of dimensions "
+                "of tensor"
+            )
+        if any(r < 0 for r in repeats):
+            raise RuntimeError(f"Trying to create tensor with negative dimension: {list(repeats)}")
+        src = (1,) * (len(repeats) - x.ndim) + x.shape
+        self.src, self.repeats, self.in_shape = src, repeats, x.shape
+        shape = tuple(r * n for r, n in zip(repeats, src, strict=True))
+        y = kernels.empty(shape, x._dtype, x._device)
+        if _live(x._device) and y._data.size:
+            inter = tuple(itertools.chain.from_iterable(zip(repeats, src, strict=True)))
+            xs = x._data[(None,) * (len(src) - x.ndim) + (Ellipsis,)]
+            xs = xs[tuple(itertools.chain.from_iterable((None, slice(None)) for _ in src))]
+            kernels.xp_of(x).copyto(y._data.reshape(inter), xs)
+        return y
+
+    def backward(self, g):
+        inter = tuple(itertools.chain.from_iterable(zip(self.repeats, self.src, strict=True)))
+        tiles = tuple(range(0, 2 * len(self.src), 2))
+        gx = g.reshape(inter).sum(tiles)
+        return (gx.reshape(self.in_shape),)
+
+    def name(self):
+        return "RepeatBackward0"
+
+
+def repeat(input, *sizes):
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = tuple(sizes[0])
+    return Repeat.apply(input, op="repeat", repeats=sizes)
+
+
+def _dims(dims, ndim):
+    if isinstance(dims, int):
+        dims = (dims,)
+    out = tuple(_wrap_dim(d, ndim) for d in dims)
+    if len(set(out)) != len(out):
+        raise RuntimeError(f"dims has duplicates, original flip dims size={len(out)}")
+    return out
+
+
+class Flip(Function):
+    def forward(self, x, out=None, dims=()):
+        dims = _dims(dims, x.ndim)
+        self.dims = dims
+        y = result_buffer(out, x.shape, x._dtype, x._device, "flip")
+        if _live(x._device):
+            idx = tuple(slice(None, None, -1) if i in dims else slice(None) for i in range(x.ndim))
+            kernels.xp_of(x).copyto(y._data, x._data[idx])
+        return y
+
+    def backward(self, g):
+        return (Flip.apply(g, op="flip", dims=self.dims),)
+
+    def name(self):
+        return "FlipBackward0"
+
+
+def flip(input, dims):
+    return Flip.apply(input, op="flip", dims=dims)
+
+
+def _flip_method(self, *dims):
+    """Tensor.flip(0, 1) or Tensor.flip((0, 1))."""
+    return flip(self, dims[0] if len(dims) == 1 and not isinstance(dims[0], int) else dims)
+
+
+def fliplr(input):
+    if input.ndim < 2:
+        raise RuntimeError("Input must be >= 2-d.")
+    return flip(input, (1,))
+
+
+def flipud(input):
+    if input.ndim < 1:
+        raise RuntimeError("Input must be >= 1-d.")
+    return flip(input, (0,))
+
+
+class Roll(Function):
+    """Each dim splits into two blocks that trade places: 2^k slice copies, no temporaries."""
+
+    def forward(self, x, out=None, shifts=(), dims=()):
+        self.shifts, self.dims = shifts, dims
+        y = kernels.empty(x.shape, x._dtype, x._device)
+        if _live(x._device):
+            xp = kernels.xp_of(x)
+            per_dim = []
+            for d in range(x.ndim):
+                n = x.shape[d]
+                s = sum(sh for sh, dd in zip(shifts, dims, strict=True) if dd == d) % n if n else 0
+                if s == 0:
+                    per_dim.append([(slice(None), slice(None))])
+                else:  # y[s:] = x[:n-s]; y[:s] = x[n-s:]
+                    per_dim.append(
+                        [(slice(s, None), slice(0, n - s)), (slice(0, s), slice(n - s, None))]
+                    )
+            for combo in itertools.product(*per_dim):
+                dst = tuple(c[0] for c in combo)
+                src = tuple(c[1] for c in combo)
+                xp.copyto(y._data[dst], x._data[src])
+        return y
+
+    def backward(self, g):
+        return (Roll.apply(g, op="roll", shifts=tuple(-s for s in self.shifts), dims=self.dims),)
+
+    def name(self):
+        return "RollBackward0"
+
+
+def roll(input, shifts, dims=None):
+    if isinstance(shifts, int):
+        shifts = (shifts,)
+    shifts = tuple(int(s) for s in shifts)
+    if dims is None:
+        if len(shifts) != 1:
+            raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:0")
+        flat = input.reshape(-1)
+        return Roll.apply(flat, op="roll", shifts=shifts, dims=(0,)).reshape(input.shape)
+    if isinstance(dims, int):
+        dims = (dims,)
+    dims = tuple(_wrap_dim(d, input.ndim) for d in dims)
+    if len(shifts) != len(dims):
+        raise RuntimeError(
+            f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}"
+        )
+    return Roll.apply(input, op="roll", shifts=shifts, dims=dims)
+
+
+# ---------------------------------------------------------------------------------------------
+# pad (constant, reflect, replicate, circular)
+# ---------------------------------------------------------------------------------------------
+def _segments(mode, n, lo, hi):
+    """(out_slice, in_slice) pairs that build one padded dim of size lo + n + hi from n."""
+    segs = []
+    # centre (negative pads crop)
+    c_in = slice(max(-lo, 0), n - max(-hi, 0))
+    c_out = slice(max(lo, 0), max(lo, 0) + (c_in.stop - c_in.start))
+    if c_in.stop > c_in.start:
+        segs.append((c_out, c_in))
+    if mode == "constant":
+        return segs
+    if lo > 0:
+        if mode == "reflect":  # out j < lo reads in lo - j
+            segs.append((slice(0, lo), slice(lo, 0, -1)))
+        elif mode == "replicate":
+            segs.extend((slice(j, j + 1), slice(0, 1)) for j in range(lo))
+        else:  # circular: out j < lo reads in n - lo + j
+            segs.append((slice(0, lo), slice(n - lo, n)))
+    if hi > 0:
+        o = slice(lo + n, lo + n + hi)
+        if mode == "reflect":  # out lo + n + t reads in n - 2 - t
+            stop = n - 2 - hi
+            segs.append((o, slice(n - 2, stop if stop >= 0 else None, -1)))
+        elif mode == "replicate":
+            segs.extend((slice(lo + n + t, lo + n + t + 1), slice(n - 1, n)) for t in range(hi))
+        else:
+            segs.append((o, slice(0, hi)))
+    return segs
+
+
+class Pad(Function):
+    def forward(self, x, out=None, pad=(), mode="constant", value=0.0):
+        k = len(pad) // 2
+        lead = x.ndim - k
+        pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(k)]  # last dim first
+        shape = list(x.shape)
+        for i, (lo, hi) in enumerate(pairs):
+            d = x.ndim - 1 - i
+            n = x.shape[d]
+            if mode == "reflect" and (lo >= n or hi >= n):
+                raise RuntimeError(
+                    f"Argument #4: Padding size should be less than the corresponding input "
+                    f"dimension, but got: padding ({lo}, {hi}) at dimension {d} of input "
+                    f"{list(x.shape)}"
+                )
+            if mode == "circular" and (lo > n or hi > n):
+                raise RuntimeError("Padding value causes wrapping around more than once.")
+            shape[d] = n + lo + hi
+            if shape[d] < 0:
+                raise RuntimeError(
+                    f"The input size {n}, plus negative padding {lo} and {hi} resulted in a "
+                    f"negative output size, which is invalid. Check dimension {d} of your input."
+                )
+        self.mode, self.in_shape = mode, x.shape
+        per_dim = [[(slice(None), slice(None))]] * lead
+        for d in range(lead, x.ndim):
+            lo, hi = pairs[x.ndim - 1 - d]
+            per_dim.append(_segments(mode, x.shape[d], lo, hi))
+        self.regions = [
+            (tuple(c[0] for c in combo), tuple(c[1] for c in combo))
+            for combo in itertools.product(*per_dim)
+        ]
+        y = kernels.empty(tuple(shape), x._dtype, x._device)
+        if _live(x._device):
+            xp = kernels.xp_of(x)
+            if mode == "constant":
+                y._data.fill(value)
+            for dst, src in self.regions:
+                xp.copyto(y._data[dst], x._data[src])
+        return y
+
+    def backward(self, g):
+        if self.mode == "constant":
+            gx = (
+                kernels.zeros(self.in_shape, g._dtype, g._device)
+                if self._crops()
+                else (kernels.empty(self.in_shape, g._dtype, g._device))
+            )
+        else:
+            gx = kernels.zeros(self.in_shape, g._dtype, g._device)
+        if _live(g._device):
+            xp = kernels.xp_of(g)
+            for dst, src in self.regions:
+                view = gx._data[src]
+                if self.mode == "constant":
+                    xp.copyto(view, g._data[dst])
+                else:  # several output places read one input place: add them up
+                    xp.add(view, g._data[dst], out=view)
+        return (gx,)
+
+    def _crops(self):
+        covered = sum(
+            math.prod(_len(s, n) for s, n in zip(src, self.in_shape, strict=True))
+            for _, src in self.regions
+        )
+        return covered != math.prod(self.in_shape)
+
+    def name(self):
+        k = len(self.in_shape)
+        return {
+            "constant": "ConstantPadNdBackward0",
+            "reflect": f"ReflectionPad{min(k - 1, 3) if k > 1 else 1}dBackward0",
+            "replicate": f"ReplicationPad{min(k - 1, 3) if k > 1 else 1}dBackward0",
+            "circular": "CircularPadBackward0",
+        }[self.mode]
+
+
+def _len(s, n):
+    return len(range(*s.indices(n)))
+
+
+def pad(input, pad, mode="constant", value=None):
+    """F.pad: `pad` lists (left, right) pairs from the last dim backwards."""
+    pad = tuple(int(p) for p in pad)
+    if len(pad) % 2:
+        raise RuntimeError("Padding length must be divisible by 2")
+    if len(pad) // 2 > input.ndim:
+        raise RuntimeError(
+            "Padding length should be less than or equal to two times the input dimension"
+        )
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise NotImplementedError(
+            f"pad: mode {mode!r} is not supported; use 'constant', 'reflect', 'replicate' or "
+            "'circular'"
+        )
+    if mode != "constant":
+        if value not in (None, 0, 0.0):
+            raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument.')
+        k = len(pad) // 2
+        if not 1 <= k <= 3 or input.ndim not in (k + 1, k + 2):
+            raise NotImplementedError(
+                f"Only 2D, 3D, 4D, 5D padding with non-constant padding are supported for now "
+                f"(got a {input.ndim}-d input with {k} padded dims)"
+            )
+        if any(p < 0 for p in pad):
+            raise RuntimeError(f"pad: negative padding is not supported in mode {mode!r}")
+    return Pad.apply(input, op="pad", pad=pad, mode=mode, value=0.0 if value is None else value)
+
+
+# ---------------------------------------------------------------------------------------------
+# one_hot, var / std
+# ---------------------------------------------------------------------------------------------
+class OneHot(Function):
+    differentiable = False
+
+    def forward(self, t, out=None, num_classes=-1):
+        if t._dtype is not dtypes.int64:
+            raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+        live = _live(t._device)
+        if num_classes == -1:
+            if not live:
+                raise RuntimeError(
+                    "one_hot: num_classes=-1 reads the values of the tensor, which a meta tensor "
+                    "does not have; pass num_classes"
+                )
+            if t._data.size == 0:
+                raise RuntimeError("Can not infer total number of classes from empty tensor.")
+            num_classes = int(t._data.max()) + 1
+        if live and t._data.size:
+            lo, hi = int(t._data.min()), int(t._data.max())
+            if lo < 0:
+                raise RuntimeError("Class values must be non-negative.")
+            if hi >= num_classes:
+                raise RuntimeError("Class values must be smaller than num_classes.")
+        y = kernels.zeros(t.shape + (num_classes,), dtypes.int64, t._device)
+        if live and t._data.size:
+            xp = kernels.xp_of(t)
+            xp.put_along_axis(y._data, t._data[..., None], 1, axis=-1)
+        return y
+
+
+def one_hot(tensor, num_classes=-1):
+    return OneHot.apply(tensor, op="one_hot", num_classes=int(num_classes))
+
+
+class Var(Function):
+    """var / std over `dim` with `correction` (std keeps its result as well as the input)."""
+
+    def to_save(self, tensors):
+        return (0,)
+
+    def forward(self, x, out=None, dim=None, correction=1, keepdim=False, std=False):
+        if not x._dtype.is_floating_point:
+            raise RuntimeError(
+                f"std and var only support floating point and complex dtypes, got "
+                f"{x._dtype.torch_tensor_name.replace('Tensor', '')}"
+            )
+        dims = norm_dims(dim, x.ndim)
+        self.dims, self.keepdim, self.correction, self.std = dims, keepdim, correction, std
+        self.in_shape = x.shape
+        self.n = math.prod(x.shape[d] for d in dims) if dims else 1
+        shape = reduced_shape(x.shape, dims, keepdim)
+        y = result_buffer(out, shape, x._dtype, x._device, "std" if std else "var")
+        if _live(x._device):
+            xp = kernels.xp_of(x)
+            xd = x._data
+            axes = dims if dims else None
+            if xd.size == 0 or self.n - correction <= 0:
+                v = xp.full(shape, np.nan, dtype=xd.dtype) if self.n - correction <= 0 else None
+                if v is not None:
+                    xp.copyto(y._data, v)
+            else:
+                v = xp.var(xd, axis=axes, ddof=correction, keepdims=keepdim)
+                xp.copyto(y._data, v)
+            if std:
+                xp.sqrt(y._data, out=y._data)
+        return y
+
+    def backward(self, g):
+        saved = self.saved_tensors
+        x = saved[0]
+        # var: 2 / (N - correction) * g * (x - mean); std: var's with g / (2 std)
+        gx = kernels.empty(self.in_shape, g._dtype, g._device)
+        if _live(g._device):
+            xp = kernels.xp_of(g)
+            axes = self.dims if self.dims else None
+            mean = xp.mean(x._data, axis=axes, keepdims=True)
+            xp.subtract(x._data, mean, out=gx._data)
+            gk = g._data
+            if not self.keepdim and self.dims:
+                gk = gk.reshape(reduced_shape(self.in_shape, self.dims, True))
+            scale = 2.0 / (self.n - self.correction)
+            if self.std:
+                y = saved[1]._data
+                if not self.keepdim and self.dims:
+                    y = y.reshape(reduced_shape(self.in_shape, self.dims, True))
+                xp.multiply(gx._data, gk / (2.0 * y), out=gx._data)
+            else:
+                xp.multiply(gx._data, gk, out=gx._data)
+            xp.multiply(gx._data, scale, out=gx._data)
+        return (gx,)
+
+    def name(self):
+        return "StdBackward0" if self.std else "VarBackward0"
+
+
+class Std(Var):
+    retain_output = True
+
+
+def _var_args(dim, unbiased, correction, keepdim, opname):
+    if isinstance(dim, bool):  # var(x, unbiased) / var(x, unbiased, keepdim) legacy forms
+        if unbiased is not None and not isinstance(unbiased, bool):
+            raise TypeError(f"{opname}(): unbiased must be a bool")
+        dim, unbiased = None, dim
+    if correction is not None and unbiased is not None:
+        raise RuntimeError(f"{opname}(): cannot specify both unbiased and correction")
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    return dim, correction
+
+
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=None):
+    dim, correction = _var_args(dim, unbiased, correction, keepdim, "var")
+    return Var.apply(input, out=out, op="var", dim=dim, correction=correction, keepdim=keepdim)
+
+
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=None):
+    dim, correction = _var_args(dim, unbiased, correction, keepdim, "std")
+    return Std.apply(
+        input, out=out, op="std", dim=dim, correction=correction, keepdim=keepdim, std=True
+    )
+
+
+# One row of the op table (engine/ops/registry.py) per public name
+_row = _registry.register
+_row("cat", cat)
+_row("concat", cat)
+_row("concatenate", cat)
+_row("stack", stack)
+_row("hstack", hstack)
+_row("vstack", vstack)
+_row("tril", tril, method=True, inplace="tril_")
+_row("tril_", tril_, function=False, method=True)
+_row("triu", triu, method=True, inplace="triu_")
+_row("triu_", triu_, function=False, method=True)
+_row("repeat", repeat, function=False, method=True)
+_row("flip", flip, method=_flip_method)
+_row("fliplr", fliplr, method=True)
+_row("flipud", flipud, method=True)
+_row("roll", roll, method=True)
+_row("var", var, method=True)
+_row("std", std, method=True)
+_row("pad", pad, function=False, functional=True)
+_row("one_hot", one_hot, function=False, functional=True)
+
+
+def register(namespace: dict, tensor_cls) -> None:
+    """Nothing left to do: the rows above were registered when this module was imported."""
