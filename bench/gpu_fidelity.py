@@ -530,6 +530,7 @@ def measure_torch_cuda(program: Program) -> Figures:
     own_allocated = torch.cuda.memory_allocated()
     own_reserved = torch.cuda.memory_reserved()
     own_segments = {s["address"] for s in torch.cuda.memory._snapshot()["segments"]}
+    own_stats = torch.cuda.memory_stats()
     lib.own_reserved = own_reserved
 
     notes: dict = {}
@@ -549,30 +550,13 @@ def measure_torch_cuda(program: Program) -> Figures:
         own=own_allocated,
     )
     # The bookkeeping blocks sit in their pools' peaks too.
-    own_by_pool = _own_by_pool(torch, own_segments)
-    for pool, nbytes in own_by_pool.items():
-        figures.counters[f"allocated_bytes.{pool}.peak"] -= nbytes
-    figures.counters["requested_bytes.all.peak"] -= sum(
-        b["requested_size"]
-        for s in torch.cuda.memory._snapshot()["segments"]
-        if s["address"] in own_segments
-        for b in s["blocks"]
-        if b["state"] == "active_allocated" and b.get("requested_size") is not None
-    )
+    for key in ("allocated_bytes.large_pool", "allocated_bytes.small_pool", "requested_bytes.all"):
+        figures.counters[f"{key}.peak"] -= own_stats.get(f"{key}.current", 0)
     del kept, state
     gc.collect()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     return figures
-
-
-def _own_by_pool(torch, own_segments) -> dict:
-    out = {"large_pool": 0, "small_pool": 0}
-    for s in torch.cuda.memory._snapshot()["segments"]:
-        if s["address"] in own_segments:
-            pool = "large_pool" if s["segment_type"] == "large" else "small_pool"
-            out[pool] += sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")
-    return out
 
 
 def cpu_trace_torch(program: Program) -> int:
