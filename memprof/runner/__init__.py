@@ -39,7 +39,11 @@ def run_scenario(
 
 def run_loaded(loaded, *, progress=None) -> dict[str, Any]:
     """run_scenario for an already loaded and checked scenario."""
+    if getattr(loaded, "run", None) is not None:  # a Python scenario file (scenario/python_file)
+        with _RUN_LOCK:
+            return loaded.run(progress=progress)
     from memprof.reports.build import ScenarioInfo, assemble, environment
+    from memprof.reports.saving import inplace_params
     from memprof.runner.execute import backend_of
 
     with _RUN_LOCK:
@@ -53,6 +57,7 @@ def run_loaded(loaded, *, progress=None) -> dict[str, Any]:
         sha256=loaded.sha256,
         # stale reads are reported per variant, with the iteration, by the run
         warnings=[str(w) for w in loaded.warnings if w.kind != "stale_read"],
+        inplace_params=sorted(inplace_params(loaded.doc.data)),
     )
     return assemble(info, env, results, loaded.baseline)
 

@@ -38,10 +38,15 @@ def scenario_paths(directory: str | os.PathLike) -> list[Path]:
     root = Path(directory)
     if not root.is_dir():
         return []
+    from memprof.scenario.python_file import mentions_scenario
+
     return [
         path
         for path in sorted(root.rglob("*"))
-        if path.suffix.lower() in SUFFIXES
+        if (
+            path.suffix.lower() in SUFFIXES
+            or (path.suffix.lower() == ".py" and mentions_scenario(path))  # @memprof.scenario
+        )
         and not any(part.startswith(".") for part in path.relative_to(root).parts)
         and path.is_file()
     ]
@@ -55,6 +60,10 @@ def read_summary(path: str | os.PathLike) -> ScenarioSummary:
     """
     path = Path(path)
     stem = path.stem
+    if path.suffix.lower() == ".py":
+        from memprof.scenario.python_file import read_summary as read_python_summary
+
+        return read_python_summary(path)
     try:
         size = path.stat().st_size
         if size > MAX_SCENARIO_BYTES:

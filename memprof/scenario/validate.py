@@ -113,6 +113,10 @@ def load_scenario(
     check_shapes: dry-run every variant's forward program on the meta device (needs the engine).
     """
     path = str(path)
+    if path.lower().endswith(".py"):  # a Python scenario file (memprof/scenario/python_file.py)
+        from memprof.scenario.python_file import load_python_scenario
+
+        return load_python_scenario(path, variants=variants, device=device, allocator=allocator)
     text, raw = read_scenario_text(path)
     try:
         doc = load_yaml(text, path)
