@@ -335,7 +335,11 @@ class PowScalar(Unary):
         e = self.exponent
         if e == 0:
             return (g * 0,)
-        return (g * (x ** (e - 1)) * e,)
+        # derivatives.yaml's pow_backward: grad * (exponent * self.pow(exponent - 1)); both
+        # temporaries live until the product is made, as in PyTorch's C++ expression.
+        p = x ** (e - 1)
+        scaled = p * e
+        return (g * scaled,)
 
 
 class Clamp(Function):
@@ -391,12 +395,15 @@ class Clamp(Function):
         x = saved.pop(0)
         lo, hi = (saved.pop(0) if isinstance(b, Tensor) else b for b in self.bounds)
         nf = iter(self.next_functions)
-        inside = None
+        inside = upper = None
         if lo is not None:
             inside = x >= lo
         if hi is not None:
-            inside = (x <= hi) if inside is None else inside.logical_and_(x <= hi)
+            # (self >= min).logical_and_(self <= max): both masks live until where() is made
+            upper = x <= hi
+            inside = upper if inside is None else inside.logical_and_(upper)
         grads = [sum_to(g.where(inside, 0.0), self.x_shape) if next(nf) is not None else None]
+        del upper
         if isinstance(lo, Tensor):
             if next(nf) is not None:
                 hit = x < lo

@@ -239,52 +239,116 @@ def _piece_shape(shape, dim, k):
     return shape[:dim] + (k,) + shape[dim + 1 :]
 
 
-class IndexGather(Function):
+class _KeepsIndex:
+    """Advanced indexing keeps its index tensors for backward, as PyTorch's IndexBackward0 and
+    IndexPutBackward0 save `indices`: a mask stays charged until backward runs (or the graph
+    dies) and is version-checked when unpacked. A bool mask costs PyTorch a nonzero() of int64
+    coordinates wherever the kernel gathers or scatters through it; the engine charges the same
+    temporary (`_coordinates`), freed when the kernel returns."""
+
+    index_saved: tuple = ()
+
+    def _keep_index(self, index, recording: bool) -> None:
+        items = index if isinstance(index, tuple) else (index,)
+        self.index = _np_index(index)
+        if recording:
+            from engine.autograd.function import SavedTensor
+
+            self.index_saved = tuple(
+                (pos, SavedTensor(t, t._grad_fn, t._output_nr))
+                for pos, t in enumerate(items)
+                if isinstance(t, Tensor)
+            )
+            plain = list(self.index)
+            for pos, _ in self.index_saved:
+                plain[pos] = None
+            self.index = tuple(plain)
+
+    def _backward_index(self):
+        if not self.index_saved:
+            return self.index
+        index = list(self.index)
+        for pos, saved in self.index_saved:
+            index[pos] = saved.unpack()._data
+        return tuple(index)
+
+    def _coordinates(self, index, device):
+        """nonzero() of each bool mask in `index`: (count, mask.ndim) int64, held by the caller."""
+        held = []
+        for i in index:
+            if getattr(i, "dtype", None) == np.bool_ and i.ndim:
+                n = int(np.count_nonzero(i)) if device.type == "cpu" else int(i.sum())
+                held.append(kernels.empty((n, i.ndim), dtypes.int64, device))
+        return held
+
+    def release_saved(self) -> None:
+        super().release_saved()
+        for _, saved in self.index_saved:
+            saved.release()
+
+
+def _recording(*args) -> bool:
+    return STATE.enabled and any(isinstance(a, Tensor) and a.requires_grad for a in args)
+
+
+class IndexGather(_KeepsIndex, Function):
     """Advanced indexing (integer / bool tensors): a copy."""
 
     def forward(self, x, out=None, index=None):
         self.in_shape = x.shape
-        self.index = _np_index(index)
         if x._device.type == "meta":
             raise RuntimeError(
                 "indexing with tensors is not supported on the meta device (the result shape depends on values)"
             )
-        arr = x._data[self.index]
+        self._keep_index(index, _recording(x))
+        idx = _np_index(index)
+        coords = self._coordinates(idx, x._device)
+        arr = x._data[idx]
         s = wrap_storage(arr, x._device)
+        del coords
         return Tensor._make(arr, s, x._dtype, x._device)
 
     def backward(self, g):
+        # PyTorch: grad.new_zeros(self.sizes()).index_put_(indices, grad, accumulate=True)
+        index = self._backward_index()
         out = kernels.zeros(self.in_shape, g._dtype, g._device)
+        coords = self._coordinates(index, g._device)
         xp = kernels.xp_of(g)
-        xp.add.at(out._data, self.index, g._data)
+        xp.add.at(out._data, index, g._data)
+        del coords
         return (out,)
 
     def name(self):
         return "IndexBackward0"
 
 
-class IndexPut(Function):
+class IndexPut(_KeepsIndex, Function):
     """x[tensor_index] = values, in place."""
 
     def forward(self, x, values, out=None, index=None):
-        self.index = _np_index(index)
         self.v_t = isinstance(values, Tensor)
         self.v_shape = values.shape if self.v_t else None
+        self._keep_index(index, _recording(x, values))
         if x._device.type != "meta":
-            x._data[self.index] = data(values)
+            idx = _np_index(index)
+            # One bool mask and a single value is masked_fill_ in PyTorch: no coordinates.
+            fill = len(idx) == 1 and (not self.v_t or values.ndim == 0)
+            coords = () if fill else self._coordinates(idx, x._device)
+            x._data[idx] = data(values)
+            del coords
         return x
 
     def backward(self, g):
+        # PyTorch: self: grad.index_put(indices, zeros_like(values)); values: grad[indices]
+        index = self._backward_index()
         gx = g.clone()
-        gx._data[self.index] = 0
+        gx._data[index] = 0
         grads = [gx]
         if self.v_t:
-            gv = Tensor._make(
-                g._data[self.index],
-                wrap_storage(g._data[self.index], g._device),
-                g._dtype,
-                g._device,
-            )
+            coords = self._coordinates(index, g._device)
+            picked = g._data[index]
+            gv = Tensor._make(picked, wrap_storage(picked, g._device), g._dtype, g._device)
+            del coords
             grads.append(sum_to(gv, self.v_shape) if gv.shape != self.v_shape else gv)
         return tuple(grads)
 
@@ -350,7 +414,11 @@ class Fill(Function):
         return dst
 
     def backward(self, g):
-        return (None, None) if self.v_t else (None,)
+        # derivatives.yaml: fill_ / zero_: self: zeros_like(grad); value: grad.sum()
+        zeros = kernels.zeros(g.shape, g._dtype, g._device)
+        if not self.v_t:
+            return (zeros,)
+        return (zeros, g.sum() if self.next_functions[1] is not None else None)
 
     def name(self):
         return "FillBackward0"

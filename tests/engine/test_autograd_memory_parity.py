@@ -158,6 +158,100 @@ def unbind_some(m):
     return region
 
 
+def mask_assign(m):
+    x = _leaf(m, (64, 64))
+
+    def region():
+        y = x * 1
+        y[y < 0] = 0
+        y.sum().backward()
+
+    return region
+
+
+def mask_assign_graph_kept(m):
+    x = _leaf(m, (64, 64))
+
+    def region():
+        y = x * 1
+        y[y < 0] = 0
+        KEEP.append(y.sum())  # backward not run yet: IndexPutBackward0 holds the mask
+
+    return region
+
+
+def mask_assign_tensor_value(m):
+    x, v = _leaf(m, (64, 64)), _leaf(m, (), 3)
+
+    def region():
+        y = x * 1
+        y[y < 0] = v
+        y.sum().backward()
+
+    return region
+
+
+def mask_gather(m):
+    x = _leaf(m, (64, 64))
+
+    def region():
+        y = x * 1
+        (y[y > 0] * 2).sum().backward()
+
+    return region
+
+
+def zero_slice(m):
+    x = _leaf(m, (64, 64))
+
+    def region():
+        y = x * 1
+        y[:, :16].zero_()
+        (y * y).sum().backward()
+
+    return region
+
+
+def fill_slice_tensor_value(m):
+    x, v = _leaf(m, (64, 64)), _leaf(m, (), 3)
+
+    def region():
+        y = x * 1
+        y[:16].fill_(v)
+        (y * y).sum().backward()
+
+    return region
+
+
+def pow_cube(m):
+    x = _leaf(m, (64, 64))
+
+    def region():
+        (x**3).sum().backward()
+
+    return region
+
+
+def clamp_both(m):
+    x = _leaf(m, (64, 64))
+
+    def region():
+        x.clamp(-0.5, 0.5).sum().backward()
+
+    return region
+
+
+def clamp_inplace(m):
+    x = _leaf(m, (64, 64))
+
+    def region():
+        y = x * 1
+        y.clamp_(-0.5, 0.5)
+        y.sum().backward()
+
+    return region
+
+
 PROGRAMS = {
     "used_twice": used_twice,
     "batched_matmul": batched_matmul,
@@ -165,6 +259,15 @@ PROGRAMS = {
     "split_some": split_some,
     "chunk_product": chunk_product,
     "unbind_some": unbind_some,
+    "mask_assign": mask_assign,
+    "mask_assign_graph_kept": mask_assign_graph_kept,
+    "mask_assign_tensor_value": mask_assign_tensor_value,
+    "mask_gather": mask_gather,
+    "zero_slice": zero_slice,
+    "fill_slice_tensor_value": fill_slice_tensor_value,
+    "pow_cube": pow_cube,
+    "clamp_both": clamp_both,
+    "clamp_inplace": clamp_inplace,
 }
 
 
@@ -248,6 +351,65 @@ def test_split_gradients_match_numerical_differentiation(how):
     np.testing.assert_allclose(x.grad.numpy(), num, rtol=1e-6, atol=1e-8)
 
 
+def test_mask_assignment_keeps_the_mask_until_backward():
+    # y (F) and the bool mask (F/4); after the region only the mask and the 4-byte sum are live
+    region = mask_assign_graph_kept(engine)
+    peak, live = engine_region(region)
+    assert peak == F + F // 4 + 4
+    assert live == F // 4 + 4
+    KEEP.clear()  # the graph dies: so does the mask
+    assert engine.memory.memory_allocated() == F  # x only
+
+
+def test_mask_modified_after_assignment_is_a_version_error():
+    x = _leaf(engine, (4, 4))
+    y = x * 1
+    mask = y < 0
+    y[mask] = 0
+    mask.fill_(False)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_mask_gather_charges_the_coordinates_pytorch_makes():
+    # y[y > 0]: nonzero() gives (count, 2) int64 coordinates, in forward and again in backward
+    x = _leaf(engine, (64, 64))
+    count = int((x.detach().numpy() > 0).sum())
+    coords, picked = count * 2 * 8, count * 4
+    peak, live = engine_region(mask_gather(engine))
+    # backward: y and its mask, the picked gradient, the zeros it is scattered into, coordinates
+    assert peak == F + F // 4 + picked + F + coords + 4
+    assert live == F
+
+
+@pytest.mark.parametrize(
+    "name,expected_peak",
+    [
+        # y, y*y's gradient, CopySlices' base-sized buffer, the region's clone and its zeros
+        ("zero_slice", 3 * F + F // 4 + F // 4 + 4),
+        ("fill_slice_tensor_value", 3 * F + F // 4 + F // 4 + 4 + 4),
+        # pow_backward: self.pow(2), exponent * that, grad * that: three F at once
+        ("pow_cube", 3 * F + 4 + 4),
+        # clamp_backward: (x >= min) and (x <= max), both live while where() is made
+        ("clamp_both", F + 2 * (F // 4) + 4 + 4),
+        # y, the clone clamp_ keeps of it, then the same backward as clamp_both
+        ("clamp_inplace", 2 * F + F + 2 * (F // 4) + 4 + 4),
+    ],
+)
+def test_backward_temporaries_are_pytorchs(name, expected_peak):
+    peak, _ = engine_region(PROGRAMS[name](engine))
+    assert peak == expected_peak
+
+
+def test_fill_with_a_tensor_value_sends_the_value_its_gradient():
+    x, v = _leaf(engine, (4, 4)), _leaf(engine, (), 3)
+    y = x * 1
+    y[:2].fill_(v)
+    (y * y).sum().backward()
+    assert v.grad.item() == pytest.approx(8 * 2 * v.item())
+    assert (x.grad.numpy()[:2] == 0).all()
+
+
 # ---------------------------------------------------------------------------------------------
 # against PyTorch's profiler
 # ---------------------------------------------------------------------------------------------
@@ -269,6 +431,9 @@ def test_gradients_match_pytorch(name, torch):
     for m in (engine, torch):
         region = PROGRAMS[name](m)
         region()
+        for kept in KEEP:
+            kept.backward()
+        KEEP.clear()
         cells = region.__closure__ or ()
         leaves[m.__name__] = [c.cell_contents for c in cells if hasattr(c.cell_contents, "grad")]
     for e, t in zip(leaves["engine"], leaves["torch"], strict=True):
