@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.allocator import MemoryObserver
 from tests.conftest import requires_cuda
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,6 +160,133 @@ def test_compare_flags_a_difference_and_honours_an_allowance():
     assert gf.compare(row) == ["segments: engine-cuda  vs engine-meta L20M"]
     row = gf.Row("p", {}, {"torch-cpu": 1000, "engine-meta": 1000 + gf.CPU_SCALAR_SLACK + 1})
     assert len(gf.compare(row)) == 1
+
+
+# --- the caching rules on the programs' own request sequences -------------------------------
+
+
+class ReferenceCachingAllocator:
+    """PyTorch's caching rules written out plainly (lists and linear scans), independent of
+    engine/allocator: to replay a program's requests and check the model's figures."""
+
+    def __init__(self):
+        self.segments = []  # {"pool", "size", "blocks": [[address, size, allocated], ...]}
+        self.next_address = 0
+        self.allocated = self.reserved = self.peak_allocated = self.peak_reserved = 0
+
+    def reset_peaks(self):
+        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+
+    def malloc(self, nbytes):
+        size = max(512, -(-nbytes // 512) * 512)
+        pool = "small" if size <= MiB else "large"
+        fits = [
+            (block[1], block[0], segment, block)
+            for segment in self.segments
+            if segment["pool"] == pool
+            for block in segment["blocks"]
+            if not block[2] and block[1] >= size
+        ]
+        if fits:
+            _, _, segment, block = min(fits, key=lambda f: (f[0], f[1]))
+        else:
+            if pool == "small":
+                seg_size = 2 * MiB
+            elif size < 10 * MiB:
+                seg_size = 20 * MiB
+            else:
+                seg_size = -(-size // (2 * MiB)) * 2 * MiB
+            block = [self.next_address, seg_size, False]
+            segment = {"pool": pool, "size": seg_size, "blocks": [block]}
+            self.segments.append(segment)
+            self.next_address += seg_size
+            self.reserved += seg_size
+            self.peak_reserved = max(self.peak_reserved, self.reserved)
+        remainder = block[1] - size
+        if remainder >= 512 if pool == "small" else remainder > MiB:
+            i = segment["blocks"].index(block)
+            segment["blocks"].insert(i + 1, [block[0] + size, remainder, False])
+            block[1] = size
+        block[2] = True
+        self.allocated += block[1]
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        return segment, block
+
+    def free(self, handle):
+        segment, block = handle
+        block[2] = False
+        self.allocated -= block[1]
+        blocks = segment["blocks"]
+        i = blocks.index(block)
+        if i + 1 < len(blocks) and not blocks[i + 1][2]:
+            block[1] += blocks.pop(i + 1)[1]
+        if i > 0 and not blocks[i - 1][2]:
+            blocks[i - 1][1] += blocks.pop(i)[1]
+
+    def layout(self):
+        return sorted((s["pool"], s["size"]) for s in self.segments)
+
+
+class Requests(MemoryObserver):
+    """The meta allocator's requests in order: ("alloc", id, bytes) / ("free", id), and ("run",)
+    where the measured run starts."""
+
+    def __init__(self):
+        self.events = []
+
+    def on_alloc(self, event):
+        self.events.append(("alloc", event.storage_id, event.requested))
+
+    def on_free(self, event):
+        self.events.append(("free", event.storage_id))
+
+
+def _replay(name):
+    """The program's requests on meta (setup, then the run), replayed by the reference."""
+    from engine.allocator import get_allocator
+
+    program = gf._program(name)
+    lib = gf._fresh_engine("meta")
+    requests = Requests()
+    with get_allocator("meta").observing(requests):
+        state = program.setup(lib)
+        requests.events.append(("run",))
+        kept = program.run(lib, state, {})
+    ref = ReferenceCachingAllocator()
+    live = {}
+    for event in requests.events:
+        if event[0] == "run":
+            ref.reset_peaks()
+        elif event[0] == "alloc" and event[2] > 0:
+            live[event[1]] = ref.malloc(event[2])
+        elif event[0] == "free" and event[1] in live:
+            ref.free(live.pop(event[1]))
+    del kept, state
+    return ref
+
+
+@pytest.mark.parametrize("name", [p.name for p in gf.PROGRAMS if p.name != "oom"])
+def test_caching_model_follows_the_rules_on_each_programs_requests(name):
+    ref = _replay(name)
+    figures = gf.measure_engine(gf._program(name), "meta")
+    assert (figures.peak_allocated, figures.peak_reserved) == (
+        ref.peak_allocated,
+        ref.peak_reserved,
+    )
+    assert figures.segments == ref.layout()
+
+
+def test_reference_allocator_reproduces_the_hand_figures():
+    # the reference itself against two hand figures (the fragmenting sequence and the seed)
+    ref = _replay("fragment")
+    assert (ref.peak_allocated, ref.peak_reserved, ref.layout()) == (
+        HAND["fragment"][0],
+        HAND["fragment"][1],
+        sorted(HAND["fragment"][2]),
+    )
+    ref = ReferenceCachingAllocator()
+    ref.malloc(400_000_000)
+    assert (ref.allocated, ref.layout()) == (400556032, [("large", 400556032)])
 
 
 # --- the cpu half: the engine's requests on meta against torch's CPU profiler -----------------
