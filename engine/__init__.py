@@ -35,7 +35,7 @@ from engine.creation import (
     zeros,
     zeros_like,
 )
-from engine.device import device
+from engine.device import device, get_default_device, set_default_device
 from engine.dtypes import (
     bool_,
     double,
@@ -103,6 +103,7 @@ __all__ = [  # the names above, plus every op of the table (engine.ops._ns)
     "from_numpy",
     "full",
     "full_like",
+    "get_default_device",
     "get_default_dtype",
     "get_generator",
     "get_num_threads",
@@ -123,6 +124,7 @@ __all__ = [  # the names above, plus every op of the table (engine.ops._ns)
     "rand_like",
     "randn",
     "randn_like",
+    "set_default_device",
     "set_default_dtype",
     "set_grad_enabled",
     "set_num_threads",

@@ -68,9 +68,24 @@ def _parse_cached(spec: str) -> device:
     return device(spec)
 
 
+# The device factory functions use when given none (torch.set_default_device); None: cpu.
+_default: device | None = None
+
+
+def set_default_device(spec) -> None:
+    """Make factory functions (empty, rand, zeros, ..., and module parameters) create tensors on
+    `spec` when no device is given, as torch.set_default_device; None goes back to cpu."""
+    global _default
+    _default = None if spec is None else as_device(spec)
+
+
+def get_default_device() -> device:
+    return CPU if _default is None else _default
+
+
 def as_device(spec) -> device:
     if spec is None:
-        return CPU
+        return CPU if _default is None else _default
     if isinstance(spec, device):
         return spec
     if isinstance(spec, str):

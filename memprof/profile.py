@@ -209,6 +209,8 @@ class Profile:
     name: the report's scenario name. device: cpu, cuda, meta or auto. allocator: exact or
     caching. runs_dir: where the report is saved (default ./memprof-runs); save=False keeps it in
     memory only. seed: engine.manual_seed before the block (None: leave the generator alone).
+    Inside the block, factory functions given no device (engine.rand, module parameters, ...)
+    make tensors on the profile's device (engine.set_default_device), as a scenario's do.
     memory_limit: bytes the device may hold (an allocation past it raises OutOfMemoryError,
     which is recorded and re-raised). variant: the variant's name in the report.
     """
@@ -313,6 +315,9 @@ class Profile:
         alloc.set_limit(self.memory_limit)
         if self.seed is not None:
             engine.manual_seed(self.seed)
+        # factory functions without a device (and module parameters) make tensors on ours
+        self._default_device = engine.get_default_device()
+        engine.set_default_device(self.device)
         self._names: dict[int, str] = {}
         self._param_names: dict[int, tuple[str, Any]] = {}
         self._keep: list = []  # the modules named, so their ids stay theirs
@@ -330,9 +335,12 @@ class Profile:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         t1 = _perf_ns()
+        import engine
+
         for hook in self._hooks:
             hook.remove()
         self.alloc.remove_observer(self.observer)
+        engine.set_default_device(self._default_device)
         self._active = False
         status, error = "ok", None
         if exc is not None:

@@ -210,3 +210,12 @@ def test_results_are_refused_before_the_block_ends_and_bad_options_are_named():
         memprof.profile("bad", allocator="pool")
     with pytest.raises(ValueError, match="device must be one of"):
         memprof.profile("bad", device="tpu")
+
+
+def test_the_profile_device_is_the_default_inside_the_block_only():
+    with memprof.profile("meta", device="meta", allocator="caching", save=False) as prof:
+        t = engine.randn(10000, 10000)  # no device given: the profile's
+        assert t.device == engine.device("meta")
+    assert engine.get_default_device() == engine.device("cpu")
+    assert prof.peak == 400556032  # seed 004 on meta with the caching model
+    del t
