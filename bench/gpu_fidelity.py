@@ -1,18 +1,18 @@
 """The truth on a real GPU: the caching model and the CuPy backend against torch.cuda, to the byte.
 
 Every program below is written once, against a module ``lib`` (``torch`` or ``engine`` behind a
-tiny adapter, :class:`Lib`), and run up to five ways:
+tiny adapter, :class:`Lib`), and run three ways, plus a cpu half:
 
 - ``torch-cuda``: PyTorch on a GPU; figures from ``torch.cuda.max_memory_allocated()``,
   ``max_memory_reserved()``, ``memory_stats()`` counters and ``torch.cuda.memory._snapshot()``
   segments, after ``reset_peak_memory_stats()``;
 - ``engine-cuda``: the engine on the CuPy backend with the caching model;
 - ``engine-meta``: the engine on ``meta`` with the caching model (no data, same accounting);
-- ``torch-cpu`` and ``engine-cpu-trace``: the raw bytes requested inside the program, torch's from
-  its CPU profiler (``profile_memory=True``) and the engine's from its allocator events on
-  ``meta``. PyTorch's CPU allocator does no caching, so this half checks the *sequence* of
-  requests (what the caching model is fed), not the caching rules; it runs only where a CPU
-  figure is meaningful (``Program.cpu``).
+- ``cpu``: the peak of the raw bytes requested inside the program, torch's from its CPU
+  profiler (``profile_memory=True``) and the engine's from its allocator events on ``meta``.
+  PyTorch's CPU allocator does no caching, so this half checks the requests the caching model
+  is fed, not the caching rules; it runs only where a CPU figure is meaningful (a program with
+  a ``cpu_skip`` reason is left out).
 
 One row per program with the figures and the differences; the exit status is 1 when any figure
 differs beyond the bytes PyTorch spends on its own bookkeeping (each allowance is a named
@@ -204,7 +204,7 @@ class Program:
     """One program: ``setup(lib)`` builds its state (not measured), ``run(lib, state, notes)``
     is measured and returns what it keeps alive until the figures are read.
 
-    ``cpu``: whether torch's CPU request trace is a meaningful comparison (None) or why not.
+    ``cpu_skip``: why torch's CPU request trace is no meaningful comparison (None: it is).
     ``conv``: the conv whose scratch is allowed for (see conv_scratch_allowance).
     """
 
@@ -405,7 +405,6 @@ PROGRAMS: tuple[Program, ...] = (
         _cnn_state,
         _train_step,
         "Conv2d(3, 64, 11, s4, p2) + ReLU(inplace), batch 8 3x224x224, mean, SGD momentum",
-        cpu_skip="torch's CPU conv (oneDNN) requests buffers a cuda conv does not",
         conv=CNN_CONV,
     ),
     Program(
