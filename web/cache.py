@@ -18,6 +18,7 @@ from typing import Any
 from memprof.errors import InvalidInput
 from memprof.reports import charts
 from memprof.reports.reduce import TimelineArrays
+from memprof.reports.saving import best_saving_pct, compared_with
 from memprof.reports.store import list_report_paths, report_path, require_report
 
 
@@ -155,6 +156,7 @@ def _summary(
 ) -> dict[str, Any]:
     scenario = report.get("scenario") or {}
     variants = report["variants"]
+    rows = {r.get("variant"): r for r in (report.get("comparison") or {}).get("rows") or []}
     return {
         "run_id": path.stem,
         "created_at": report.get("created_at"),
@@ -170,10 +172,16 @@ def _summary(
                 "peak_reserved_bytes": v.get("peak_reserved_bytes"),
                 "events": timelines[str(v.get("name"))].n,
                 "warnings": len(charts.warnings_of(v)),
+                "compared_with": compared_with(rows[v.get("name")])
+                if v.get("name") in rows
+                else None,
+                "saving_pct": (rows.get(v.get("name")) or {}).get("saving_pct"),
+                "saving": charts.variant_saving(report, v),
             }
             for v in variants
         ],
         "warnings": sum(len(charts.warnings_of(v)) for v in variants),
+        "best_saving_pct": best_saving_pct(report.get("comparison")),
         "error": None,
     }
 
@@ -188,5 +196,6 @@ def _unreadable_summary(path: Path, message: str) -> dict[str, Any]:
         "baseline_variant": None,
         "variants": [],
         "warnings": 0,
+        "best_saving_pct": None,
         "error": message,
     }

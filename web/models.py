@@ -21,6 +21,13 @@ class VariantSummary(BaseModel):
     peak_reserved_bytes: int | None
     events: int
     warnings: int
+    compared_with: str | None = Field(
+        None, description="the variant its saving is against (memprof.reports.saving)"
+    )
+    saving_pct: float | None = Field(
+        None, description="peak saved against compared_with, %; null when not comparable"
+    )
+    saving: str = Field("", description="the saving as every screen words it")
 
 
 class RunSummary(BaseModel):
@@ -32,6 +39,9 @@ class RunSummary(BaseModel):
     baseline_variant: str | None
     variants: list[VariantSummary]
     warnings: int = Field(description="warnings of all variants together")
+    best_saving_pct: float | None = Field(
+        None, description="the largest saving of a variant against its reference, %"
+    )
     error: str | None = Field(None, description="why the file could not be read")
 
 

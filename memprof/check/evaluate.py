@@ -24,6 +24,7 @@ from memprof.check.explain import (
     live_at_peak_lines,
     regression_message,
 )
+from memprof.reports.build import failed_unexpectedly
 from memprof.units import format_bytes
 
 SIZE_METRICS = (
@@ -134,6 +135,17 @@ class VariantResult:
                     return c
         return self.checks[0] if self.checks else None
 
+    def peak_budget(self) -> Check | None:
+        """The bound the peak met: its budget (`peak_allocated <= ...`), else the regression
+        check against the baseline; None when nothing bounds the peak."""
+        for c in self.checks:
+            if c.kind == "budget" and c.metric == "peak_allocated":
+                return c
+        for c in self.checks:
+            if c.kind == "regression":
+                return c
+        return None
+
     def explanation(self, *, top: int = 5) -> list[str]:
         """Why it failed: one sentence per failed check, then the largest tensors live at the
         peak with their nodes. Empty when it passed."""
@@ -228,11 +240,9 @@ def _expectation_check(subject: str, e: Mapping[str, Any]) -> Check:
 
 def _status_check(subject: str, v: Mapping[str, Any]) -> Check | None:
     """A failing check when the variant errored and no expectation said it would."""
-    status = v.get("status", "ok")
-    if status == "ok":
+    if not failed_unexpectedly(v):  # finished, or the scenario's expectation decides
         return None
-    if any(e["metric"] in ("status", "error") for e in v.get("expectations") or []):
-        return None  # the scenario expects a failure; its expectation decides
+    status = v.get("status", "ok")
     err = v.get("error") or {}
     what = f"{err.get('type', 'Error')}: {err.get('message', '')}".rstrip(": ")
     at = f" at node {err['node']}" if err.get("node") else ""

@@ -89,24 +89,28 @@ def live_at_peak_lines(
 
 
 def result_lines(result, *, name_width: int = 32) -> list[str]:
-    """A VariantResult as the terminal shows it: `PASS|FAIL  scenario/variant  metric  expected
-    actual`, then (on failure) the explanation indented below, then any notes.
+    """A VariantResult as the terminal shows it: `PASS|FAIL  scenario/variant  peak SIZE` and
+    then, on a pass, the budget the peak met (`peak_allocated <= 64.00 MiB`, the regression
+    bound against the baseline, or `no budget on the peak`); on a failure, the first failed
+    check (`metric expected, actual ...`) with the explanation indented below; then any notes.
 
     name_width: the column for `scenario/variant` (the CLI sizes it to the longest name).
     """
-    head = result.headline()
     verdict = "PASS" if result.passed else "FAIL"
-    if head is None:
-        peak = result.peak_allocated_bytes
-        cells = [
-            "peak_allocated",
-            "(no budget)",
-            format_bytes(peak) if peak is not None else "not measured",
-        ]
+    peak = result.peak_allocated_bytes
+    peak_text = format_bytes(peak) if peak is not None else "not measured"
+    if result.passed:
+        met = result.peak_budget()
+        if met is None:
+            cell = "no budget on the peak"
+        else:
+            what = "vs baseline " if met.kind == "regression" else ""
+            cell = f"{met.metric} {what}{met.expected_text}"
     else:
+        head = result.failures[0]
         metric = head.metric + (" vs baseline" if head.kind == "regression" else "")
-        cells = [metric, _clip(head.expected_text), _clip(head.actual_text)]
-    line = f"{verdict}  {result.name:<{name_width}}  {cells[0]:<26} {cells[1]:<18} {cells[2]}"
+        cell = f"{metric} {_clip(head.expected_text)}, actual {_clip(head.actual_text)}"
+    line = f"{verdict}  {result.name:<{name_width}}  peak {peak_text:>11}  {cell}"
     if len(result.checks) > 1:
         failed = len(result.failures)
         line += (

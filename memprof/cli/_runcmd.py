@@ -9,6 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from memprof.errors import CheckFailed, InvalidInput
 from memprof.reports import terminal
+from memprof.reports.build import failed_unexpectedly
 from memprof.reports.record import record_run
 from memprof.reports.store import dumps_report, output_problem, write_output
 from memprof.runner import progress_fraction, run_loaded
@@ -16,7 +17,15 @@ from memprof.scenario import load_scenarios
 
 
 def run_command(
-    scenarios: list[Path], *, variants, device, allocator, json_out, runs_dir: Path, quiet: bool
+    scenarios: list[Path],
+    *,
+    variants,
+    device,
+    allocator,
+    json_out,
+    runs_dir: Path,
+    quiet: bool,
+    top: int | None = 5,
 ) -> None:
     to_stdout = json_out == "-"
     out = terminal.make_console(stderr=to_stdout)
@@ -64,13 +73,15 @@ def run_command(
             progress.remove_task(task)
 
     unsaved = []
-    for report in reports:
+    for i, report in enumerate(reports):
         recorded = record_run(runs_dir, report, source="run")
         path = recorded.path
         if recorded.problem:  # still show and --json what was measured
             unsaved.append(recorded.problem)
         if not quiet:
-            terminal.render(report, out)
+            if i:
+                out.rule(style="dim")
+            terminal.render(report, out, top=top)
             if path is not None:
                 out.print(f"[dim]report: {path}[/dim]")
         elif report["status"] != "ok":
@@ -102,9 +113,7 @@ def _failure_line(report: dict) -> str:
     bad_run = [
         f"{v['name']}: {v['error']['type']}"
         for v in report["variants"]
-        if v["status"] != "ok"
-        and v["error"]
-        and not any(e["metric"] in ("error", "status") and e["passed"] for e in v["expectations"])
+        if failed_unexpectedly(v) and v["error"]
     ]
     parts = bad_run + bad_exp
     what = "failed" if report["status"] == "failed" else "expectation failed"

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import sys
 
 import typer
+from typer.core import TyperCommand
 
 app = typer.Typer(
     name="memprof",
@@ -35,10 +37,61 @@ COMMANDS = [
 ]
 
 
+class _PlainHelpCommand(TyperCommand):
+    """Help with plain placeholders: `PATH`, `N`, `DEVICE` instead of `<list[Path]>`, `<int>`,
+    `<str>`, and nothing after a flag (`--quiet`, not `--quiet <bool>`). A parameter's own
+    `metavar` wins."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "param_type_name", "") == "argument":
+                # the name column already shows it: no `<list[Path]>` type beside it
+                param.display_type_rich = _no_type
+                if param.metavar is None:
+                    param.metavar = (param.name or "value").upper()
+            elif param.metavar is None:
+                param.metavar = _placeholder(param)
+        return params
+
+
+def _no_type(ctx=None) -> None:
+    return None
+
+
+def _placeholder(param) -> str:
+    if getattr(param, "is_flag", False) or getattr(param, "count", False):
+        return ""
+    desc = getattr(param, "type_descriptor", None)
+    annotation = getattr(desc, "annotation", None)
+    if desc is not None and desc.is_list:
+        (annotation,) = getattr(annotation, "__args__", (str,))
+    if desc is not None and desc.is_path:
+        word = "PATH"
+    elif annotation is int:
+        word = "N"
+    elif annotation is float:
+        word = "NUMBER"
+    else:
+        word = (param.name or "value").upper()
+    return f"{word}..." if desc is not None and desc.is_list else word
+
+
+def unwrap(text: str | None) -> str | None:
+    """A docstring as help: its paragraphs, each on one line (the terminal wraps them)."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
+
+
 def _register() -> None:
     for name, module, func in COMMANDS:
         mod = importlib.import_module(f"memprof.cli.{module}")
-        app.command(name)(_reporting_errors(getattr(mod, func)))
+        function = getattr(mod, func)
+        app.command(name, cls=_PlainHelpCommand, help=unwrap(function.__doc__))(
+            _reporting_errors(function)
+        )
 
 
 def _reporting_errors(func):

@@ -27,7 +27,10 @@ def check(
         ),
     ] = None,
     max_increase: Annotated[
-        str, typer.Option("--max-increase", help="How far a peak may rise above its baseline.")
+        str,
+        typer.Option(
+            "--max-increase", metavar="PERCENT", help="How far a peak may rise above its baseline."
+        ),
     ] = "5%",
     json_out: Annotated[
         Path | None,

@@ -28,6 +28,7 @@ def compare(
         str | None,
         typer.Option(
             "--max-increase",
+            metavar="PERCENT",
             help="Fail (exit 1) when a variant's peak grows by more than this, e.g. 5%.",
             show_default=False,
         ),

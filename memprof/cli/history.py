@@ -16,7 +16,8 @@ def history(
         str | None, typer.Argument(help="Only this scenario (by name).", show_default=False)
     ] = None,
     variant: Annotated[
-        str | None, typer.Option("--variant", help="Only this variant.", show_default=False)
+        str | None,
+        typer.Option("--variant", metavar="NAME", help="Only this variant.", show_default=False),
     ] = None,
     limit: Annotated[
         int,

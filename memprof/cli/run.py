@@ -18,7 +18,10 @@ def run(
     variant: Annotated[
         list[str] | None,
         typer.Option(
-            "--variant", help="Run only this variant (repeat for several).", show_default=False
+            "--variant",
+            metavar="NAME",
+            help="Run only this variant (repeat for several).",
+            show_default=False,
         ),
     ] = None,
     device: Annotated[
@@ -35,6 +38,7 @@ def run(
         str | None,
         typer.Option(
             "--json",
+            metavar="PATH",
             help="Also write the report JSON to PATH ('-' for stdout; a list for several "
             "scenarios).",
             show_default=False,
@@ -42,6 +46,15 @@ def run(
     ] = None,
     runs_dir: RunsDir = DEFAULT_RUNS,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only failures.")] = False,
+    top: Annotated[
+        int,
+        typer.Option(
+            "--top", metavar="N", min=1, help="List the N largest tensors live at each peak."
+        ),
+    ] = 5,
+    all_live: Annotated[
+        bool, typer.Option("--all", help="List every tensor live at each peak.")
+    ] = False,
 ) -> None:
     """Run each scenario once per variant and show where the memory went and what in-place saved.
 
@@ -57,4 +70,5 @@ def run(
         json_out=json_out,
         runs_dir=runs_dir,
         quiet=quiet,
+        top=None if all_live else top,
     )

@@ -340,48 +340,70 @@ def evaluate(
 # --- the whole report -------------------------------------------------------------------------
 
 
-def comparison(variants: list[dict[str, Any]], baseline: str | None) -> dict[str, Any]:
-    """Peak allocated of each variant against the baseline variant: delta, ratio, saving %."""
+def comparison(
+    variants: list[dict[str, Any]], baseline: str | None, inplace: Iterable[str] = ()
+) -> dict[str, Any]:
+    """Peak allocated of each variant against its reference (memprof.reports.saving): the
+    variant differing from it only in the in-place parameters `inplace`, else the baseline.
+    Delta, ratio and saving % are None-free only when both finished (status ok)."""
+    from memprof.reports.saving import references, saving_pct
+
     if not variants:
         return {"baseline": None, "rows": []}
     names = [v["name"] for v in variants]
     if baseline not in names:
         baseline = names[0]
-    base = variants[names.index(baseline)]
-    b_peak = base["peak_allocated_bytes"]
-    b_time = base["program_duration_s"]
+    by_name = {v["name"]: v for v in variants}
+    refs = references(variants, inplace, baseline)
     rows = []
     for v in variants:
-        p = v["peak_allocated_bytes"]
-        delta = p - b_peak
+        ref_name = refs[v["name"]]
+        ref = by_name[ref_name] if ref_name is not None else v
+        p, r_peak = v["peak_allocated_bytes"], ref["peak_allocated_bytes"]
+        both_ok = v["status"] == "ok" and ref["status"] == "ok"
+        comparable = both_ok and ref_name is not None
+        r_time = ref["program_duration_s"]
         rows.append(
             {
                 "variant": v["name"],
                 "status": v["status"],
                 "is_baseline": v["name"] == baseline,
+                "compared_with": ref_name,
+                "reference_status": ref["status"],
+                "reference_peak_bytes": r_peak,
                 "peak_allocated_bytes": p,
-                "delta_bytes": delta,
-                "ratio": round(p / b_peak, 6) if b_peak else None,
-                "saving_pct": round(-100.0 * delta / b_peak, 3) + 0.0 if b_peak else None,
+                "delta_bytes": p - r_peak,
+                "ratio": round(p / r_peak, 6) if r_peak and both_ok else None,
+                "saving_pct": saving_pct(p, r_peak) if comparable else None,
                 "peak_reserved_bytes": v["peak_reserved_bytes"],
-                "reserved_delta_bytes": v["peak_reserved_bytes"] - base["peak_reserved_bytes"],
+                "reserved_delta_bytes": v["peak_reserved_bytes"] - ref["peak_reserved_bytes"],
                 "duration_s": v["duration_s"],
                 "program_duration_s": v["program_duration_s"],
-                "program_duration_ratio": round(v["program_duration_s"] / b_time, 4)
-                if b_time
+                "program_duration_ratio": round(v["program_duration_s"] / r_time, 4)
+                if r_time and both_ok
                 else None,
             }
         )
     return {"baseline": baseline, "rows": rows}
 
 
+def expects_failure(variant: dict[str, Any]) -> bool:
+    """Whether the scenario expects this variant to fail (an `error` or `status` expectation):
+    then that expectation, not the failure itself, decides the verdict."""
+    return any(e["metric"] in ("error", "status") for e in variant.get("expectations") or [])
+
+
+def failed_unexpectedly(variant: dict[str, Any]) -> bool:
+    """The variant did not finish (error, oom) and nothing in the scenario expected it to.
+    The one judgement of a failed run: the report's status, `memprof run`'s exit code and
+    failure lines, and `memprof check`'s status check all ask this."""
+    return (variant.get("status") or "ok") != "ok" and not expects_failure(variant)
+
+
 def overall_status(variants: list[dict[str, Any]]) -> str:
     """failed: a variant errored without expecting to; expectation_failed: a check failed."""
-    for v in variants:
-        if v["status"] != "ok" and not any(
-            e["metric"] in ("error", "status") and e["passed"] for e in v["expectations"]
-        ):
-            return "failed"
+    if any(failed_unexpectedly(v) for v in variants):
+        return "failed"
     if any(not e["passed"] for v in variants for e in v["expectations"]):
         return "expectation_failed"
     return "ok"
@@ -450,6 +472,7 @@ class ScenarioInfo:
     path: str
     sha256: str
     warnings: list[str] = field(default_factory=list)
+    inplace_params: list[str] = field(default_factory=list)  # see memprof.reports.saving
 
 
 def assemble(
@@ -462,7 +485,7 @@ def assemble(
 ) -> dict[str, Any]:
     """The whole report (schema_version 1)."""
     created = created or _dt.datetime.now(_dt.timezone.utc)
-    comp = comparison(variants, baseline)
+    comp = comparison(variants, baseline, scenario.inplace_params)
     report = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "memprof", "version": __version__},

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memprof.reports.reduce import UNTRACKED
+from memprof.reports.saving import row_saving_text, saving_text
 from memprof.units import format_bytes, format_seconds
 
 CATEGORY_COLORS = {
@@ -313,17 +314,11 @@ def peak_figure(report: dict[str, Any]) -> dict[str, Any]:
     saving against the baseline variant in bytes and percent."""
     variants = report.get("variants") or []
     baseline = baseline_variant(report)
-    base_peak = next(
-        (v.get("peak_allocated_bytes") for v in variants if v.get("name") == baseline), None
-    )
     names = [_variant_label(v) for v in variants]
     allocated = [v.get("peak_allocated_bytes") or 0 for v in variants]
     reserved = [v.get("peak_reserved_bytes") or 0 for v in variants]
     colors = ["#9ca3af" if v.get("name") == baseline else "#2563eb" for v in variants]
-    savings = [
-        "baseline" if v.get("name") == baseline else comparable_saving(v, base_peak)
-        for v in variants
-    ]
+    savings = [variant_saving(report, v) for v in variants]
     data = [
         {
             "type": "bar",
@@ -720,23 +715,23 @@ def baseline_variant(report: dict[str, Any]) -> str | None:
     return names[0] if names else None
 
 
-def comparable_saving(variant: dict[str, Any], baseline_peak: int | None) -> str:
-    """The variant's saving against the baseline; none for a variant that did not finish."""
-    if not baseline_peak:
-        return ""
-    if variant.get("status", "ok") != "ok":
-        return f"not comparable ({variant.get('status')})"
-    return saving_text(variant.get("peak_allocated_bytes") or 0, baseline_peak)
-
-
-def saving_text(peak: int, baseline_peak: int) -> str:
-    """``saves 32.00 MiB (50.0%)`` or ``costs 1.00 KiB (0.1%)`` against the baseline's peak."""
-    delta = baseline_peak - peak
-    if delta == 0:
-        return "same peak"
-    pct = 100 * abs(delta) / baseline_peak if baseline_peak else 0.0
-    verb = "saves" if delta > 0 else "costs"
-    return f"{verb} {format_bytes(abs(delta))} ({pct:.1f}%)"
+def variant_saving(report: dict[str, Any], variant: dict[str, Any]) -> str:
+    """The variant's saving as every screen words it (memprof.reports.saving): against the
+    variant differing from it only in place, else the baseline; none for a variant (or a
+    reference) that did not finish; "baseline" or "reference" for one compared with none."""
+    rows = (report.get("comparison") or {}).get("rows") or []
+    row = next((r for r in rows if r.get("variant") == variant.get("name")), None)
+    if row is None:  # a report without comparison rows: against the baseline variant
+        baseline = baseline_variant(report)
+        if variant.get("name") == baseline:
+            return "baseline"
+        base = next((v for v in report.get("variants") or [] if v.get("name") == baseline), None)
+        if base is None or not base.get("peak_allocated_bytes"):
+            return ""
+        if variant.get("status", "ok") != "ok":
+            return f"not comparable ({variant.get('status')})"
+        return saving_text(variant.get("peak_allocated_bytes") or 0, base["peak_allocated_bytes"])
+    return row_saving_text(row) or ("baseline" if row.get("is_baseline") else "reference")
 
 
 def warnings_of(variant: dict[str, Any]) -> list[dict[str, Any]]:
@@ -869,9 +864,6 @@ def variant_summaries(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One card per variant: peaks, saving against the baseline, events, time, warnings."""
     variants = report.get("variants") or []
     baseline = baseline_variant(report)
-    base_peak = next(
-        (v.get("peak_allocated_bytes") for v in variants if v.get("name") == baseline), None
-    )
     cards = []
     for v in variants:
         peak = v.get("peak_allocated_bytes") or 0
@@ -888,7 +880,7 @@ def variant_summaries(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "peak_allocated_bytes": peak,
                 "peak_reserved": format_bytes(v.get("peak_reserved_bytes") or 0),
                 "baseline": is_baseline,
-                "saving": "" if is_baseline else comparable_saving(v, base_peak),
+                "saving": variant_saving(report, v),
                 "events": v.get("num_allocs", 0) + v.get("num_frees", 0),
                 "duration": _seconds(v.get("duration_s"))[0],
                 "warnings": len(warnings_of(v)),

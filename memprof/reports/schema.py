@@ -182,6 +182,13 @@ class ComparisonRow(_Model):
     variant: str
     status: Literal["ok", "error", "oom"] | None = None
     is_baseline: bool = False
+    compared_with: str | None = Field(
+        None,
+        description="the variant this one is compared with: the one differing only in the "
+        "in-place parameters, else the baseline; null for a variant compared with none",
+    )
+    reference_status: Literal["ok", "error", "oom"] | None = None
+    reference_peak_bytes: int | None = None
     peak_allocated_bytes: int
     delta_bytes: int
     ratio: float | None

@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from memprof.reports.build import failed_unexpectedly
+from memprof.reports.saving import compared_with, row_saving_text
 from memprof.units import format_bytes, format_seconds
 
 _STATUS_STYLE = {
@@ -28,14 +30,17 @@ def make_console(stderr: bool = False) -> Console:
 
 
 def _saving(row: dict[str, Any] | None) -> str:
-    """Bytes saved against the baseline and the percentage; a cost shows as negative."""
-    if row is None or row.get("is_baseline"):
-        return "[dim]baseline[/dim]"
-    saved = -row["delta_bytes"]
-    pct = row.get("saving_pct")
-    pct_text = f" {pct:.1f}%" if pct is not None else ""
-    text = f"{format_bytes(saved)}{pct_text}"
-    return f"[green]{text}[/green]" if saved > 0 else (f"[red]{text}[/red]" if saved < 0 else text)
+    """The saving cell: the one wording (memprof.reports.saving.row_saving_text), coloured."""
+    text = row_saving_text(row)
+    if not text:
+        if row is None:
+            return ""
+        return "[dim]baseline[/dim]" if row.get("is_baseline") else "[dim]reference[/dim]"
+    if text.startswith("saves"):
+        return f"[green]{escape(text)}[/green]"
+    if text.startswith("costs"):
+        return f"[red]{escape(text)}[/red]"
+    return f"[dim]{escape(text)}[/dim]"
 
 
 def _label(entry: dict[str, Any]) -> str:
@@ -44,28 +49,51 @@ def _label(entry: dict[str, Any]) -> str:
     return f"<{escape(entry.get('op') or 'unnamed')}>"
 
 
-def render(report: dict[str, Any], console: Console, *, top: int = 5) -> None:
-    """The summary of one report: a table of variants, then details that explain the numbers."""
+def environment_text(env: dict[str, Any]) -> str:
+    """`cpu via numpy, exact allocator`; the backend only when it is not the device's name."""
+    device, backend = env.get("device") or "?", env.get("backend")
+    where = device if not backend or backend == device.split(":")[0] else f"{device} via {backend}"
+    return f"{where}, {env.get('allocator', '?')} allocator"
+
+
+def live_at_peak_order(live: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Activations first (what the program made), then the rest; largest first in each."""
+    return sorted(live, key=lambda e: (e.get("category") != "activation", -int(e.get("bytes", 0))))
+
+
+def freed_by_inplace(variant: dict[str, Any], reference: dict[str, Any] | None) -> list[dict]:
+    """Tensors live at the reference's peak that this variant's peak does not hold: what its
+    in-place calls freed (by name; unnamed storages do not compare)."""
+    if reference is None:
+        return []
+    ours = {e.get("tensor") for e in variant["peak"]["live"] if e.get("tensor")}
+    return [e for e in reference["peak"]["live"] if e.get("tensor") and e.get("tensor") not in ours]
+
+
+def render(report: dict[str, Any], console: Console, *, top: int | None = 5) -> None:
+    """The summary of one report: a table of variants, then for each variant what in place
+    freed and what was live at its peak (one tensor per line; `top` lines, None for all), its
+    in-place calls and error; then warnings and failed expectations, each naming its variant."""
     sc = report["scenario"]
     env = report["environment"]
     comp = {r["variant"]: r for r in report["comparison"]["rows"]}
-    baseline = report["comparison"]["baseline"]
+    by_name = {v["name"]: v for v in report["variants"]}
     console.print(
-        f"[bold]{escape(sc['name'])}[/bold]  {escape(sc['path'])}  "
-        f"({escape(env['device'])}, {escape(env['backend'])}, {escape(env['allocator'])} allocator)"
+        f"[bold]{escape(sc['name'])}[/bold]  {escape(sc['path'])}  ({escape(environment_text(env))})"
     )
     if sc.get("description"):
         console.print(f"[dim]{escape(sc['description'])}[/dim]")
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        caption=(
-            f"saving: peak allocated against {escape(baseline)}; time: the program without setup"
-        )
-        if baseline
-        else None,
-        caption_justify="left",
-    )
+    refs = {compared_with(r) for r in comp.values()} - {None}
+    caption = None
+    if len(refs) == 1:
+        caption = f"saving: peak allocated against {escape(next(iter(refs)))}"
+    elif refs:
+        caption = "saving: peak allocated against the same variant out of place"
+        if report["comparison"].get("baseline"):
+            caption += f" (else {escape(report['comparison']['baseline'])})"
+    if caption:
+        caption += "; time: the program without setup"
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, caption=caption, caption_justify="left")
     table.add_column("variant", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("peak alloc", justify="right", no_wrap=True)
@@ -86,41 +114,64 @@ def render(report: dict[str, Any], console: Console, *, top: int = 5) -> None:
             )
         )
         st = v["status"]
-        table.add_row(
+        row = comp.get(v["name"])
+        cells = [
             escape(v["name"]),
             f"[{_STATUS_STYLE.get(st, 'white')}]{st}[/]",
             format_bytes(v["peak_allocated_bytes"]),
             format_bytes(v["peak_reserved_bytes"]),
-            _saving(comp.get(v["name"])),
-            format_seconds(v.get("program_duration_s", v["duration_s"])),
-            checks,
-        )
+            _saving(row),
+        ]
+        cells += [format_seconds(v.get("program_duration_s", v["duration_s"])), checks]
+        table.add_row(*cells)
     console.print(table)
 
-    many = len(report["variants"]) > 3
     for v in report["variants"]:
-        live = v["peak"]["live"][: (3 if many else top)]
-        if live:
-            parts = ", ".join(
-                f"{_label(e)} {format_bytes(e['bytes'])} ({e['category']})" for e in live
-            )
-            more = len(v["peak"]["live"]) - len(live)
-            extra = f", +{more} more" if more > 0 else ""
+        row = comp.get(v["name"])
+        ref = by_name.get(compared_with(row)) if row else None
+        console.print(
+            f"[bold]{escape(v['name'])}[/bold]: peak {format_bytes(v['peak_allocated_bytes'])}",
+            highlight=False,
+        )
+        if v["status"] == "ok" and ref is not None and ref["status"] == "ok":
+            freed = live_at_peak_order(freed_by_inplace(v, ref))
+            for e in freed if top is None else freed[:top]:
+                console.print(
+                    f"  [green]freed in place[/green]  {_label(e)}  {format_bytes(e['bytes'])} "
+                    f"({e['category']}; live at {escape(ref['name'])}'s peak)",
+                    highlight=False,
+                )
+        live = live_at_peak_order(v["peak"]["live"])
+        shown = live if top is None else live[:top]
+        if shown:
+            console.print("  live at the peak:", highlight=False)
+        width = max((len(_label(e)) for e in shown), default=0)
+        for e in shown:
+            where = f"node {e['node']}" if e.get("node") and e["node"][0] != "<" else ""
             console.print(
-                f"  [bold]{escape(v['name'])}[/bold] at peak: {parts}{extra}", highlight=False
+                f"    {_label(e).ljust(width)}  {format_bytes(e['bytes']):>11}  "
+                f"{e['category']}{'  ' + escape(where) if where else ''}",
+                highlight=False,
+            )
+        more = len(live) - len(shown)
+        if more > 0:
+            rest = sum(e["bytes"] for e in live[len(shown) :])
+            console.print(
+                f"    [dim]+{more} more ({format_bytes(rest)}); --all lists them[/dim]",
+                highlight=False,
             )
         calls = _inplace_summary(v)
         if calls:
-            console.print(f"    in place: {escape(calls)}", highlight=False)
+            console.print(f"  in place: {escape(calls)}", highlight=False)
         if v["error"]:
             e = v["error"]
             where = f" at node {e['node']}" if e.get("node") else ""
             console.print(
-                f"    [red]{escape(e['type'] + where)}:[/red] {escape(e['message'])}",
+                f"  [red]{escape(e['type'] + where)}:[/red] {escape(e['message'])}",
                 highlight=False,
             )
     for w in sc.get("warnings", []):
-        console.print(f"[yellow]{escape(w)}[/yellow]", highlight=False)
+        console.print(f"[yellow]warning[/yellow] (scenario): {escape(w)}", highlight=False)
     for v in report["variants"]:
         for w in v["warnings"]:
             console.print(
@@ -189,17 +240,13 @@ def render_failures(report: dict[str, Any], console: Console) -> None:
     """Only what went wrong (for --quiet)."""
     name = report["scenario"]["name"]
     for v in report["variants"]:
-        if v["error"] and v["status"] != "ok":
-            expected = any(
-                e["metric"] in ("error", "status") and e["passed"] for e in v["expectations"]
+        if v["error"] and failed_unexpectedly(v):
+            e = v["error"]
+            console.print(
+                f"[red]{escape(name)}/{escape(v['name'])}: {escape(e['type'])}:[/red] "
+                f"{escape(e['message'])}",
+                highlight=False,
             )
-            if not expected:
-                e = v["error"]
-                console.print(
-                    f"[red]{escape(name)}/{escape(v['name'])}: {escape(e['type'])}:[/red] "
-                    f"{escape(e['message'])}",
-                    highlight=False,
-                )
         for e in v["expectations"]:
             if not e["passed"]:
                 console.print(

@@ -51,9 +51,11 @@ def test_run_prints_the_table_and_saves_the_report(tmp_path):
         "out_of_place",
         "64.00 KiB",
         "128.00 KiB",
-        "64.00 KiB 50.0%",
+        "saves 64.00 KiB (50.0%)",
         "baseline",
-        "at peak: x 64.00 KiB (input)",
+        "saving: peak allocated against out_of_place",
+        "(cpu via numpy, exact allocator)",
+        "freed in place  y  64.00 KiB (activation; live at out_of_place's peak)",
         "in place: act free",
     ):
         assert text in res.output
@@ -299,7 +301,7 @@ def test_a_run_whose_history_cannot_be_written_still_shows_and_writes_what_it_me
     res = runner.invoke(app, ["run", str(good(tmp_path)), "--json", str(out), "--runs", str(runs)])
 
     assert res.exit_code == 2
-    assert "relu-cli" in res.stdout and "64.00 KiB 50.0%" in res.stdout
+    assert "relu-cli" in res.stdout and "saves 64.00 KiB (50.0%)" in res.stdout
     assert json.loads(out.read_text())["scenario"]["name"] == "relu-cli"
     [saved] = runs.glob("*.json")
     assert f"{runs}: saved run {saved.stem}, but cannot add it to the history there: " in res.stderr
