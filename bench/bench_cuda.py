@@ -14,7 +14,7 @@ Engine and torch runs alternate, so clock and thermal drift hit both alike; time
 Needs CuPy and torch with CUDA; ``--device cpu`` runs the same harness on the CPU (numpy vs
 torch) to check it without a GPU. Exit status 2 when the device is not there.
 
-    python bench/bench_cuda.py [--reps 20] [--inner 10] [--json out.json] [--device cuda]
+    python bench/bench_cuda.py [--reps 20] [--inner 20] [--json out.json] [--device cuda]
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def device_missing(device: str) -> str | None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="bench_cuda", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--inner", type=int, default=10)
+    parser.add_argument("--inner", type=int, default=20)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--json", help="also write the tables to this file")
     args = parser.parse_args(argv)

@@ -393,3 +393,15 @@ def test_wrapper_script_and_bad_arguments():
     assert bad.returncode == 2
     assert "unknown program relu-sideways" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_bench_cuda_says_why_without_a_gpu(capsys):
+    spec = importlib.util.spec_from_file_location("bench_cuda", REPO / "bench" / "bench_cuda.py")
+    bench_cuda = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_cuda)
+    why = bench_cuda.device_missing("cuda")
+    if why is None:
+        pytest.skip("a GPU is present: bench_cuda runs for real")
+    assert bench_cuda.main(["--device", "cuda"]) == 2
+    assert capsys.readouterr().err.strip() == f"bench_cuda: cuda unmeasured: {why}"
+    assert bench_cuda.main(["--reps", "0"]) == 2
