@@ -27,6 +27,15 @@ def report(
             "Without --html, only the trace is written.",
         ),
     ] = None,
+    snapshot: Annotated[
+        Path | None,
+        typer.Option(
+            "--snapshot",
+            help="Write a PyTorch memory snapshot (torch.cuda.memory._snapshot() format, a "
+            "pickle) here, for pytorch.org/memory_viz or python -m torch.cuda._memory_viz; "
+            "one device per variant. Without --html, only the files asked for are written.",
+        ),
+    ] = None,
     runs_dir: RunsDir = DEFAULT_RUNS,
 ) -> None:
     """Write a run's charts into one HTML file that opens with no network, or its trace.
@@ -49,7 +58,16 @@ def report(
             f"wrote {trace} ({format_bytes(len(text.encode()))}); "
             "open it in https://ui.perfetto.dev"
         )
-    if html is not None or trace is None:
+    if snapshot is not None:
+        from memprof.reports.snapshot import render_snapshot, write_snapshot
+
+        pickled = render_snapshot(data)
+        write_snapshot(snapshot, pickled)
+        typer.echo(
+            f"wrote {snapshot} ({format_bytes(len(pickled))}); drop it on "
+            "https://pytorch.org/memory_viz (variant i is device i)"
+        )
+    if html is not None or (trace is None and snapshot is None):
         from memprof.reports.html import render_html
 
         page = render_html(data)
