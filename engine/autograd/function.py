@@ -48,7 +48,18 @@ class SavedTensor:
     label is worked out only for the version error, off the hot path.
     """
 
-    __slots__ = ("data", "storage", "dtype", "device", "version", "producer", "output_nr", "source")
+    __slots__ = (
+        "data",
+        "storage",
+        "dtype",
+        "device",
+        "version",
+        "producer",
+        "output_nr",
+        "source",
+        "packed",  # PackedSavedTensor only
+        "unpack_hook",
+    )
 
     def __init__(self, t: Tensor, producer, output_nr: int = 0, source=None):
         # The alias tensor is made on unpack: saving stays cheap on the forward hot path.
@@ -60,6 +71,9 @@ class SavedTensor:
         self.producer = producer
         self.output_nr = output_nr
         self.source = source
+        if SAVED_TENSORS_HOOKS:  # engine.autograd.graph.saved_tensors_hooks is active
+            PackedSavedTensor._pack(self, t)
+            return
         alloc = storage.allocator
         if alloc is not None and alloc.observers:
             alloc.tag(storage.id, "saved_for_backward", True)
@@ -109,6 +123,51 @@ class SavedTensor:
 
     def release(self) -> None:
         self.data = self.storage = self.source = None
+
+
+# (pack_hook, unpack_hook) pairs, innermost last: engine.autograd.graph.saved_tensors_hooks
+SAVED_TENSORS_HOOKS: list = []
+
+
+class PackedSavedTensor(SavedTensor):
+    """A saved tensor handed to a pack hook: it holds what the hook returned, not the tensor.
+
+    unpack() gives the unpack hook's tensor (activation checkpointing recomputes it there). The
+    version check is the hook's business, as in PyTorch.
+    """
+
+    __slots__ = ()
+
+    @staticmethod
+    def _pack(saved: SavedTensor, t: Tensor) -> None:
+        pack, unpack = SAVED_TENSORS_HOOKS[-1]
+        saved.__class__ = PackedSavedTensor
+        saved.data = saved.storage = None  # the bytes are the hook's to keep or to drop
+        saved.unpack_hook = unpack
+        saved.packed = pack(Tensor._make(t._data, t._storage, t._dtype, t._device))
+
+    @property
+    def alias(self) -> Tensor | None:
+        return None
+
+    def unpack(self) -> Tensor:
+        hook = self.unpack_hook
+        if hook is None:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved "
+                "tensors after they have already been freed). Specify retain_graph=True if you "
+                "need to backward through the graph a second time."
+            )
+        t = hook(self.packed)
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"saved_tensors_hooks: the unpack hook returned {type(t).__name__}, expected a Tensor"
+            )
+        return t
+
+    def release(self) -> None:
+        self.source = None
+        self.packed = self.unpack_hook = None
 
 
 class Function:

@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from engine import dtypes
-from engine.autograd.function import Function
+from engine.autograd.function import Function, SavedTensor
 from engine.autograd.grad_mode import no_grad
 from engine.tensor import Tensor
 
@@ -266,7 +266,7 @@ class FusedAttention(Function):
 
     def forward(self, q, k, v, mask=None, out=None, causal=False, scale=1.0, p=0.0, seed=0):
         self.causal, self.scale, self.p, self.seed = causal, scale, p, seed
-        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        batch = self.batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         L, Dv = q.shape[-2], v.shape[-1]
         y = _empty(batch + (L, Dv), q._dtype, q._device)
         lse = _empty(batch + (L,), dtypes.float32, q._device)
@@ -279,16 +279,13 @@ class FusedAttention(Function):
                     P = P * keep / (1.0 - self.p)
                 lse._data[idx] = m
                 y._data[idx] = P @ _at(v._data, idx, batch)
-        self.lse = lse
-        alloc = lse._storage.allocator
-        if alloc is not None and alloc.observers:
-            alloc.tag(lse._storage.id, "saved_for_backward", True)
+        self.batch = batch
+        self.lse = SavedTensor(lse, None)  # kept for backward (through saved_tensors_hooks too)
         return y
 
     def _probs(self, xp, q, k, mk, idx):
         """One (batch, head) slice: softmax probabilities, log-sum-exp, dropout keep mask."""
-        batch = self.lse.shape[:-1] if getattr(self, "lse", None) is not None else None
-        batch = batch if batch is not None else np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        batch = self.batch
         qs = _at(q._data, idx, batch).astype(np.float64)
         ks = _at(k._data, idx, batch).astype(np.float64)
         sc = (qs @ ks.T) * self.scale
@@ -320,7 +317,8 @@ class FusedAttention(Function):
         gv = _empty(v.shape, v._dtype, v._device) if needs[2] else None
         if _live(g):
             xp = _xp(g)
-            batch = self.lse.shape[:-1]
+            batch = self.batch
+            self.lse.unpack()  # what the kernels read (the values are recomputed here)
             for a in (gq, gk, gv):
                 if a is not None:
                     a._data[...] = 0

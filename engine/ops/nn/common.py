@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from engine import kernels
+from engine.autograd import function as _function
 from engine.autograd.function import Function
 from engine.ops.views import view_array
 from engine.tensor import Tensor
@@ -62,6 +63,11 @@ def _work(shape, dtype, dev):
 def _keep(node: Function, **tensors) -> None:
     """Keep buffers made in forward (masks, indices, statistics) for backward, tagged as saved."""
     for key, t in tensors.items():
+        if (
+            _function.SAVED_TENSORS_HOOKS
+        ):  # saved_tensors_hooks (checkpointing): the hook keeps it, or not
+            setattr(node, key, _function.SavedTensor(t, None))
+            continue
         setattr(node, key, t)
         alloc = t._storage.allocator
         if alloc is not None and alloc.observers:
@@ -81,6 +87,8 @@ class _KeepsBuffers(Function):
 
     def kept(self, key: str) -> Tensor:
         t = getattr(self, key, None)
+        if t is not None and type(t) is not Tensor and hasattr(t, "unpack"):
+            return t.unpack()  # packed by a saved_tensors_hooks pack hook
         if t is None:
             raise RuntimeError(
                 "Trying to backward through the graph a second time (or directly access saved "

@@ -1,0 +1,1 @@
+"""engine.utils: training utilities with torch.utils' names (checkpoint)."""
