@@ -43,12 +43,16 @@ import time
 import types
 from typing import Any
 
-from engine.allocator import AllocEvent, MemoryObserver
-
 _perf_ns = time.perf_counter_ns
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ENGINE_DIR = None  # set on first use (the engine package's folder)
 _INTERNAL = ("contextlib.py", "functools.py")
+
+# Called with each standalone Profile when its block ends (the pytest plugin collects them).
+_listeners: list = []
+# Where profiles save when given no runs_dir and save is left as default: None (./memprof-runs);
+# the pytest plugin sets False (tests do not litter the working directory) or its --memprof-runs.
+_default_runs_dir: object = None
 
 
 def _engine_dir() -> str:
@@ -70,6 +74,9 @@ def _user_frame(depth: int = 2):
         filename = frame.f_code.co_filename
         if filename.startswith(engine_dir):
             called = frame.f_code.co_name
+            if called == "__init__":  # making a module: name it by its class
+                owner = frame.f_locals.get("self")
+                called = type(owner).__name__ if owner is not None else called
         elif not (filename.startswith(_HERE) or filename.endswith(_INTERNAL)):
             return frame, called
         frame = frame.f_back
@@ -84,9 +91,10 @@ def _short(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-class _ProfileObserver(MemoryObserver):
+class _ProfileObserver:
     """Sits between the allocator and a memprof Recorder: names each event's node, phase,
-    iteration and default category, then hands the event on."""
+    iteration and default category, then hands the event on. (An engine MemoryObserver by its
+    methods; this module imports nothing from the engine until a profile starts.)"""
 
     def __init__(self, prof: Profile):
         self.prof = prof
@@ -98,7 +106,7 @@ class _ProfileObserver(MemoryObserver):
         self.modules: list[tuple[str, Any, int]] = []  # (path, module, first record) per call
 
     # --- attribution ----------------------------------------------------------------------------
-    def _attribute(self, ev: AllocEvent) -> AllocEvent:
+    def _attribute(self, ev):
         ctx = ev.context
         phase = ctx.get("phase")
         op = ctx.get("op")
@@ -148,7 +156,7 @@ class _ProfileObserver(MemoryObserver):
         keys = {"node": node, "phase": phase, "iteration": self.iteration}
         if ev.action != "free" and ctx.get("category") is None and default is not None:
             keys["category"] = default
-        return AllocEvent(
+        return type(ev)(
             ev.seq,
             ev.time_ns,
             ev.action,
@@ -162,19 +170,19 @@ class _ProfileObserver(MemoryObserver):
             ev.location,
         )
 
-    def on_alloc(self, ev: AllocEvent) -> None:
+    def on_alloc(self, ev) -> None:
         self.rec.on_alloc(self._attribute(ev))
 
-    def on_free(self, ev: AllocEvent) -> None:
+    def on_free(self, ev) -> None:
         self.rec.on_free(self._attribute(ev))
 
-    def on_oom(self, ev: AllocEvent) -> None:
+    def on_oom(self, ev) -> None:
         self.rec.on_oom(self._attribute(ev))
 
     def on_tag(self, storage_id: int, key: str, value) -> None:
         self.rec.on_tag(storage_id, key, value)
 
-    def on_external(self, ev: AllocEvent) -> None:
+    def on_external(self, ev) -> None:
         self.rec.on_external(ev)
 
     # --- module hooks ---------------------------------------------------------------------------
@@ -207,8 +215,8 @@ class Profile:
     """One profiled block. Use as `with memprof.profile(...) as prof:` or `@memprof.profile(...)`.
 
     name: the report's scenario name. device: cpu, cuda, meta or auto. allocator: exact or
-    caching. runs_dir: where the report is saved (default ./memprof-runs); save=False keeps it in
-    memory only. seed: engine.manual_seed before the block (None: leave the generator alone).
+    caching. runs_dir: where the report is saved (default ./memprof-runs; inside a pytest test
+    none, unless the test run gives --memprof-runs DIR); save=False keeps it in memory only. seed: engine.manual_seed before the block (None: leave the generator alone).
     Inside the block, factory functions given no device (engine.rand, module parameters, ...)
     make tensors on the profile's device (engine.set_default_device), as a scenario's do.
     memory_limit: bytes the device may hold (an allocation past it raises OutOfMemoryError,
@@ -222,7 +230,7 @@ class Profile:
         device: str = "cpu",
         allocator: str = "exact",
         runs_dir: str | os.PathLike | None = None,
-        save: bool = True,
+        save: bool | None = None,
         seed: int | None = 0,
         memory_limit: int | None = None,
         variant: str = "profile",
@@ -355,8 +363,13 @@ class Profile:
         self.alloc.set_limit(None)
         if self.standalone:  # a Python scenario's variant is assembled with the others
             self.report = self._assemble([self.entry])
-            if self.save:
+            save = self.save
+            if save is None:
+                save = self.runs_dir is not None or _default_runs_dir is not False
+            if save:
                 self._record()
+            for listener in tuple(_listeners):
+                listener(self)
         return False  # an exception in the block goes on to the caller
 
     # --- results --------------------------------------------------------------------------------
@@ -530,7 +543,9 @@ class Profile:
         from memprof.reports.record import record_run
         from memprof.reports.store import DEFAULT_RUNS_DIR
 
-        runs_dir = self.runs_dir if self.runs_dir is not None else DEFAULT_RUNS_DIR
+        runs_dir = self.runs_dir
+        if runs_dir is None:
+            runs_dir = _default_runs_dir if _default_runs_dir else DEFAULT_RUNS_DIR
         self.recorded = record_run(runs_dir, self.report, source="profile")
         if self.recorded.problem:
             print(f"memprof.profile: {self.recorded.problem}", file=sys.stderr)

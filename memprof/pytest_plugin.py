@@ -21,6 +21,19 @@ allocated inside the test and still live; `max_reserved` bounds the growth of re
 Only the test call is measured, not fixture setup. Each measured test records
 `memprof_peak_bytes` in its user properties (they reach pytest's own --junitxml).
 
+A `memprof.profile` block inside a test works as anywhere else, and the plugin collects it:
+each block's peak goes into the test's user properties (`memprof_profile:NAME`), a marker's
+`max_peak` / `max_reserved` also bound each block (a failure lists what was live at the block's
+peak, by tensor and node), and the block's report is saved only when the run gives
+`--memprof-runs DIR` (or the block names its own runs_dir)::
+
+    @pytest.mark.memprof(max_peak="40 MiB")
+    def test_training_step():
+        with memprof.profile("mlp-step") as prof:
+            loss = model(x).sum()
+            loss.backward()
+        assert prof.by_category["gradient"] == 8396800
+
 The `memprof_scenario` fixture runs a scenario file and returns its report
 (docs/report-format.md)::
 
@@ -46,6 +59,16 @@ _MARKER_KEYS = ("max_peak", "max_reserved", "device")
 _NO_OP = "(no op)"  # creation functions such as engine.rand run outside any op
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("memprof").addoption(
+        "--memprof-runs",
+        default=None,
+        metavar="DIR",
+        help="save the report of each memprof.profile block run by the tests in DIR "
+        "(default: not saved)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
@@ -58,19 +81,36 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     marker = item.get_closest_marker(MARKER)
+    profiles: list = []
+    listening = _listen_for_profiles(item, profiles)
+    try:
+        if marker is None:
+            result = yield
+        else:
+            limits = _limits(item, marker)
+
+            from memprof.check.measure import measure
+
+            with measure(limits["device"]) as recorder:
+                result = yield  # a test that fails on its own propagates from here, unchanged
+    finally:
+        if listening is not None:
+            listening()
+    for prof in profiles:
+        item.user_properties.append((f"memprof_profile:{prof.name}", prof.peak))
     if marker is None:
-        return (yield)
-    limits = _limits(item, marker)
-
-    from memprof.check.measure import measure
-
-    with measure(limits["device"]) as recorder:
-        result = yield  # a test that fails on its own propagates from here, unchanged
+        return result
     item.user_properties.append(("memprof_peak_bytes", recorder.peak_bytes))
     item.user_properties.append(("memprof_peak_reserved_bytes", recorder.peak_reserved_bytes))
     failures = _over_limits(item.name, limits, recorder)
+    lines = _site_lines(recorder) if failures else []
+    for prof in profiles:
+        over = _profile_over_limits(prof, limits)
+        if over:
+            failures += over
+            lines += _profile_lines(prof)
     if failures:
-        pytest.fail("\n".join(failures + _site_lines(recorder)), pytrace=False)
+        pytest.fail("\n".join(failures + lines), pytrace=False)
     return result
 
 
@@ -98,6 +138,58 @@ def memprof_scenario(request: pytest.FixtureRequest):
 
 
 # --- internals --------------------------------------------------------------------------------
+
+
+def _listen_for_profiles(item: pytest.Item, profiles: list):
+    """Collect the memprof.profile blocks the test runs (only if it imported memprof.profile);
+    returns the function that stops listening, or None."""
+    import sys
+
+    module = sys.modules.get("memprof.profile")
+    if module is None:
+        # not imported yet: the test may import it; importing it is cheap (no engine)
+        import memprof.profile as module
+    runs = item.config.getoption("--memprof-runs", default=None)
+    saved_default = module._default_runs_dir
+    module._default_runs_dir = runs if runs else False
+    module._listeners.append(profiles.append)
+
+    def stop():
+        module._default_runs_dir = saved_default
+        if profiles.append in module._listeners:
+            module._listeners.remove(profiles.append)
+
+    return stop
+
+
+def _profile_over_limits(prof, limits: dict[str, Any]) -> list[str]:
+    from memprof.check.explain import limit_message
+
+    subject = f"memprof.profile {prof.name!r}"
+    out = []
+    if limits["max_peak"] is not None and prof.peak > limits["max_peak"]:
+        out.append(limit_message(subject, limits["max_peak"], prof.peak))
+    if limits["max_reserved"] is not None and prof.peak_reserved > limits["max_reserved"]:
+        out.append(
+            limit_message(subject, limits["max_reserved"], prof.peak_reserved, "peak_reserved")
+        )
+    return out
+
+
+def _profile_lines(prof) -> list[str]:
+    from memprof.units import format_bytes
+
+    rows = prof.live_at_peak()
+    lines = [f"live at the peak of {prof.name!r}:"]
+    for row in rows[:TOP_SITES]:
+        lines.append(
+            f"  {format_bytes(row['bytes']):>11}  {row['category']:<16}  "
+            f"{row['tensor'] or '<unnamed>'}  node {row['node']}"
+        )
+    if len(rows) > TOP_SITES:
+        rest = sum(r["bytes"] for r in rows[TOP_SITES:])
+        lines.append(f"  {format_bytes(rest):>11}  ... {len(rows) - TOP_SITES} more")
+    return lines
 
 
 def _limits(item: pytest.Item, marker: pytest.Mark) -> dict[str, Any]:

@@ -292,3 +292,61 @@ def test_out_of_place():
     result.stdout.fnmatch_lines(
         ["test_out_of_place was limited to 64.00 KiB but peaked at 128.00 KiB"]
     )
+
+
+PROFILE_HEADER = """
+import pytest
+import engine
+import memprof
+"""
+
+
+def test_profile_blocks_inside_tests_are_collected(pytester):
+    pytester.makepyfile(
+        test_prof=PROFILE_HEADER
+        + """
+@pytest.mark.memprof(max_peak="64 KiB")
+def test_over():
+    with memprof.profile("over") as prof:
+        fc = engine.nn.Linear(128, 128)
+        x = engine.rand(64, 128)
+        y = fc(x)
+
+def test_unmarked():
+    with memprof.profile("plain") as prof:
+        x = engine.rand(1024)
+    assert prof.peak == 4096
+"""
+    )
+    result = pytester.runpytest(*QUIET, "--junitxml=out.xml")
+    result.assert_outcomes(failed=1, passed=1)
+    # the marked test fails for its own measure and for the block, with the block's live set
+    result.stdout.fnmatch_lines(
+        [
+            "memprof.profile 'over' was limited to 64.00 KiB but peaked at 128.50 KiB",
+            "live at the peak of 'over':",
+            "*64.00 KiB  parameter*fc.weight  node Linear @ test_prof.py:8",
+        ]
+    )
+    props = {
+        (p.get("name"), p.get("value"))
+        for p in ET.parse(pytester.path / "out.xml").iter("property")
+    }
+    assert ("memprof_profile:plain", "4096") in props
+    # no --memprof-runs: nothing saved in the working directory
+    assert not (pytester.path / "memprof-runs").exists()
+
+
+def test_memprof_runs_option_saves_the_profiles(pytester):
+    pytester.makepyfile(
+        test_prof=PROFILE_HEADER
+        + """
+def test_saved():
+    with memprof.profile("saved") as prof:
+        x = engine.rand(1024)
+    assert prof.recorded.ok
+"""
+    )
+    result = pytester.runpytest(*QUIET, "--memprof-runs", "runs")
+    result.assert_outcomes(passed=1)
+    assert len(list((pytester.path / "runs").glob("*.json"))) == 1
