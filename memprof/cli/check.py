@@ -126,10 +126,10 @@ def check(
     if junit is not None:
         write_output(junit, junit_xml(outcome.results))
     if html is not None:
-        from memprof.reports.html import render_html
+        from memprof.reports.reporters import get_reporter
 
         for report in outcome.reports:
-            write_output(html / f"{report['run_id']}.html", render_html(report))
+            get_reporter("html").write(report, html / f"{report['run_id']}.html")
     if outcome.save_errors:
         raise InvalidInput("cannot save", outcome.save_errors)
 

@@ -44,33 +44,14 @@ def report(
     plotly.js and the data are inlined. The trace (--trace) has per variant the memory counter,
     the phases, the nodes as spans and every allocation as an instant.
     """
-    from memprof.reports.store import find_report, read_report, write_output
-    from memprof.units import format_bytes
+    from memprof.reports.reporters import get_reporter
+    from memprof.reports.store import find_report, read_report
 
     source = find_report(run, runs_dir)
     data = read_report(source)
-    if trace is not None:
-        from memprof.reports.trace import render_trace
-
-        text = render_trace(data)
-        write_output(trace, text)
-        typer.echo(
-            f"wrote {trace} ({format_bytes(len(text.encode()))}); "
-            "open it in https://ui.perfetto.dev"
-        )
-    if snapshot is not None:
-        from memprof.reports.snapshot import render_snapshot, write_snapshot
-
-        pickled = render_snapshot(data)
-        write_snapshot(snapshot, pickled)
-        typer.echo(
-            f"wrote {snapshot} ({format_bytes(len(pickled))}); drop it on "
-            "https://pytorch.org/memory_viz (variant i is device i)"
-        )
+    wanted = [("trace", trace), ("snapshot", snapshot)]
     if html is not None or (trace is None and snapshot is None):
-        from memprof.reports.html import render_html
-
-        page = render_html(data)
-        out = html or source.with_suffix(".html")
-        write_output(out, page)
-        typer.echo(f"wrote {out} ({format_bytes(len(page.encode()))})")
+        wanted.append(("html", html or source.with_suffix(".html")))
+    for name, path in wanted:
+        if path is not None:
+            typer.echo(get_reporter(name).write(data, path).describe())
