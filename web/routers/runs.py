@@ -77,6 +77,36 @@ def get_trace(run_id: str, cache: CacheDep) -> StreamingResponse:
     )
 
 
+@router.get(
+    "/{run_id}/snapshot",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"application/octet-stream": {}},
+            "description": "PyTorch memory snapshot (torch.cuda.memory._snapshot() pickle)",
+        },
+        404: {"model": Message},
+    },
+)
+def get_snapshot(run_id: str, cache: CacheDep) -> Response:
+    """The run as a PyTorch memory snapshot for pytorch.org/memory_viz or
+    `python -m torch.cuda._memory_viz`: each variant is one device (memprof/reports/snapshot.py)."""
+    from memprof.reports.snapshot import render_snapshot
+
+    run = load_run(cache, run_id)  # 404, or 500 for a file that is not a report
+    try:
+        report = json.loads(run.path.read_bytes())  # the cache keeps no timeline lists
+    except FileNotFoundError:
+        raise HTTPException(404, f"no run {run_id!r} in the runs directory") from None
+    except (OSError, ValueError) as exc:
+        raise UnreadableReport(f"{run.path.name} cannot be read: {exc}") from None
+    return Response(
+        render_snapshot(report),
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="{run_id}.snapshot.pickle"'},
+    )
+
+
 @router.post(
     "",
     status_code=202,
