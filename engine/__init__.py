@@ -13,7 +13,14 @@ True
 import warnings as _warnings
 
 from engine import dtypes as _dtypes
-from engine.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from engine.autograd import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from engine.creation import (
     arange,
     as_tensor,
@@ -108,11 +115,13 @@ __all__ = [  # the names above, plus every op of the table (engine.ops._ns)
     "get_generator",
     "get_num_threads",
     "half",
+    "inference_mode",
     "initial_seed",
     "int",
     "int32",
     "int64",
     "is_grad_enabled",
+    "is_inference_mode_enabled",
     "is_tensor",
     "long",
     "manual_seed",

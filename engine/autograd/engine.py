@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import sys
 
+from engine.allocator import tracked as _tracked
 from engine.allocator.tracked import set_op
 from engine.autograd.function import _MAX_SEQ, Function, gradient_edge
 from engine.autograd.grad_mode import STATE
@@ -159,12 +160,18 @@ def _accumulate(buffer: list, pos: int, grad: Tensor) -> None:
         buffer[pos] = kernels.add_new(old, grad)
 
 
-def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
-    """Run the backward pass from `tensors` with their incoming `grad_tensors`."""
+def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None):
+    """Run the backward pass from `tensors` with their incoming `grad_tensors`.
+
+    inputs: only these tensors' gradients are accumulated into their .grad (and only the nodes
+    that lead to them run). capture: autograd.grad's form: returns the gradient arriving at each
+    of these tensors instead of accumulating anything (None where none arrives).
+    """
     from engine import kernels
 
     if retain_graph is None:
         retain_graph = False
+    targets = capture if capture is not None else inputs
     roots = []
     for t, g in zip(tensors, grad_tensors, strict=True):
         if not t.requires_grad:
@@ -188,6 +195,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
     deps: dict[Function, int] = {}
     seen = set()
     stack = [edge[0] for edge, _ in roots]
+    parents = {} if targets is not None else None  # node -> nodes with an edge to it
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -198,8 +206,15 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
                 continue
             nxt = edge[0]
             deps[nxt] = deps.get(nxt, 0) + 1
+            if parents is not None:
+                parents.setdefault(nxt, []).append(node)
             if id(nxt) not in seen:
                 stack.append(nxt)
+    needed = wanted = None
+    if targets is not None:
+        needed, wanted = _prune(targets, parents, capture is not None)
+        keep = needed | set(wanted)
+        results = [None] * len(targets)
 
     buffers: dict[Function, list] = {}
     ready: list = []
@@ -221,10 +236,27 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
         while ready:
             _, _, node = heapq.heappop(ready)
             grads = buffers.pop(node)
+            hooks = _hooks_of(node)
+            if hooks:
+                _run_hooks(hooks, grads)
             retained = getattr(node, "retained", None)
             if retained:
                 _retain_grads(retained, grads)
+            edges = node.next_functions
+            if needed is not None:
+                for nr, i in wanted.get(node, ()):
+                    results[i] = grads[nr]
+                if node not in needed:
+                    grads = [None]  # not on a path to an input: nothing to compute
+                else:  # compute only the gradients that lead somewhere wanted
+                    node.next_functions = tuple(
+                        e if e is not None and e[0] in keep else None for e in edges
+                    )
             prev_op = set_op(node.name())  # backward allocations are attributed to their node
+            # observers (memprof's recorder) also learn which node runs, through inner ops too
+            scope = _tracked.context(grad_fn=node) if _tracked.observed else None
+            if scope is not None:
+                scope.__enter__()
             try:
                 if len(grads) == 1:
                     g = grads[0]
@@ -239,9 +271,12 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
                     del grads
             finally:
                 set_op(prev_op)
+                if scope is not None:
+                    scope.__exit__(None, None, None)
+                node.next_functions = edges
             if not retain_graph:
                 node.release_saved()
-            for i, edge in enumerate(node.next_functions):
+            for i, edge in enumerate(edges):
                 if edge is None:
                     continue
                 nxt, nr = edge
@@ -265,6 +300,62 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None) -> None:
             buf = None
     finally:
         STATE.enabled = prev
+    if targets is None:
+        return None
+    if capture is not None:
+        return results
+    for t, g in zip(inputs, results, strict=True):  # backward(inputs=): non-leaf inputs
+        if g is not None and t.grad_fn is not None:
+            t._grad = kernels.copy_new(g, contiguous=True) if t._grad is None else t._grad + g
+    return None
+
+
+def _prune(targets, parents, capture: bool):
+    """(nodes that lead to a target, {node: [(input_nr, result index)]} to read gradients at)."""
+    wanted: dict = {}
+    needed = set()
+    stack = []
+    for i, t in enumerate(targets):
+        node, nr = gradient_edge(t)
+        if capture or t.grad_fn is not None:
+            wanted.setdefault(node, []).append((nr, i))
+        if not capture and t.grad_fn is None:
+            needed.add(node)  # backward(inputs=[leaf]): its AccumulateGrad runs
+        stack.extend(parents.get(node, ()))
+    while stack:
+        node = stack.pop()
+        if node in needed:
+            continue
+        needed.add(node)
+        stack.extend(parents.get(node, ()))
+    return needed, wanted
+
+
+def _hooks_of(node):
+    """Tensor hooks on the gradient arriving at `node`: a leaf's (AccumulateGrad) or a
+    non-leaf's (registered on its grad_fn by output index)."""
+    if type(node) is AccumulateGrad:
+        hooks = getattr(node.variable, "_backward_hooks", None)
+        return {0: list(hooks.values())} if hooks else None
+    return getattr(node, "tensor_hooks", None)
+
+
+def _run_hooks(hooks, grads) -> None:
+    for nr, fns in hooks.items():
+        if isinstance(fns, dict):
+            fns = list(fns.values())
+        for fn in fns:
+            g = grads[nr]
+            if g is None:
+                break
+            new = fn(g)
+            if new is not None:
+                if not isinstance(new, Tensor) or new.shape != g.shape:
+                    raise RuntimeError(
+                        "hook returned a value that is not a Tensor of the gradient's shape "
+                        f"{list(g.shape)}"
+                    )
+                grads[nr] = new
 
 
 def _retain_grads(retained, grads) -> None:
