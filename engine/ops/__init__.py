@@ -18,7 +18,7 @@ from engine.ops import linalg as L
 from engine.ops import reduce as R
 from engine.ops import views as V
 from engine.ops.common import data  # noqa: F401
-from engine.ops.registry import alias, register
+from engine.ops.registry import REQUIRED, Dims, Scenario, alias, register
 from engine.tensor import Tensor
 
 
@@ -40,8 +40,15 @@ def _export(name, **options):
 # new bound method on every call, a noticeable cost for a small op.
 
 
+# the unary ops a memprof scenario may call (in place too)
+_SCENARIO_UNARY = ("relu", "sigmoid", "tanh", "exp", "log", "sin", "cos", "abs", "neg", "sqrt")
+
+
 def _unary(name, cls, functional=None, functional_inplace=False):
     apply = cls.apply
+    scenario = None
+    if name in _SCENARIO_UNARY:
+        scenario = Scenario(doc=f"elementwise {name}; {name}_ in place")
 
     def fn(input, *, out=None):
         return apply(input, out=out, op=name)
@@ -49,7 +56,7 @@ def _unary(name, cls, functional=None, functional_inplace=False):
     def fn_(input):
         return apply(input, out=input, op=name + "_")
 
-    _export(name, inplace=name + "_", functional=functional or False)(fn)
+    _export(name, inplace=name + "_", functional=functional or False, scenario=scenario)(fn)
     _export(name + "_", functional=functional_inplace)(fn_)
     return fn
 
@@ -143,13 +150,34 @@ def rsqrt(input, *, out=None):
 # ---------------------------------------------------------------------------------------------
 # binary
 # ---------------------------------------------------------------------------------------------
+def _scenario_binary(name):
+    """add/sub/mul/div in a scenario: `other` is the second input tensor, or the scalar arg."""
+
+    def call(ts, a, inplace):
+        other = ts[1] if len(ts) > 1 else a.get("other")
+        fn = _ns[name + "_" if inplace else name]
+        if a.get("alpha", 1) != 1:
+            return fn(ts[0], other, alpha=a["alpha"])
+        return fn(ts[0], other)
+
+    args = (("other", float | None, None, "a scalar second operand instead of a tensor"),)
+    if name in ("add", "sub"):
+        args += (("alpha", float, 1, "multiplier of other"),)
+    return Scenario(
+        optional_inputs=("other",),
+        args=args,
+        call=call,
+        doc=f"{name} of two tensors, or of a tensor and the scalar `other`",
+    )
+
+
 _add = E.Add.apply
 _sub = E.Sub.apply
 _mul = E.Mul.apply
 _div = E.Div.apply
 
 
-@_export("add", inplace="add_")
+@_export("add", inplace="add_", scenario=_scenario_binary("add"))
 def add(input, other, *, alpha=1, out=None):
     if not isinstance(input, Tensor):
         input, other = other, input
@@ -167,7 +195,7 @@ def add_(input, other, *, alpha=1):
     return _add(input, other, out=input, op="add_", alpha=alpha)
 
 
-@_export("sub", inplace="sub_")
+@_export("sub", inplace="sub_", scenario=_scenario_binary("sub"))
 def sub(input, other, *, alpha=1, out=None):
     if alpha == 1:  # attributes only when given: the fast path of Binary.apply takes none
         return _sub(input, other, out=out, op="sub")
@@ -188,7 +216,7 @@ def rsub(input, other, *, alpha=1):
     return _sub(other, input, op="rsub", alpha=alpha)
 
 
-@_export("mul", inplace="mul_")
+@_export("mul", inplace="mul_", scenario=_scenario_binary("mul"))
 def mul(input, other, *, out=None):
     if not isinstance(input, Tensor):
         input, other = other, input
@@ -200,7 +228,7 @@ def mul_(input, other):
     return _mul(input, other, out=input, op="mul_")
 
 
-@_export("div", inplace="div_")
+@_export("div", inplace="div_", scenario=_scenario_binary("div"))
 def div(input, other, *, rounding_mode=None, out=None):
     if rounding_mode is None:
         return _div(input, other, out=out, op="div")
@@ -227,7 +255,14 @@ for _name, _target in (
     alias(_name, _target)
 
 
-@_export("scale", inplace="scale_")
+@_export(
+    "scale",
+    inplace="scale_",
+    scenario=Scenario(
+        args=(("scale", float, REQUIRED, "multiplier"),),
+        doc="x * scale (Paddle's scale; mul by a scalar); scale_ in place",
+    ),
+)
 def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, *, out=None):
     """Paddle's scale: x * scale + bias (or (x + bias) * scale when bias_after_scale is False)."""
     return Scale.apply(x, out=out, op="scale", s=scale, b=bias, after=bias_after_scale)
@@ -322,14 +357,26 @@ _sum = R.Sum.apply
 _mean = R.Mean.apply
 
 
-@_export("sum")
+@_export(
+    "sum",
+    scenario=Scenario(
+        args=(("dim", Dims, None, ""), ("keepdim", bool, False, "")),
+        doc="sum over dims (all by default)",
+    ),
+)
 def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):
     if dim is None and not keepdim and dtype is None:  # the full sum: no attributes to pass
         return _sum(input, out=out, op="sum")
     return _sum(input, out=out, op="sum", dim=dim, keepdim=keepdim, dtype=dtype)
 
 
-@_export("mean")
+@_export(
+    "mean",
+    scenario=Scenario(
+        args=(("dim", Dims, None, ""), ("keepdim", bool, False, "")),
+        doc="mean over dims (all by default)",
+    ),
+)
 def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
     return _mean(input, out=out, op="mean", dim=dim, keepdim=keepdim, dtype=dtype)
 
@@ -369,13 +416,21 @@ def argmax(input, dim=None, keepdim=False):
     return max(input, dim, keepdim).indices
 
 
-@_export("softmax", functional=_f_softmax)
+@_export(
+    "softmax",
+    functional=_f_softmax,
+    scenario=Scenario(args=(("dim", int, REQUIRED, ""),), doc="softmax along dim"),
+)
 def softmax(input, dim, *, dtype=None, out=None):
     x = input.to(dtype) if dtype is not None else input
     return R.Softmax.apply(x, out=out, op="softmax", dim=dim)
 
 
-@_export("log_softmax", functional=_f_log_softmax)
+@_export(
+    "log_softmax",
+    functional=_f_log_softmax,
+    scenario=Scenario(args=(("dim", int, REQUIRED, ""),), doc="log of softmax along dim"),
+)
 def log_softmax(input, dim, *, dtype=None, out=None):
     x = input.to(dtype) if dtype is not None else input
     return R.LogSoftmax.apply(x, out=out, op="log_softmax", dim=dim)
@@ -384,7 +439,7 @@ def log_softmax(input, dim, *, dtype=None, out=None):
 _matmul = L.Matmul.apply
 
 
-@_export("matmul")
+@_export("matmul", scenario=Scenario(inputs=("input", "other"), doc="matrix product"))
 def matmul(input, other, *, out=None):
     return _matmul(input, other, out=out, op="matmul")
 
@@ -406,7 +461,14 @@ def _shape_args(shape):
     return tuple(shape)
 
 
-@_export("reshape")
+@_export(
+    "reshape",
+    scenario=Scenario(
+        args=(("shape", list[int], REQUIRED, ""),),
+        call=lambda ts, a, inplace: reshape(ts[0], tuple(a["shape"])),
+        doc="reshape (a view when possible)",
+    ),
+)
 def reshape(input, *shape):
     shape = _shape_args(shape)
     from engine.backends.strided import infer_shape
@@ -425,12 +487,27 @@ def view(input, *shape):
     return _view(input, op="view", shape=shape)
 
 
-@_export("permute")
+@_export(
+    "permute",
+    scenario=Scenario(
+        args=(("dims", list[int], REQUIRED, ""),),
+        call=lambda ts, a, inplace: permute(ts[0], *a["dims"]),
+        doc="reorder dims (a view)",
+    ),
+)
 def permute(input, *dims):
     return V.Permute.apply(input, op="permute", dims=_shape_args(dims))
 
 
-@_export("transpose", inplace="transpose_")
+@_export(
+    "transpose",
+    inplace="transpose_",
+    scenario=Scenario(
+        args=(("dim0", int, REQUIRED, ""), ("dim1", int, REQUIRED, "")),
+        call=lambda ts, a, inplace: transpose(ts[0], a["dim0"], a["dim1"]),
+        doc="swap two dims (a view)",
+    ),
+)
 def transpose(input, dim0, dim1):
     n = input.ndim
     perm = list(range(n))
@@ -535,7 +612,13 @@ def unsqueeze(input, dim):
     return V.View.apply(input, op="unsqueeze", shape=tuple(shape))
 
 
-@_export("flatten")
+@_export(
+    "flatten",
+    scenario=Scenario(
+        args=(("start_dim", int, 0, ""), ("end_dim", int, -1, "")),
+        doc="flatten a range of dims",
+    ),
+)
 def flatten(input, start_dim=0, end_dim=-1):
     if input.ndim == 0:
         return reshape(input, 1)
@@ -560,7 +643,7 @@ def broadcast_to(input, shape):
     return V.Expand.apply(input, op="broadcast_to", shape=tuple(shape))
 
 
-@_export("clone")
+@_export("clone", scenario=Scenario(doc="a copy with its own memory"))
 def clone(input, *, memory_format=None):
     return V.Clone.apply(input, op="clone")
 
@@ -569,7 +652,7 @@ def contiguous(input, memory_format=None):
     return input if input.is_contiguous() else V.Clone.apply(input, op="contiguous")
 
 
-@_export("detach")
+@_export("detach", scenario=Scenario(doc="same memory, out of the graph"))
 def detach(input):
     """Shares memory and version counter with input, out of the graph."""
     return Tensor._make(input._data, input._storage, input._dtype, input._device)
@@ -719,8 +802,16 @@ def _register_methods() -> None:
         __and__=logical_and,
         __or__=logical_or,
     )
+    scenarios = dict(
+        view=Scenario(
+            args=(("shape", list[int], REQUIRED, ""),),
+            call=lambda ts, a, inplace: view(ts[0], tuple(a["shape"])),
+            doc="a view with a new shape",
+        ),
+        contiguous=Scenario(doc="a contiguous copy if needed"),
+    )
     for name, fn in extra.items():
-        register(name, fn, function=False, method=True)
+        register(name, fn, function=False, method=True, scenario=scenarios.get(name))
     Tensor.T = property(lambda self: permute(self, *reversed(range(self.ndim))))
     Tensor.mT = property(lambda self: transpose(self, -2, -1))
     Tensor.data = property(detach, lambda self, value: _set_data(self, value))

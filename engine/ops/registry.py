@@ -25,10 +25,15 @@ through `rows()`, `functions()`, `methods()` and `functional()`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 REQUIRED: Any = ...  # a scenario argument without a default
+
+# Argument types of scenario specs (memprof turns them into JSON Schema)
+IntOrPair = int | list[int]
+Dims = int | list[int] | None
+Reduction = Literal["mean", "sum", "none"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,22 @@ class Row:
     functional: Callable | None = None
     inplace: str | None = None
     scenario: Scenario | None = None
-    doc: str = field(default="", compare=False)
+
+    def run(self, tensors: list, args: dict, inplace: bool = False):
+        """Call the op as a scenario node does: its tensors, its arguments, maybe in place.
+
+        The scenario's own `call` when it has one, else ``fn(*tensors, **args)`` with this row's
+        function (its in-place row's when ``inplace``); list arguments are passed as tuples.
+        """
+        call = self.scenario.call if self.scenario is not None else None
+        if call is not None:
+            return call(tensors, args, inplace)
+        fn = _ROWS[self.inplace].fn if inplace else self.fn
+        return fn(*tensors, **{k: _tuple(v) for k, v in args.items()})
+
+
+def _tuple(v):
+    return tuple(v) if isinstance(v, list) else v
 
 
 _ROWS: dict[str, Row] = {}

@@ -21,6 +21,7 @@ INPUTS = {
     "img": {"shape": [1, 2, 6, 6]},
     "k": {"shape": [3, 2, 3, 3]},
     "labels": {"shape": [2], "init": "randint", "high": 4, "dtype": "int64"},
+    "q": {"shape": [1, 2, 3, 4]},
 }
 
 # op -> (tensor inputs, args, expected result shape)
@@ -61,6 +62,7 @@ OP_CALLS = {
     "flatten": (["img"], {"start_dim": 1}, [1, 72]),
     "mse_loss": (["x", "x2"], {}, []),
     "cross_entropy": (["x", "labels"], {}, []),
+    "scaled_dot_product_attention": (["q", "q", "q"], {"is_causal": True}, [1, 2, 3, 4]),
 }
 
 # module type -> (spec, tensor inputs)
@@ -172,3 +174,11 @@ def test_op_arguments_reach_the_engine(op):
     ]
     out = OPS[op].call(tensors, args, False)
     assert list(out.shape) == shape
+
+
+def test_the_op_catalog_is_the_engine_op_table():
+    from engine.ops import registry
+
+    assert list(OPS) == [row.name for row in registry.scenario_ops()]
+    for row in registry.scenario_ops():
+        assert OPS[row.name].inplace == (row.inplace is not None)

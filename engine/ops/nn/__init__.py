@@ -30,18 +30,80 @@ from engine.ops.nn.loss import cross_entropy, mse_loss, nll_loss
 from engine.ops.nn.norm import batch_norm, layer_norm
 from engine.ops.nn.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from engine.ops.nn.ternary import addcdiv, addcdiv_, addcmul, addcmul_, lerp, lerp_
-from engine.ops.registry import register
+from engine.ops.registry import REQUIRED, IntOrPair, Reduction, Scenario, register
 
 # The rows of the op table (engine/ops/registry.py): torch.* functions, Tensor methods and
 # engine.nn.functional's forms.
-register("linear", linear, function=False, functional=True)
-register("conv2d", conv2d, functional=True)
-register("max_pool2d", max_pool2d, functional=True)
+register(
+    "linear",
+    linear,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "weight"), optional_inputs=("bias",), doc="input @ weight.T + bias"
+    ),
+)
+register(
+    "conv2d",
+    conv2d,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "weight"),
+        optional_inputs=("bias",),
+        args=(
+            ("stride", IntOrPair, 1, ""),
+            ("padding", IntOrPair, 0, ""),
+            ("dilation", IntOrPair, 1, ""),
+            ("groups", int, 1, ""),
+        ),
+        doc="2-D convolution (NCHW)",
+    ),
+)
+register(
+    "max_pool2d",
+    max_pool2d,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("kernel_size", IntOrPair, REQUIRED, ""),
+            ("stride", IntOrPair | None, None, ""),
+            ("padding", IntOrPair, 0, ""),
+        ),
+        doc="2-D max pooling",
+    ),
+)
 register("avg_pool2d", avg_pool2d, functional=True)
-register("adaptive_avg_pool2d", adaptive_avg_pool2d, functional=True)
-register("mse_loss", mse_loss, function=False, functional=True)
+register(
+    "adaptive_avg_pool2d",
+    adaptive_avg_pool2d,
+    functional=True,
+    scenario=Scenario(
+        args=(("output_size", IntOrPair, REQUIRED, ""),), doc="2-D adaptive average pooling"
+    ),
+)
+register(
+    "mse_loss",
+    mse_loss,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "target"),
+        args=(("reduction", Reduction, "mean", ""),),
+        doc="mean squared error",
+    ),
+)
 register("nll_loss", nll_loss, function=False, functional=True)
-register("cross_entropy", cross_entropy, function=False, functional=True)
+register(
+    "cross_entropy",
+    cross_entropy,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "target"),
+        args=(("reduction", Reduction, "mean", ""),),
+        doc="cross entropy of logits and class indices",
+    ),
+)
 register(
     "gather", gather, method=lambda self, dim, index: gather(self, dim, index), functional=False
 )
