@@ -185,6 +185,14 @@ class _ProfileObserver:
     def on_external(self, ev) -> None:
         self.rec.on_external(ev)
 
+    def __getattr__(self, name: str):
+        """Observer callbacks this class does not know (newer engine events) go to the
+        recorder when it has them, else do nothing, as MemoryObserver's defaults."""
+        if name.startswith("on_"):
+            handler = getattr(self.rec, name, None)
+            return handler if handler is not None else (lambda *args, **kwargs: None)
+        raise AttributeError(name)
+
     # --- module hooks ---------------------------------------------------------------------------
     def pre_forward(self, module, args):
         path = self.prof._module_path(module)
