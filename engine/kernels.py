@@ -68,6 +68,37 @@ def empty(shape, dtype, device) -> Tensor:
 _new = object.__new__
 
 
+class Scratch:
+    """Kernel workspace that PyTorch's kernel does not allocate (or that is device-specific):
+    `data` is a plain backend array, reported to the allocator's `scratch` total and observers
+    (on_scratch) but not charged to memory_allocated. Given back by `release()` or when the
+    object dies."""
+
+    __slots__ = ("data", "nbytes", "_alloc")
+
+    def __init__(self, shape, dtype, device):
+        shape = tuple(shape)
+        self.nbytes = math.prod(shape) * dtype.itemsize
+        if device.type == "meta":
+            self.data = None
+        else:
+            self.data = get_xp(device.type).empty(shape, dtype=dtype.np)
+        from engine.allocator import tracked
+
+        self._alloc = tracked.get_allocator(device) if tracked.TRACKING else None
+        if self._alloc is not None:
+            self._alloc.scratch("alloc", self.nbytes)
+
+    def release(self) -> None:
+        alloc, self._alloc = self._alloc, None
+        self.data = None
+        if alloc is not None:
+            alloc.scratch("free", self.nbytes)
+
+    def __del__(self):
+        self.release()
+
+
 def zeros(shape, dtype, device) -> Tensor:
     t = empty(shape, dtype, device)
     if device.type != "meta":

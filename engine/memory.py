@@ -33,8 +33,22 @@ def max_memory_reserved(device=None) -> int:
     return _alloc(device).model.max_reserved_bytes
 
 
+def memory_scratch(device=None) -> int:
+    """Kernel workspace held now that is not charged to memory_allocated (softmax's per-row
+    max and sum, a convolution's columns): PyTorch's kernels do not allocate it, or it is
+    device-specific. Reported apart so that the allocated figures stay PyTorch's."""
+    return _alloc(device).scratch_bytes
+
+
+def max_memory_scratch(device=None) -> int:
+    """The peak of memory_scratch() since the last reset_peak_memory_stats()."""
+    return _alloc(device).max_scratch_bytes
+
+
 def reset_peak_memory_stats(device=None) -> None:
-    _alloc(device).model.reset_peak_stats()
+    alloc = _alloc(device)
+    alloc.model.reset_peak_stats()
+    alloc.max_scratch_bytes = alloc.scratch_bytes
 
 
 def memory_stats(device=None) -> dict:

@@ -78,6 +78,10 @@ class MemoryObserver:
       ("inplace_clone", "sin_") for the copy an in-place op keeps for backward.
     - on_external(event): CuPy allocated or freed memory that is not a tensor storage
       (its own temporaries), seen through a CuPy memory hook on cuda.
+    - on_scratch(event): a kernel took (action "alloc") or gave back ("free") workspace that
+      PyTorch's kernel does not allocate or that is device-specific (softmax's per-row max and
+      sum, a convolution's columns). It is not charged to allocated/reserved, so those stay
+      comparable with PyTorch's; `engine.memory.memory_scratch()` totals it apart.
     """
 
     def on_alloc(self, event: AllocEvent) -> None:
@@ -93,4 +97,7 @@ class MemoryObserver:
         pass
 
     def on_external(self, event: AllocEvent) -> None:
+        pass
+
+    def on_scratch(self, event: AllocEvent) -> None:
         pass

@@ -112,6 +112,8 @@ class TrackedAllocator:
         self.record_locations = False
         self.epoch = 0
         self._seq = 0
+        self.scratch_bytes = 0  # kernel workspace, kept apart from the model's totals
+        self.max_scratch_bytes = 0
 
     # --- configuration ------------------------------------------------------------------------
     @property
@@ -136,6 +138,7 @@ class TrackedAllocator:
         self.model = make_model(self.model.name, self.device, self.model.limit)
         self.epoch += 1
         self._seq = 0
+        self.scratch_bytes = self.max_scratch_bytes = 0
 
     def add_observer(self, observer: MemoryObserver) -> None:
         global observed
@@ -218,6 +221,32 @@ class TrackedAllocator:
                 obs.on_free(ev)
             else:
                 obs.on_oom(ev)
+
+    def scratch(self, action: str, nbytes: int) -> None:
+        """A kernel takes ("alloc") or gives back ("free") `nbytes` of workspace: counted in
+        scratch_bytes, never in the model's allocated/reserved; observers get on_scratch."""
+        if action == "alloc":
+            self.scratch_bytes += nbytes
+            self.max_scratch_bytes = max(self.max_scratch_bytes, self.scratch_bytes)
+        else:
+            self.scratch_bytes -= nbytes
+        if not self.observers:
+            return
+        ev = AllocEvent(
+            self._seq,
+            _perf_ns(),
+            action,
+            self.device,
+            nbytes,
+            nbytes,
+            0,
+            self.model.allocated_bytes,
+            self.model.reserved_bytes,
+            {**_context, "op": _op, "category": "scratch"},
+        )
+        self._seq += 1
+        for obs in tuple(self.observers):
+            obs.on_scratch(ev)
 
     def emit_external(self, action: str, nbytes: int) -> None:
         """Report memory the backend allocated outside tensor storages (CuPy temporaries)."""

@@ -195,7 +195,10 @@ class MinDim(MaxDim):
 class Softmax(Function):
     """softmax / log_softmax along `dim`; keeps only its result for backward.
 
-    Scratch: the reduced max and sum (charged, small); no full-size temporary in either direction.
+    Like PyTorch's kernels (CPU and CUDA), a non-contiguous input or incoming gradient is first
+    made contiguous (a charged copy). The per-row max and sum are kernel scratch: PyTorch's
+    kernels keep them in registers, so here they are reported as `scratch`, not charged to
+    memory_allocated. No full-size temporary in either direction.
     """
 
     retain_output = True
@@ -206,16 +209,15 @@ class Softmax(Function):
         self.dim = d
         dtype = x._dtype if x._dtype.is_floating_point else dtypes.get_default_dtype()
         y = result_buffer(out, x.shape, dtype, x._device, "log_softmax" if self.log else "softmax")
-        m = kernels.empty(
-            _keep_shape(x.shape, d), dtype, x._device
-        )  # charged scratch, also on meta
-        s = kernels.empty(m.shape, dtype, x._device)
+        src = x if _contiguous(x) else kernels.copy_new(x)
+        m = kernels.Scratch(_keep_shape(x.shape, d), dtype, x._device)
+        s = kernels.Scratch(_keep_shape(x.shape, d), dtype, x._device)
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
-            xd, yd = x._data, y._data
+            xd, yd = src._data, y._data
             if not x.ndim:
                 xd, yd = xd.reshape(1), yd.reshape(1)
-            md, sd = m._data, s._data
+            md, sd = m.data, s.data
             xp.max(xd, axis=d, keepdims=True, out=md)
             xp.subtract(xd, md, out=yd)
             xp.exp(yd, out=yd)
@@ -226,34 +228,46 @@ class Softmax(Function):
                 xp.subtract(xd, sd, out=yd)
             else:
                 xp.true_divide(yd, sd, out=yd)
+        m.release()
+        s.release()
         return y
 
     def backward(self, g):
         (y,) = self.saved_tensors
         d = self.dim
         out = kernels.empty(g.shape, g._dtype, g._device)
+        if not _contiguous(g):
+            g = kernels.copy_new(g)  # grad_output.contiguous(), as both of PyTorch's kernels do
+        s = kernels.Scratch(_keep_shape(g.shape, d), g._dtype, g._device)
         if g._device.type == "meta":
-            kernels.empty(_keep_shape(g.shape, d), g._dtype, g._device)
+            s.release()
             return (out,)
         xp = kernels.xp_of(g)
         od, gd, yd = out._data, g._data, y._data
         if not g.ndim:
             od, gd, yd = od.reshape(1), gd.reshape(1), yd.reshape(1)
-        s = kernels.empty(_keep_shape(gd.shape, d), g._dtype, g._device)
+        sd = s.data
         if self.log:  # g - exp(y) * sum(g)
-            xp.sum(gd, axis=d, keepdims=True, out=s._data)
+            xp.sum(gd, axis=d, keepdims=True, out=sd)
             xp.exp(yd, out=od)
-            xp.multiply(od, s._data, out=od)
+            xp.multiply(od, sd, out=od)
             xp.subtract(gd, od, out=od)
         else:  # y * (g - sum(g * y))
             xp.multiply(gd, yd, out=od)
-            xp.sum(od, axis=d, keepdims=True, out=s._data)
-            xp.subtract(gd, s._data, out=od)
+            xp.sum(od, axis=d, keepdims=True, out=sd)
+            xp.subtract(gd, sd, out=od)
             xp.multiply(od, yd, out=od)
+        s.release()
         return (out,)
 
     def name(self):
         return ("LogSoftmax" if self.log else "Softmax") + "Backward0"
+
+
+def _contiguous(t) -> bool:
+    if t._device.type == "meta":
+        return True
+    return t._data.flags.c_contiguous
 
 
 def _keep_shape(shape, d):

@@ -358,7 +358,9 @@ def test_meta_tensors_account_without_memory():
     elapsed = time.perf_counter() - start
     assert elapsed < 0.5
     assert memory.memory_allocated("meta") == 2 * 400556032 + 512  # t, out, y
-    # peak: t, out, t @ out, the softmax and its two (10000, 1) scratch rows of 40448 bytes
-    assert memory.max_memory_allocated("meta") == 4 * 400556032 + 2 * 40448
+    # peak: t, out, t @ out, the softmax; its two (10000, 1) rows of max and sum are kernel
+    # scratch, reported apart (issue 9: PyTorch's kernel keeps them in registers)
+    assert memory.max_memory_allocated("meta") == 4 * 400556032
+    assert memory.max_memory_scratch("meta") == 2 * 10000 * 4
     assert memory.memory_allocated("cpu") == 0
     del y, out, t
