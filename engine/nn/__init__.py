@@ -6,9 +6,9 @@
 >>> loss = engine.nn.functional.mse_loss(model(x), target)
 """
 
-from engine.nn import functional, init
+from engine.nn import functional, init, utils
 from engine.nn.modules import *  # noqa: F403
 from engine.nn.modules import __all__ as _modules_all
 from engine.nn.parameter import Parameter
 
-__all__ = ["Parameter", "functional", "init", *_modules_all]
+__all__ = ["Parameter", "functional", "init", "utils", *_modules_all]

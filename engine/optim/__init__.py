@@ -4,8 +4,9 @@
 >>> opt.zero_grad(); loss.backward(); opt.step()
 """
 
+from engine.optim import lr_scheduler
 from engine.optim.adam import Adam, AdamW
 from engine.optim.optimizer import Optimizer
 from engine.optim.sgd import SGD
 
-__all__ = ["Adam", "AdamW", "Optimizer", "SGD"]
+__all__ = ["Adam", "AdamW", "Optimizer", "SGD", "lr_scheduler"]
