@@ -202,7 +202,13 @@ class _Run(ProgramHooks):
         self.current_node = "<backward>"
         loss = self.bindings.values[phase.backward]
         with self.rec.step(
-            "<backward>", "backward", "backward", k, category="gradient", per_op=True
+            "<backward>",
+            "backward",
+            "backward",
+            k,
+            category="gradient",
+            per_op=True,
+            per_backward_node=True,
         ):
             loss.backward(retain_graph=phase.retain_graph or None)
         self._name_grads()

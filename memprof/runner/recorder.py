@@ -31,6 +31,14 @@ _ALIASES = {"buffer": "parameter"}
 _perf_ns = time.perf_counter_ns
 
 
+def _node(ctx: dict) -> str | None:
+    """The event's node: in backward, the backward node running (ReluBackward0, ...)."""
+    fn = ctx.get("grad_fn")
+    if fn is not None:
+        return fn.name()
+    return ctx.get("node")
+
+
 def _category(value):
     if value is None or value in CATEGORIES:
         return value
@@ -60,6 +68,7 @@ class Record:
     category: str | None = None
     tensor: str | None = None
     clone_of: str | None = None  # the in-place op this storage is a backward clone for
+    run_of: int | None = None  # backward: which execution of a backward node made the event
 
     @property
     def storage_category(self) -> str:
@@ -150,12 +159,15 @@ class Recorder(MemoryObserver):
         tensor: str | None = None,
         per_op: bool = False,
         row: bool = True,
+        per_backward_node: bool = False,
     ) -> Iterator[Step]:
         """One span: events inside are attributed to (node, phase, iteration, category), and to
         `context_op`/`tensor` when given (engine ops name themselves otherwise). per_op: each run
         of events of the same engine op is its own span (backward runs many ops in one call).
         On a normal exit the step's row is appended to `ops` (row=False: none, e.g. making an
-        input); a step that raises leaves no row, its events stay in `records`."""
+        input); a step that raises leaves no row, its events stay in `records`.
+        per_backward_node: one row per backward node run (ReluBackward0, ...) instead of one for
+        the step: `loss.backward()` runs many nodes in one call."""
         from engine.allocator import context
 
         self.span += 1
@@ -177,7 +189,9 @@ class Recorder(MemoryObserver):
                     step.end_ns = _perf_ns()
         finally:
             self.per_op = False
-        if row:
+        if row and per_backward_node:
+            self.ops.extend(self._backward_rows(step))
+        elif row:
             self.ops.append(self._row(step))
 
     def _row(self, step: Step) -> dict[str, Any]:
@@ -194,6 +208,48 @@ class Recorder(MemoryObserver):
             clone_bytes=step.clone_bytes,
             module=step.module,
         )
+
+    def _backward_rows(self, step: Step) -> list[dict[str, Any]]:
+        """One row per run of a backward node, in the order they ran: what it allocated, freed
+        and peaked at; its time runs from its first event to the next node's first event (the
+        engine names the running node to observers, not its start and end). Events outside any
+        node (the loss's seed gradient) stay with the step's own node (`<backward>`)."""
+        records = step.records
+        if not records:
+            return [self._row(step)]
+        groups: list[tuple[int | None, int, int]] = []  # (run, first index, end index)
+        for i, r in enumerate(records):
+            if groups and groups[-1][0] == r.run_of:
+                groups[-1] = (r.run_of, groups[-1][1], i + 1)
+            else:
+                groups.append((r.run_of, i, i + 1))
+        rows = []
+        for n, (run, first, end) in enumerate(groups):
+            part = records[first:end]
+            head = part[0]
+            before = head.allocated - (
+                head.bytes
+                if head.action == "alloc"
+                else -head.bytes
+                if head.action == "free"
+                else 0
+            )
+            start_ns = head.time_ns if n else step.start_ns
+            stop_ns = records[groups[n + 1][1]].time_ns if n + 1 < len(groups) else step.end_ns
+            rows.append(
+                op_row(
+                    node=head.node if run is not None else step.node,
+                    op=step.op,
+                    phase=step.phase,
+                    iteration=step.iteration,
+                    records=part,
+                    allocated_before=before,
+                    duration_s=max(stop_ns - start_ns, 0) / 1e9,
+                    start_s=(start_ns - self.t0_ns) / 1e9,
+                    inplace=False,
+                )
+            )
+        return rows
 
     @contextmanager
     def phase(self, name: str, iteration: int | None) -> Iterator[None]:
@@ -236,7 +292,7 @@ class Recorder(MemoryObserver):
             ev.allocated,
             ev.reserved,
             ev.storage_id,
-            ctx.get("node"),
+            _node(ctx),
             op,
             ctx.get("phase"),
             ctx.get("iteration"),
@@ -244,6 +300,9 @@ class Recorder(MemoryObserver):
             _category(ctx.get("category")),
             ctx.get("tensor"),
         )
+        fn = ctx.get("grad_fn")
+        if fn is not None:
+            rec.run_of = id(fn)
         self.records.append(rec)
         self._live[ev.storage_id] = (rec, self._span_key(op))
 
@@ -257,23 +316,25 @@ class Recorder(MemoryObserver):
             owner, span = entry
             if key is not None and span == key and owner.phase == ctx.get("phase"):
                 owner.category = "temporary"
-        self.records.append(
-            Record(
-                ev.seq,
-                ev.time_ns,
-                "free",
-                ev.bytes,
-                ev.requested,
-                ev.allocated,
-                ev.reserved,
-                ev.storage_id,
-                ctx.get("node"),
-                op,
-                ctx.get("phase"),
-                ctx.get("iteration"),
-                owner,
-            )
+        rec = Record(
+            ev.seq,
+            ev.time_ns,
+            "free",
+            ev.bytes,
+            ev.requested,
+            ev.allocated,
+            ev.reserved,
+            ev.storage_id,
+            _node(ctx),
+            op,
+            ctx.get("phase"),
+            ctx.get("iteration"),
+            owner,
         )
+        fn = ctx.get("grad_fn")
+        if fn is not None:
+            rec.run_of = id(fn)
+        self.records.append(rec)
 
     def on_external(self, ev: AllocEvent) -> None:
         """CuPy's own pool requests (temporaries inside its kernels), outside tensor storages."""
@@ -300,7 +361,7 @@ class Recorder(MemoryObserver):
                 ev.allocated,
                 ev.reserved,
                 ev.storage_id,
-                ctx.get("node"),
+                _node(ctx),
                 ctx.get("op"),
                 ctx.get("phase"),
                 ctx.get("iteration"),
