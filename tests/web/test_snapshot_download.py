@@ -44,3 +44,27 @@ def test_the_run_page_offers_both_downloads(client, base_report):
     assert f'href="/api/runs/{rid}/snapshot"' in page and 'id="snapshot-link"' in page
     assert f'href="/api/runs/{rid}/trace"' in page and 'id="trace-link"' in page
     assert "/api/runs/{run_id}/snapshot" in client.get("/openapi.json").json()["paths"]
+
+
+def test_the_dashboard_runs_a_python_scenario(client, scenarios_dir):
+    import time
+
+    (scenarios_dir / "tiny.py").write_text(
+        "import engine\nimport memprof\n\n\n"
+        '@memprof.scenario(variants={"a": {"n": 256}, "b": {"n": 512}}, baseline="a")\n'
+        "def tiny(n):\n"
+        '    """a tensor of n floats"""\n'
+        "    x = engine.rand(n)\n"
+    )
+    listed = {s["id"]: s for s in client.get("/api/scenarios").json()}
+    assert listed["tiny.py"]["variants"] == ["a", "b"] and listed["tiny.py"]["name"] == "tiny"
+    job = client.post("/api/runs", json={"scenario": "tiny.py"}).json()
+    for _ in range(200):
+        job = client.get(f"/api/jobs/{job['id']}").json()
+        if job["status"] not in ("queued", "running"):
+            break
+        time.sleep(0.05)
+    assert job["status"] == "done", job
+    report = client.get(f"/api/runs/{job['run_id']}").json()
+    assert [v["peak_allocated_bytes"] for v in report["variants"]] == [1024, 2048]
+    assert client.get(f"/runs/{job['run_id']}").status_code == 200
