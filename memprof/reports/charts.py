@@ -227,32 +227,46 @@ def timeline_figure(
 
 
 def overlay_figure(
-    named_series: Sequence[tuple[str, dict[str, Any]]], *, x: str = "index"
+    named_series: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    x: str = "index",
+    aligned: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Allocated bytes of several runs or variants on one chart, each with its peak marked."""
+    """Allocated bytes of several runs or variants on one chart, each with its peak marked.
+
+    x: "index", "time", or "step" with `aligned` (web.compare.align_by_step): the series lined
+    up by phase and node, each step of the programs one unit wide. Every series is held at its
+    last value to the end of its last step, so a variant of one event is drawn as a line.
+    """
     data: list[dict[str, Any]] = []
     annotations = []
     top = 0
     for i, (label, series) in enumerate(named_series):
         color = SERIES_COLORS[i % len(SERIES_COLORS)]
-        xs = series["index"] if x == "index" else series["time_s"]
+        ys = list(series["allocated"])
+        hover_rows = list(
+            zip(series["allocated"], series["node"], series["op"], series["tensor"], strict=True)
+        )
+        if x == "step" and aligned is not None:
+            xs = list(aligned["xs"][i]) + [aligned["ends"][i]]
+        else:
+            xs = list(series["index"] if x == "index" else series["time_s"])
+            if len(xs) == 1:  # one event: hold it over one unit so it shows as a line
+                xs.append(xs[0] + (1 if x == "index" else 1e-9))
+        if len(xs) > len(ys):
+            ys.append(ys[-1])
+            hover_rows.append(hover_rows[-1])
         data.append(
             {
                 "type": "scatter",
                 "mode": "lines",
                 "name": label,
                 "x": xs,
-                "y": series["allocated"],
+                "y": ys,
                 "line": {"width": 1.6, "color": color, "shape": "hv"},
                 "customdata": [
                     [format_bytes(a), node or "-", op or "-", tensor or "-"]
-                    for a, node, op, tensor in zip(
-                        series["allocated"],
-                        series["node"],
-                        series["op"],
-                        series["tensor"],
-                        strict=True,
-                    )
+                    for a, node, op, tensor in hover_rows
                 ],
                 "hovertemplate": (
                     f"{label}: %{{customdata[0]}} · %{{customdata[1]}} (%{{customdata[2]}}) "
@@ -261,7 +275,10 @@ def overlay_figure(
             }
         )
         peak = series["peak"]
-        peak_x = peak["event_index"] if x == "index" else peak["time_s"]
+        if x == "step" and aligned is not None:
+            peak_x = aligned["peaks"][i]
+        else:
+            peak_x = peak["event_index"] if x == "index" else peak["time_s"]
         top = max(top, peak["allocated_bytes"])
         data.append(
             {
@@ -300,7 +317,9 @@ def overlay_figure(
         {
             "hovermode": "x unified",
             # every series, not only the last one drawn, decides the ticks
-            "xaxis": event_axis(x, max(s["end"] - s["start"] + 1 for _, s in named_series)),
+            "xaxis": step_axis(aligned)
+            if x == "step" and aligned is not None
+            else event_axis(x, max(s["end"] - s["start"] + 1 for _, s in named_series)),
             "yaxis": {**byte_axis(top), "title": {"text": "allocated bytes"}},
             "annotations": annotations,
             "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
@@ -578,6 +597,21 @@ def event_axis(x: str, events: int) -> dict[str, Any]:
         "showgrid": False,
         "zeroline": False,
         **({"dtick": 1} if x == "index" and events <= 10 else {}),
+    }
+
+
+def step_axis(aligned: dict[str, Any], max_ticks: int = 40) -> dict[str, Any]:
+    """The x axis of timelines aligned by step: one labelled tick per node (thinned when many)."""
+    vals, texts = aligned["tickvals"], aligned["ticktext"]
+    every = max(1, -(-len(vals) // max_ticks))
+    return {
+        "title": {"text": "program steps (phase, node), aligned"},
+        "showgrid": False,
+        "zeroline": False,
+        "tickmode": "array",
+        "tickvals": vals[::every],
+        "ticktext": texts[::every],
+        "tickangle": -45 if len(vals) > 8 else 0,
     }
 
 

@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse
 from memprof.reports import charts
 from memprof.reports.html import run_view, timeline_note, variant_view
 from memprof.units import format_bytes
-from web.compare import node_deltas
+from web.compare import align_by_step, node_deltas
 from web.deps import CacheDep, JobsDep, ScenariosDep, load_run, load_variant, reduced
 from web.run_history import HistoryUnreadable, past_runs
 
@@ -19,6 +19,7 @@ router = APIRouter(include_in_schema=False)
 
 PAGE_POINTS = 2000  # samples per timeline on a page; zooming fetches more detail
 XAxis = Annotated[Literal["index", "time"], Query()]
+CompareAxis = Annotated[Literal["step", "index", "time"], Query()]
 
 
 def _render(request: Request, name: str, **context) -> HTMLResponse:
@@ -98,7 +99,7 @@ def compare_page(
     cache: CacheDep,
     a: Annotated[str | None, Query(max_length=400)] = None,
     b: Annotated[str | None, Query(max_length=400)] = None,
-    x: XAxis = "index",
+    x: CompareAxis = "step",
 ) -> HTMLResponse:
     runs = [r for r in cache.summaries() if r["variants"]]
     options = [(r, f"{r['run_id']}:{v['name']}", v["name"]) for r in runs for v in r["variants"]]
@@ -127,6 +128,7 @@ def compare_page(
                 "run": run,
                 "variant": run.variant(name),
                 "series": series,
+                "arrays": arrays,
                 "label": label,
                 "name": name,
                 "note": timeline_note(series),
@@ -138,10 +140,16 @@ def compare_page(
         if sides[0]["label"] == sides[1]["label"]:
             sides[0]["label"] += " (A)"
             sides[1]["label"] += " (B)"
-        drawn = [(s["label"], s["series"]) for s in sides if s["series"]]
+        with_events = [s for s in sides if s["series"]]
+        drawn = [(s["label"], s["series"]) for s in with_events]
+        aligned = (
+            align_by_step([(s["arrays"], s["series"]) for s in with_events])
+            if x == "step" and drawn
+            else None
+        )
         peak_a, peak_b = va.get("peak_allocated_bytes") or 0, vb.get("peak_allocated_bytes") or 0
         context.update(
-            overlay_fig=charts.overlay_figure(drawn, x=x) if drawn else None,
+            overlay_fig=charts.overlay_figure(drawn, x=x, aligned=aligned) if drawn else None,
             peak_a=peak_a,
             peak_b=peak_b,
             verdict=charts.saving_text(peak_b, peak_a) if peak_a else "",
