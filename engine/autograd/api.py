@@ -34,10 +34,21 @@ def _check_inputs(inputs, opname):
             )
 
 
-def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
-    """Accumulate d(sum of tensors)/d(leaf) into each leaf's .grad (only `inputs`' when given)."""
+def _run(*args, **kwargs):
+    """The autograd engine's backward; while a profiler listens, in allocator phase "backward"
+    (as Tensor.backward), so memprof.profile tells the phase apart."""
+    from engine.allocator import tracked
     from engine.autograd.engine import backward as run
 
+    if tracked.observed and tracked.current_context().get("phase") != "backward":
+        with tracked.context(phase="backward"):
+            return run(*args, **kwargs)
+    return run(*args, **kwargs)
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """Accumulate d(sum of tensors)/d(leaf) into each leaf's .grad (only `inputs`' when given)."""
+    run = _run
     if create_graph:
         raise NotImplementedError("backward(create_graph=True) is not supported")
     tensors = _as_list(tensors)
@@ -67,7 +78,7 @@ def grad(
     that lead to an input (as PyTorch's engine does), so the memory is that of this
     differentiation alone. create_graph=True (higher order) is not supported.
     """
-    from engine.autograd.engine import backward as run
+    run = _run
 
     if create_graph:
         raise NotImplementedError(

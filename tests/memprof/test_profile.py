@@ -219,3 +219,15 @@ def test_the_profile_device_is_the_default_inside_the_block_only():
     assert engine.get_default_device() == engine.device("cpu")
     assert prof.peak == 400556032  # seed 004 on meta with the caching model
     del t
+
+
+def test_autograd_grad_and_backward_functions_are_the_backward_phase():
+    with memprof.profile("grad", save=False) as prof:
+        w = engine.randn(64, 64, requires_grad=True)
+        x = engine.randn(8, 64)
+        (g,) = engine.autograd.grad((x @ w).sum(), [w])
+        engine.autograd.backward([(x @ w).sum()])
+    phases = {r["phase"] for r in prof.report["variants"][0]["ops"] if r["node"] == "<backward>"}
+    assert phases == {"backward"}
+    assert sum(1 for p in prof.report["variants"][0]["phases"] if p["name"] == "backward") == 2
+    del g
