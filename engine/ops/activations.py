@@ -31,7 +31,7 @@ import numpy as np
 from engine import kernels
 from engine.autograd.function import Function
 from engine.ops.common import result_buffer
-from engine.ops.registry import register
+from engine.ops.registry import REQUIRED, Scenario, register
 from engine.tensor import Tensor
 
 _SCRATCH = kernels.SCRATCH_ELEMS
@@ -535,13 +535,75 @@ FUNCTIONS = dict(
 )
 
 
+# In-place forms torch publishes only through torch._C._nn: rows of their own (published
+# nowhere) so that the table knows them as in-place forms (a scenario's `inplace: true`)
+_HIDDEN_INPLACE = dict(
+    silu_=lambda input: silu(input, inplace=True),
+    mish_=lambda input: mish(input, inplace=True),
+    hardswish_=lambda input: hardswish(input, inplace=True),
+    hardsigmoid_=lambda input: hardsigmoid(input, inplace=True),
+    relu6_=relu6_,
+)
+
+_F = float
+# scenario arguments (name, type, default, doc) of each activation
+_SCENARIO_ARGS = dict(
+    silu=(),
+    mish=(),
+    leaky_relu=(("negative_slope", _F, 0.01, "slope below 0"),),
+    elu=(("alpha", _F, 1.0, "scale of the negative part"),),
+    celu=(("alpha", _F, 1.0, "scale of the negative part"),),
+    selu=(),
+    hardtanh=(("min_val", _F, -1.0, "lower bound"), ("max_val", _F, 1.0, "upper bound")),
+    relu6=(),
+    hardswish=(),
+    hardsigmoid=(),
+    threshold=(
+        ("threshold", _F, REQUIRED, "values at or below it are replaced"),
+        ("value", _F, REQUIRED, "the replacement"),
+    ),
+    softplus=(("beta", _F, 1.0, ""), ("threshold", _F, 20.0, "linear above threshold / beta")),
+)
+_COST = dict(
+    leaky_relu="is free (backward keeps the result)",
+    elu="is free (backward keeps the result)",
+    celu="is free (backward keeps the result)",
+    selu="is free (backward keeps the result)",
+)
+
+
+def _scenario(name):
+    fn = FUNCTIONAL[name]
+    if name == "softplus":
+        return Scenario(args=_SCENARIO_ARGS[name], doc="softplus; no in-place form")
+
+    def call(ts, a, inplace):
+        return fn(ts[0], **a, inplace=True) if inplace else fn(ts[0], **a)
+
+    cost = _COST.get(name, "pays a clone of the input (backward keeps the input)")
+    return Scenario(
+        args=_SCENARIO_ARGS[name], call=call, doc=f"F.{name}; in place it {cost}, as in PyTorch"
+    )
+
+
+def _inplace_row(name):
+    if name + "_" in FUNCTIONAL or name + "_" in FUNCTIONS or name + "_" in _HIDDEN_INPLACE:
+        return name + "_"
+    return None
+
+
 # One row of the op table (engine/ops/registry.py) per name: engine.<name> and/or F.<name>
+for _name, _fn in _HIDDEN_INPLACE.items():
+    _fn.__name__ = _name
+    register(_name, _fn, function=False)
 for _name in dict.fromkeys([*FUNCTIONAL, *FUNCTIONS]):
     register(
         _name,
         FUNCTIONS.get(_name, FUNCTIONAL.get(_name)),
         function=_name in FUNCTIONS,
         functional=FUNCTIONAL.get(_name, False),
+        inplace=_inplace_row(_name) if not _name.endswith("_") else None,
+        scenario=_scenario(_name) if _name in _SCENARIO_ARGS else None,
     )
 
 

@@ -257,6 +257,26 @@ def baddbmm_(input, batch1, batch2, *, beta=1, alpha=1):
     return Baddbmm.apply(input, batch1, batch2, out=input, op="baddbmm_", beta=beta, alpha=alpha)
 
 
-_registry.register("einsum", einsum)
-_registry.register("baddbmm", baddbmm, method=True, inplace="baddbmm_")
+_registry.register(
+    "einsum",
+    einsum,
+    scenario=_registry.Scenario(
+        inputs=("operands",),
+        variadic=True,
+        args=(("equation", str, _registry.REQUIRED, "e.g. bhqd,bhkd->bhqk"),),
+        call=lambda ts, a, inplace: einsum(a["equation"], *ts),
+        doc="einsum through bmm (PyTorch's path): permutes, reshapes, one bmm per pair",
+    ),
+)
+_registry.register(
+    "baddbmm",
+    baddbmm,
+    method=True,
+    inplace="baddbmm_",
+    scenario=_registry.Scenario(
+        inputs=("input", "batch1", "batch2"),
+        args=(("beta", float, 1, ""), ("alpha", float, 1, "")),
+        doc="beta * input + alpha * batch1 @ batch2; baddbmm_ in place is free",
+    ),
+)
 _registry.register("baddbmm_", baddbmm_, function=False, method=True)

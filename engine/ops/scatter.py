@@ -17,6 +17,8 @@ is not implemented"); scatter_reduce has one for sum, mean, amax and amin here.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from engine import dtypes, kernels
@@ -604,20 +606,132 @@ def take(input, index):
 
 # One row of the op table (engine/ops/registry.py) per public name
 _row = _registry.register
-_row("scatter", scatter, method=True, inplace="scatter_")
+_S = _registry.Scenario
+_REQ = _registry.REQUIRED
+_DIM = ("dim", int, _REQ, "")
+
+
+def _scatter_call(ts, a, inplace):
+    fn = scatter_ if inplace else scatter
+    src = ts[2] if len(ts) > 2 else a.get("value")
+    return fn(ts[0], a["dim"], ts[1], src, reduce=a.get("reduce"))
+
+
+def _dim_first(fn, fn_):
+    """A scenario call for fn(input, dim, index, ...): torch puts dim before the index."""
+
+    def call(ts, a, inplace):
+        rest = {k: v for k, v in a.items() if k != "dim"}
+        return (fn_ if inplace else fn)(ts[0], a["dim"], *ts[1:], **rest)
+
+    return call
+
+
+_row(
+    "scatter",
+    scatter,
+    method=True,
+    inplace="scatter_",
+    scenario=_S(
+        inputs=("input", "index"),
+        optional_inputs=("src",),
+        args=(
+            _DIM,
+            ("value", float | None, None, "a number to write instead of src"),
+            ("reduce", Literal["add", "multiply"] | None, None, "no gradient with reduce"),
+        ),
+        call=_scatter_call,
+        doc="write src (or value) at index along dim; in place keeps only the index: free",
+    ),
+)
 _row("scatter_", scatter_, function=False, method=True)
-_row("scatter_add", scatter_add, method=True, inplace="scatter_add_")
+_row(
+    "scatter_add",
+    scatter_add,
+    method=True,
+    inplace="scatter_add_",
+    scenario=_S(
+        call=_dim_first(scatter_add, scatter_add_),
+        inputs=("input", "index", "src"),
+        args=(_DIM,),
+        doc="add src at index along dim",
+    ),
+)
 _row("scatter_add_", scatter_add_, function=False, method=True)
-_row("scatter_reduce", scatter_reduce, method=True, inplace="scatter_reduce_")
+_row(
+    "scatter_reduce",
+    scatter_reduce,
+    method=True,
+    inplace="scatter_reduce_",
+    scenario=_S(
+        call=_dim_first(scatter_reduce, scatter_reduce_),
+        inputs=("input", "index", "src"),
+        args=(
+            _DIM,
+            ("reduce", Literal["sum", "prod", "mean", "amax", "amin"], _REQ, ""),
+            ("include_self", bool, True, ""),
+        ),
+        doc="reduce src into input at index (keeps input, src and the result)",
+    ),
+)
 _row("scatter_reduce_", scatter_reduce_, function=False, method=True)
-_row("index_add", index_add, method=True, inplace="index_add_")
+_row(
+    "index_add",
+    index_add,
+    method=True,
+    inplace="index_add_",
+    scenario=_S(
+        call=_dim_first(index_add, index_add_),
+        inputs=("input", "index", "source"),
+        args=(_DIM, ("alpha", float, 1, "")),
+        doc="add source's slices at index along dim",
+    ),
+)
 _row("index_add_", index_add_, function=False, method=True)
-_row("index_copy", index_copy, method=True, inplace="index_copy_")
+_row(
+    "index_copy",
+    index_copy,
+    method=True,
+    inplace="index_copy_",
+    scenario=_S(
+        call=_dim_first(index_copy, index_copy_),
+        inputs=("input", "index", "source"),
+        args=(_DIM,),
+        doc="copy slices at index",
+    ),
+)
 _row("index_copy_", index_copy_, function=False, method=True)
-_row("index_fill", index_fill, method=True, inplace="index_fill_")
+_row(
+    "index_fill",
+    index_fill,
+    method=True,
+    inplace="index_fill_",
+    scenario=_S(
+        call=_dim_first(index_fill, index_fill_),
+        inputs=("input", "index"),
+        args=(_DIM, ("value", float, _REQ, "")),
+        doc="fill slices at index with value",
+    ),
+)
 _row("index_fill_", index_fill_, function=False, method=True)
-_row("masked_scatter", masked_scatter, method=True, inplace="masked_scatter_")
+_row(
+    "masked_scatter",
+    masked_scatter,
+    method=True,
+    inplace="masked_scatter_",
+    scenario=_S(inputs=("input", "mask", "source"), doc="source's values where mask is True"),
+)
 _row("masked_scatter_", masked_scatter_, function=False, method=True)
-_row("put", put, method=True, inplace="put_")
+_row(
+    "put",
+    put,
+    method=True,
+    inplace="put_",
+    scenario=_S(
+        inputs=("input", "index", "source"),
+        args=(("accumulate", bool, False, ""),),
+        doc="write source at flat indexes",
+    ),
+)
 _row("put_", put_, function=False, method=True)
-_row("take", take, method=True)
+_row("take", take, method=True, scenario=_S(inputs=("input", "index"), doc="flat gather"))

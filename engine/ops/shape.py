@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Literal
 
 import numpy as np
 
@@ -639,25 +640,106 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=N
 
 # One row of the op table (engine/ops/registry.py) per public name
 _row = _registry.register
-_row("cat", cat)
+_S = _registry.Scenario
+_REQ = _registry.REQUIRED
+_DIMS = int | list[int] | None
+
+
+def _joined(fn):
+    return _S(
+        inputs=("tensors",),
+        variadic=True,
+        args=(("dim", int, 0, "the dim to join along"),),
+        call=lambda ts, a, inplace: fn(list(ts), a.get("dim", 0)),
+        doc=f"{fn.__name__} of the input tensors: one output; backward hands out views",
+    )
+
+
+_VAR_SCENARIO_ARGS = (
+    ("dim", _DIMS, None, "dims to reduce (all by default)"),
+    ("correction", int, 1, "divide by N - correction"),
+    ("keepdim", bool, False, ""),
+)
+_row("cat", cat, scenario=_joined(cat))
 _row("concat", cat)
 _row("concatenate", cat)
-_row("stack", stack)
+_row("stack", stack, scenario=_joined(stack))
 _row("hstack", hstack)
 _row("vstack", vstack)
-_row("tril", tril, method=True, inplace="tril_")
+_tri_args = (("diagonal", int, 0, "which diagonal bounds the triangle"),)
+_row(
+    "tril",
+    tril,
+    method=True,
+    inplace="tril_",
+    scenario=_S(args=_tri_args, doc="lower triangle (tril_ in place keeps nothing: free)"),
+)
 _row("tril_", tril_, function=False, method=True)
-_row("triu", triu, method=True, inplace="triu_")
+_row(
+    "triu",
+    triu,
+    method=True,
+    inplace="triu_",
+    scenario=_S(args=_tri_args, doc="upper triangle (triu_ in place keeps nothing: free)"),
+)
 _row("triu_", triu_, function=False, method=True)
-_row("repeat", repeat, function=False, method=True)
-_row("flip", flip, method=_flip_method)
+_row(
+    "repeat",
+    repeat,
+    function=False,
+    method=True,
+    scenario=_S(
+        args=(("repeats", list[int], _REQ, "tiles per dim"),),
+        call=lambda ts, a, inplace: repeat(ts[0], *a["repeats"]),
+        doc="tile the input (a copy)",
+    ),
+)
+_row(
+    "flip",
+    flip,
+    method=_flip_method,
+    scenario=_S(args=(("dims", list[int], _REQ, ""),), doc="reverse dims (a copy)"),
+)
 _row("fliplr", fliplr, method=True)
 _row("flipud", flipud, method=True)
-_row("roll", roll, method=True)
-_row("var", var, method=True)
-_row("std", std, method=True)
-_row("pad", pad, function=False, functional=True)
-_row("one_hot", one_hot, function=False, functional=True)
+_row(
+    "roll",
+    roll,
+    method=True,
+    scenario=_S(
+        args=(("shifts", int | list[int], _REQ, ""), ("dims", _DIMS, None, "")),
+        doc="rotate along dims (a copy)",
+    ),
+)
+_row(
+    "var", var, method=True, scenario=_S(args=_VAR_SCENARIO_ARGS, doc="variance (keeps the input)")
+)
+_row("std", std, method=True, scenario=_S(args=_VAR_SCENARIO_ARGS, doc="standard deviation"))
+_row(
+    "pad",
+    pad,
+    function=False,
+    functional=True,
+    scenario=_S(
+        args=(
+            ("pad", list[int], _REQ, "(left, right) pairs from the last dim backwards"),
+            ("mode", Literal["constant", "reflect", "replicate", "circular"], "constant", ""),
+            ("value", float | None, None, "fill value (constant mode)"),
+        ),
+        doc="F.pad",
+    ),
+)
+_row(
+    "one_hot",
+    one_hot,
+    function=False,
+    functional=True,
+    scenario=_S(
+        inputs=("tensor",),
+        args=(("num_classes", int, _REQ, ""),),
+        doc="F.one_hot of an int64 tensor (int64 result)",
+    ),
+)
 
 
 def register(namespace: dict, tensor_cls) -> None:

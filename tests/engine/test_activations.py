@@ -319,3 +319,25 @@ def test_torch_level_names_exist(torch):
     )
     for name in ("silu", "mish", "leaky_relu_", "elu_", "hardtanh_", "relu6", "softplus"):
         assert hasattr(torch.nn.functional, name) and callable(getattr(EF, name))
+
+
+# ---------------------------------------------------------------------------------------------
+# the op table: scenario rows with the right in-place form
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(ACTS) + ["softplus"])
+def test_scenario_rows_run_in_place_with_torchs_cost(name):
+    from engine.ops import registry
+
+    row = registry.get(name)
+    assert row.scenario is not None
+    args = {"threshold": 0.3, "value": -2.0} if name == "threshold" else {}
+    x = engine.randn(N, device="meta", requires_grad=True) * 1.0
+    if name == "softplus":
+        assert row.inplace is None  # "softplus has no in-place form"
+        return
+    assert registry.get(row.inplace) is not None
+    before = engine.memory.memory_allocated("meta")
+    y = row.run([x], args, True)
+    assert y is x
+    free = ACTS[name][1]
+    assert engine.memory.memory_allocated("meta") - before == (0 if free else N * 4)

@@ -22,6 +22,18 @@ INPUTS = {
     "k": {"shape": [3, 2, 3, 3]},
     "labels": {"shape": [2], "init": "randint", "high": 4, "dtype": "int64"},
     "q": {"shape": [1, 2, 3, 4]},
+    # indexing writes (issue 10)
+    "idx": {"shape": [1, 4], "init": "randint", "high": 2, "dtype": "int64"},
+    "src": {"shape": [1, 4], "init": "rand"},
+    "rows": {"shape": [3, 4], "init": "rand"},
+    "vidx": {"shape": [3], "init": "randint", "high": 2, "dtype": "int64"},
+    "perm": {"shape": [2], "init": "arange", "dtype": "int64"},
+    "flat": {"shape": [3], "init": "arange", "dtype": "int64"},
+    "vals": {"shape": [3], "init": "rand"},
+    "mask": {"shape": [2, 4], "init": "randint", "high": 2, "dtype": "bool"},
+    "bin": {"shape": [2, 3, 5]},
+    "bb1": {"shape": [2, 3, 4]},
+    "bb2": {"shape": [2, 4, 5]},
 }
 
 # op -> (tensor inputs, args, expected result shape)
@@ -63,6 +75,46 @@ OP_CALLS = {
     "mse_loss": (["x", "x2"], {}, []),
     "cross_entropy": (["x", "labels"], {}, []),
     "scaled_dot_product_attention": (["q", "q", "q"], {"is_causal": True}, [1, 2, 3, 4]),
+    # activations, joining and shaping, indexing writes, contractions (issue 10)
+    **{
+        n: (["x"], {}, [2, 4])
+        for n in (
+            "silu",
+            "mish",
+            "leaky_relu",
+            "elu",
+            "celu",
+            "selu",
+            "hardtanh",
+            "relu6",
+            "hardswish",
+            "hardsigmoid",
+            "softplus",
+            "tril",
+            "triu",
+        )
+    },
+    "threshold": (["x"], {"threshold": 0.5, "value": 0.0}, [2, 4]),
+    "cat": (["x", "x2"], {"dim": 1}, [2, 8]),
+    "stack": (["x", "x2"], {}, [2, 2, 4]),
+    "repeat": (["x"], {"repeats": [2, 1]}, [4, 4]),
+    "flip": (["x"], {"dims": [1]}, [2, 4]),
+    "roll": (["x"], {"shifts": 1, "dims": 1}, [2, 4]),
+    "var": (["x"], {"dim": 1}, [2]),
+    "std": (["x"], {"dim": 1, "correction": 0}, [2]),
+    "pad": (["img"], {"pad": [1, 1, 1, 1], "mode": "reflect"}, [1, 2, 8, 8]),
+    "one_hot": (["labels"], {"num_classes": 4}, [2, 4]),
+    "scatter": (["x", "idx"], {"dim": 0, "value": 1.0}, [2, 4]),
+    "scatter_add": (["x", "idx", "src"], {"dim": 0}, [2, 4]),
+    "scatter_reduce": (["x", "idx", "src"], {"dim": 0, "reduce": "amax"}, [2, 4]),
+    "index_add": (["x", "vidx", "rows"], {"dim": 0}, [2, 4]),
+    "index_copy": (["x", "perm", "x2"], {"dim": 0}, [2, 4]),
+    "index_fill": (["x", "vidx"], {"dim": 0, "value": 0.0}, [2, 4]),
+    "masked_scatter": (["x", "mask", "x2"], {}, [2, 4]),
+    "put": (["x", "flat", "vals"], {}, [2, 4]),
+    "take": (["x", "flat"], {}, [3]),
+    "einsum": (["x", "w"], {"equation": "bi,oi->bo"}, [2, 3]),
+    "baddbmm": (["bin", "bb1", "bb2"], {"alpha": 0.5}, [2, 3, 5]),
 }
 
 # module type -> (spec, tensor inputs)
