@@ -80,11 +80,26 @@ _new = object.__new__
 def new_storage(shape: tuple, np_dtype, dev) -> Storage:
     """Allocate a C-contiguous storage of `shape`; storage.data is the backend array.
 
-    The allocator is charged first, so an OutOfMemoryError leaves nothing behind; with tracking
-    off (engine.allocator.tracked.tracking(False)) nothing is charged at all.
+    An OutOfMemoryError (the model's limit, or the system refusing a cpu array) leaves nothing
+    behind and no peak raised; with tracking off (engine.allocator.tracked.tracking(False))
+    nothing is charged at all.
     """
     nbytes = _prod(shape) * np_dtype.itemsize
-    if tracked.TRACKING:
+    if dev.type == "cpu":
+        # The system's memory first: when it refuses (MemoryError under `ulimit -v`, or past
+        # what the OS will overcommit) nothing was charged, so the peak stays what the program
+        # really held; observers get an "oom" event.
+        try:
+            data = np.empty(shape, np_dtype)
+        except MemoryError:
+            if tracked.TRACKING:
+                (dev._allocator or allocator_for(dev)).refused(nbytes)
+            raise OutOfMemoryError(
+                f"{dev} out of memory: the system refused {nbytes} bytes",
+                device=str(dev),
+                requested=nbytes,
+            ) from None
+    if tracked.TRACKING:  # may raise the limit's OutOfMemoryError (a cpu array is then dropped)
         alloc = dev._allocator or allocator_for(dev)
         if alloc.observers:
             handle, sid, epoch = alloc.allocate(nbytes)
@@ -96,20 +111,6 @@ def new_storage(shape: tuple, np_dtype, dev) -> Storage:
         alloc = handle = None
         sid = epoch = 0
     if dev.type == "cpu":
-        try:
-            data = np.empty(shape, np_dtype)
-        except MemoryError:
-            if alloc is not None:
-                alloc.release(handle, sid, epoch)
-            raise OutOfMemoryError(
-                f"{dev} out of memory: the system refused {nbytes} bytes",
-                device=str(dev),
-                requested=nbytes,
-            ) from None
-        except BaseException:
-            if alloc is not None:
-                alloc.release(handle, sid, epoch)
-            raise
         s = _new(Storage)
     else:
         data = _other_backend(shape, np_dtype, dev, alloc, handle, sid, epoch, nbytes)

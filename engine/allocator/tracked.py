@@ -180,6 +180,12 @@ class TrackedAllocator:
             self._emit("alloc", nbytes, model.handle_sizes(handle)[1], storage_id)
         return handle, storage_id, self.epoch
 
+    def refused(self, nbytes: int) -> None:
+        """The backend (the operating system, for cpu) refused `nbytes` before anything was
+        charged: observers get an "oom" event; counters and peaks stay as they were."""
+        if self.observers:
+            self._emit("oom", nbytes, nbytes, next(_storage_ids))
+
     def release(self, handle, storage_id: int, epoch: int) -> None:
         if epoch != self.epoch:
             return
