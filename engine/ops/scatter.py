@@ -115,13 +115,34 @@ def _grad_to_shape(gi: Tensor, shape) -> Tensor:
 # scatter family
 # ---------------------------------------------------------------------------------------------
 _REDUCE_UFUNC = {
-    "add": np.add,
-    "multiply": np.multiply,
-    "sum": np.add,
-    "prod": np.multiply,
-    "amax": np.maximum,
-    "amin": np.minimum,
+    "add": "add",
+    "multiply": "multiply",
+    "sum": "add",
+    "prod": "multiply",
+    "amax": "maximum",
+    "amin": "minimum",
 }
+
+
+def _at(xp, op: str, a, index, values) -> None:
+    """a[index] op= values, repeated indexes applied one after the other (ufunc.at).
+
+    numpy: np.<op>.at. CuPy: its ufunc.at where it has one (add, subtract, maximum, minimum in
+    recent releases), else cupyx.scatter_add / scatter_max / scatter_min; CuPy has no multiply.at.
+    """
+    uf = getattr(xp, op)
+    if xp is np or hasattr(uf, "at"):
+        uf.at(a, index, values)
+        return
+    import cupyx
+
+    fallback = {"add": "scatter_add", "maximum": "scatter_max", "minimum": "scatter_min"}.get(op)
+    if fallback is None:
+        raise NotImplementedError(
+            f"{op}.at (scatter with reduce='multiply' / 'prod') is not available in this CuPy; "
+            "run the op on cpu or meta"
+        )
+    getattr(cupyx, fallback)(a, index, values)
 
 
 class Scatter(Function):
@@ -148,9 +169,9 @@ class Scatter(Function):
             coords = _scatter_coords(xp, ia, d)
             vals = _src_block(src, ia.shape) if isinstance(src, Tensor) else value
             if add or reduce == "add":
-                xp.add.at(y._data, coords, vals)
+                _at(xp, "add", y._data, coords, vals)
             elif reduce == "multiply":
-                xp.multiply.at(y._data, coords, vals)
+                _at(xp, "multiply", y._data, coords, vals)
             else:
                 y._data[coords] = vals
         return y
@@ -238,7 +259,7 @@ class ScatterReduce(Function):
                     big = np.inf if x._dtype.is_floating_point else np.iinfo(x._dtype.np).max
                     ident = -big if reduce == "amax" else big
                 y._data[coords] = ident
-            _REDUCE_UFUNC["sum" if reduce == "mean" else reduce].at(y._data, coords, vals)
+            _at(xp, _REDUCE_UFUNC["sum" if reduce == "mean" else reduce], y._data, coords, vals)
             if reduce == "mean":
                 counts = self._counts(xp, y, coords)
                 if x._dtype.is_floating_point:
@@ -250,7 +271,7 @@ class ScatterReduce(Function):
     def _counts(self, xp, y, coords):
         """How many values (self included when include_self) met at each place: a charged temp."""
         counts = kernels.full(y.shape, 1 if self.include_self else 0, y._dtype, y._device)
-        xp.add.at(counts._data, coords, 1)
+        _at(xp, "add", counts._data, coords, 1)
         xp.maximum(counts._data, 1, out=counts._data)
         return counts
 
@@ -380,9 +401,9 @@ class IndexWrite(Function):
                 if kind == "copy":
                     y._data[where] = src
                 elif alpha == 1:
-                    xp.add.at(y._data, where, src)
+                    _at(xp, "add", y._data, where, src)
                 else:
-                    xp.add.at(y._data, where, src * alpha)
+                    _at(xp, "add", y._data, where, src * alpha)
         return y
 
     def backward(self, g):
@@ -547,7 +568,7 @@ class Put(Function):
             coords = _flat_coords(xp, index._data, x.shape)
             vals = source._data.reshape(-1)
             if accumulate:
-                xp.add.at(y._data, coords, vals)
+                _at(xp, "add", y._data, coords, vals)
             else:
                 y._data[coords] = vals
         return y
