@@ -40,6 +40,7 @@ PHASE_COLORS = {
 ALLOCATED_COLOR = "#1f2937"
 RESERVED_COLOR = "#6b7280"
 PEAK_COLOR = "#d62728"
+WARNING_COLOR = "#f59e0b"
 SERIES_COLORS = ("#2563eb", "#dc2626", "#059669", "#7c3aed")  # overlays in the compare view
 HISTORY_COLORS = (  # one per variant on the history chart
     "#2563eb",
@@ -58,19 +59,66 @@ FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, s
 # Figures
 
 
+def warning_marks(
+    variant: dict[str, Any], time_s: Sequence[float], allocated: Sequence[int]
+) -> list[dict[str, Any]]:
+    """Where each warning (stale read, in-place clone) goes on the timeline: at the first event
+    of its node in its iteration (found by the node's start time within its phase), with the
+    allocated bytes there. time_s and allocated: the variant's whole timeline columns."""
+    import numpy as np
+
+    n = len(time_s)
+    if not n:
+        return []
+    times = np.asarray(time_s, dtype=np.float64)
+    spans = {
+        (p.get("name"), p.get("iteration")): (p.get("start_index") or 0, p.get("end_index") or n)
+        for p in variant.get("phases") or []
+    }
+    starts = {}
+    for op in variant.get("ops") or []:
+        key = (op.get("node"), op.get("iteration"))
+        if op.get("phase") == "forward" and key not in starts and op.get("start_s") is not None:
+            starts[key] = op["start_s"]
+    marks = []
+    for w in warnings_of(variant):
+        key = (w.get("node"), w.get("iteration"))
+        lo, hi = spans.get(("forward", w.get("iteration")), (0, n))
+        hi = min(max(hi, lo + 1), n)
+        start = starts.get(key)
+        if start is None:
+            i = lo
+        else:
+            i = lo + int(np.searchsorted(times[lo:hi], start, side="left"))
+        i = min(max(i, 0), n - 1)
+        marks.append(
+            {
+                "index": i,
+                "time_s": float(times[i]),
+                "allocated": int(allocated[i]),
+                "kind": w.get("kind") or "warning",
+                "node": w.get("node"),
+                "message": w.get("message") or "",
+            }
+        )
+    return marks
+
+
 def timeline_figure(
     series: dict[str, Any],
     *,
     phases: Iterable[dict[str, Any]] = (),
     x: str = "index",
     title: str | None = None,
+    warnings: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """Allocated bytes stacked by category, the allocated and reserved totals, the peak marked
     and phases (forward, backward, optimizer) as bands. `x` is "index" (event index) or "time".
 
     Hovering a point shows the event there: action, bytes, tensor, node and op. Lines are
     steps (memory stays put between events); on the index axis the last step is drawn to
-    `end + 1`, so a timeline of one event still shows its bytes.
+    `end + 1`, so a timeline of one event still shows its bytes. `warnings` (warning_marks)
+    inside the window are marked at their node, their message on hover.
     """
     xs = series["index"] if x == "index" else series["time_s"]
     tail = 1 if x == "index" else 0  # the repeated last sample that closes the last step
@@ -193,6 +241,31 @@ def timeline_figure(
             "align": "left",
         }
     )
+
+    shown = [w for w in warnings if series["start"] <= w["index"] <= series["end"]]
+    if shown:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "warnings",
+                "x": [w["index"] if x == "index" else w["time_s"] for w in shown],
+                "y": [w["allocated"] for w in shown],
+                "marker": {
+                    "size": 12,
+                    "color": WARNING_COLOR,
+                    "symbol": "triangle-down",
+                    "line": {"width": 1, "color": "#ffffff"},
+                },
+                "customdata": [
+                    [w["kind"].replace("_", " "), w["node"] or "-", w["message"]] for w in shown
+                ],
+                "hovertemplate": (
+                    "<b>%{customdata[0]}</b> at node %{customdata[1]}<br>%{customdata[2]}"
+                    "<extra></extra>"
+                ),
+            }
+        )
 
     shapes, labels = _phase_bands(series, list(phases), x)
     annotations.extend(labels)

@@ -82,7 +82,16 @@ def variant_view(
         "name": variant.get("name", f"variant {index}"),
         "status": variant.get("status", "ok"),
         "timeline_fig": (
-            charts.timeline_figure(series, phases=variant.get("phases") or [], x=x)
+            charts.timeline_figure(
+                series,
+                phases=variant.get("phases") or [],
+                x=x,
+                warnings=charts.warning_marks(
+                    variant,
+                    (variant.get("timeline") or {}).get("time_s") or [],
+                    (variant.get("timeline") or {}).get("allocated") or [],
+                ),
+            )
             if series
             else None
         ),

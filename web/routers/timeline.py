@@ -55,8 +55,11 @@ def get_timeline_figure(
 ) -> JSONResponse:
     """The run page's timeline chart for [start, end], as a Plotly figure (data and layout)."""
     run, series = _window(cache, run_id, variant, start, end, max_points)
-    phases = run.variant(variant).get("phases") or []
-    fig = charts.timeline_figure(series, phases=phases, x=x)
+    entry = run.variant(variant)
+    phases = entry.get("phases") or []
+    arrays = load_variant(run, variant)
+    marks = charts.warning_marks(entry, arrays.time_s, arrays.allocated)
+    fig = charts.timeline_figure(series, phases=phases, x=x, warnings=marks)
     fig["layout"]["meta"]["note"] = timeline_note(series)
     return JSONResponse(fig)
 
