@@ -341,3 +341,21 @@ def test_scenario_rows_run_in_place_with_torchs_cost(name):
     assert y is x
     free = ACTS[name][1]
     assert engine.memory.memory_allocated("meta") - before == (0 if free else N * 4)
+
+
+@pytest.mark.parametrize("name", ["elu", "silu", "hardtanh"])
+def test_in_place_through_a_view_vs_numeric_and_torch(torch, name):
+    """In place on a slice: CopySlices routes the gradient, free or with a clone as torch."""
+    call = ACTS[name][0]
+
+    def fn(m, x):
+        y = x * 1.0
+        call(m.nn.functional, y[:, 1:], True)
+        return y
+
+    gradcheck(fn, [_values((3, 4), seed=5)], torch=torch)
+    e, t = (
+        fn(engine, engine.ones(2, 3, requires_grad=True)),
+        fn(torch, torch.ones(2, 3, requires_grad=True)),
+    )
+    assert e.grad_fn.name() == "CopySlices" and t.grad_fn.name().endswith("CopySlices")

@@ -206,3 +206,54 @@ def test_random_fills_autograd_like_torch(torch):
         w = engine.empty(4, 4, requires_grad=True)
         w.normal_(0, 0.02)  # initialising a parameter under no_grad is fine
     assert w.requires_grad and w.grad_fn is None
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("zeros_like", ()),
+        ("ones_like", ()),
+        ("empty_like", ()),
+        ("full_like", (2.5,)),
+        ("rand_like", ()),
+        ("randn_like", ()),
+        ("randint_like", (7,)),
+    ],
+)
+def test_like_family_follows_torch(torch, name, args):
+    for dtype in ("float64", "int64"):
+        if name in ("rand_like", "randn_like") and dtype == "int64":
+            continue
+        e = getattr(engine, name)(engine.zeros(2, 3, dtype=getattr(engine, dtype)), *args)
+        t = getattr(torch, name)(torch.zeros(2, 3, dtype=getattr(torch, dtype)), *args)
+        assert (
+            e.shape == tuple(t.shape) and str(e.dtype).split(".")[-1] == str(t.dtype).split(".")[-1]
+        )
+        if name in ("zeros_like", "ones_like", "full_like"):
+            np.testing.assert_array_equal(e.numpy(), t.numpy())
+    m = getattr(engine, name)(engine.empty(1024, 1024, device="meta"), *args)
+    assert m.device.type == "meta" and m.shape == (1024, 1024)
+    f = getattr(engine, name)(engine.zeros(3), *args, dtype=engine.float64)
+    assert f.dtype == engine.float64
+
+
+def _fill_program(m, name):
+    x = m.ones(256, 256, requires_grad=True).clone()
+    calls = {
+        "normal_": lambda: x.normal_(),
+        "uniform_": lambda: x.uniform_(),
+        "bernoulli_": lambda: x.bernoulli_(0.5),
+    }
+
+    def region():
+        calls[name]()
+        x.backward(m.ones(256, 256))
+
+    return region
+
+
+@pytest.mark.parametrize("name", ["normal_", "uniform_", "bernoulli_"])
+def test_random_fill_step_memory_matches_torch_profiler(torch, name):
+    """In place: nothing allocated; backward: the seed and one zero gradient for the leaf."""
+    got = engine_peak(_fill_program(engine, name))
+    assert got == torch_peak(_fill_program(torch, name)) == 2 * 256 * 256 * 4
