@@ -86,7 +86,7 @@ def create_app(
     async def unreadable(request: Request, exc: UnreadableReport) -> Response:
         if _wants_json(request):
             return JSONResponse({"detail": str(exc)}, status_code=500)
-        return _error_page(request, 500, str(exc))
+        return _error_page(request, 500, str(exc), title="Unreadable report")
 
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
     if allowed_hosts is not None:
@@ -102,11 +102,11 @@ def _wants_json(request: Request) -> bool:
     )
 
 
-def _error_page(request: Request, status_code: int, detail: str) -> Response:
+def _error_page(request: Request, status_code: int, detail: str, title: str = "") -> Response:
     return request.app.state.templates.TemplateResponse(
         request,
         "error.html",
-        {"status_code": status_code, "detail": detail},
+        {"status_code": status_code, "detail": detail, "title": title},
         status_code=status_code,
     )
 

@@ -88,7 +88,10 @@ def test_a_file_that_is_not_a_report_is_listed_as_unreadable_and_answers_500(cli
     assert "not valid JSON" in response.json()["detail"]
     page = client.get("/runs/20270101T000000Z-broken-000000", headers={"accept": "text/html"})
     assert page.status_code == 500 and "not valid JSON" in page.text
-    assert client.get("/").status_code == 200  # the other runs are still listed
+    assert "<h1>Unreadable report</h1>" in page.text and 'href="/"' in page.text
+    index = client.get("/", headers={"accept": "text/html"})
+    assert index.status_code == 200  # the other runs are still listed, the broken one marked
+    assert "20270101T000000Z-broken-000000" in index.text and "not valid JSON" in index.text
 
 
 def test_a_rewritten_report_is_read_again(client, runs_dir, report):
