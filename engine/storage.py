@@ -74,7 +74,31 @@ class _MetaStorage(Storage):
     __slots__ = ("fake_address",)
 
 
+class _AliasStorage(Storage):
+    """The memory of `owner` under a version counter of its own: what `Tensor.data` gives, as
+    PyTorch's `.data` shares the storage but not the version counter. Charges nothing and
+    frees nothing; it keeps `owner` alive."""
+
+    __slots__ = ("owner",)
+
+    @property
+    def fake_address(self):
+        return self.owner.fake_address
+
+
+def alias_storage(s: Storage) -> Storage:
+    """A new version counter over the same memory (see _AliasStorage)."""
+    owner = s.owner if isinstance(s, _AliasStorage) else s
+    a = _new(_AliasStorage)
+    a.data, a.nbytes, a.device, a.id, a.epoch = s.data, s.nbytes, s.device, s.id, s.epoch
+    a.handle = a.allocator = None
+    a.version = 0
+    a.owner = owner
+    return a
+
+
 _new = object.__new__
+_INT64_MAX = (1 << 63) - 1
 
 
 def new_storage(shape: tuple, np_dtype, dev) -> Storage:

@@ -791,8 +791,8 @@ def _register_methods() -> None:
         __pow__=lambda self, o: pow(self, o),
         __rpow__=lambda self, o: E.PowTensor.apply(o, self, op="rpow"),
         __ipow__=lambda self, o: pow_(self, o),
-        __matmul__=matmul,
-        __rmatmul__=lambda self, o: matmul(o, self),
+        __matmul__=lambda self, o: matmul(self, o) if isinstance(o, Tensor) else NotImplemented,
+        __rmatmul__=lambda self, o: matmul(o, self) if isinstance(o, Tensor) else NotImplemented,
         __eq__=eq,
         __ne__=ne,
         __lt__=lt,
@@ -814,7 +814,15 @@ def _register_methods() -> None:
         register(name, fn, function=False, method=True, scenario=scenarios.get(name))
     Tensor.T = property(lambda self: permute(self, *reversed(range(self.ndim))))
     Tensor.mT = property(lambda self: transpose(self, -2, -1))
-    Tensor.data = property(detach, lambda self, value: _set_data(self, value))
+    Tensor.data = property(_data_alias, lambda self, value: _set_data(self, value))
+
+
+def _data_alias(self):
+    """`t.data`: the same memory out of the graph, with a version counter of its own (unlike
+    detach(), so `w.data.mul_(2)` after w was saved for backward is not a version error)."""
+    from engine.storage import alias_storage
+
+    return Tensor._make(self._data, alias_storage(self._storage), self._dtype, self._device)
 
 
 def _set_data(self, value):

@@ -7,6 +7,7 @@ import numpy as np
 from engine import kernels
 from engine.autograd.function import Function
 from engine.ops.common import device_of, result_buffer, result_type, sum_to
+from engine.tensor import Tensor
 
 
 def matmul_shape(sa, sb):
@@ -50,6 +51,32 @@ def _blas_ready(arr) -> bool:
     return s0 == 1 and (n1 == 1 or s1 >= max(1, n0))
 
 
+_CPP_NAMES = {
+    "float16": "c10::Half",
+    "bfloat16": "c10::BFloat16",
+    "float32": "float",
+    "float64": "double",
+    "int32": "int",
+    "int64": "long int",
+    "bool": "bool",
+    "uint8": "unsigned char",
+}
+
+
+def _dtype_mismatch(a: Tensor, b: Tensor) -> str:
+    """PyTorch's error for matmul of two dtypes, from the kernel its dispatch reaches (no
+    promotion: dot, mv, mm or bmm, each with its own words)."""
+    ta, tb = (t._dtype.torch_tensor_name.removesuffix("Tensor") for t in (a, b))
+    if a.ndim == 1 and b.ndim == 1:
+        return f"dot : expected both vectors to have same dtype, but found {ta} and {tb}"
+    if b.ndim == 1:
+        return f"addmv input tensors must have the same dtype, but got {tb}, {ta}, and {tb}"
+    if b.ndim == 2:
+        ca, cb = _CPP_NAMES[a._dtype.name], _CPP_NAMES[b._dtype.name]
+        return f"expected m1 and m2 to have the same dtype, but got: {ca} != {cb}"
+    return f"expected scalar type {ta} but found {tb}"
+
+
 class Matmul(Function):
     def to_save(self, tensors):
         a, b = tensors
@@ -62,6 +89,14 @@ class Matmul(Function):
         return self._save_idx
 
     def forward(self, a, b, out=None):
+        if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+            name, pos, v = ("input", 1, a) if not isinstance(a, Tensor) else ("other", 2, b)
+            raise TypeError(
+                f"matmul(): argument '{name}' (position {pos}) must be Tensor, not "
+                f"{type(v).__name__}"
+            )
+        if a._dtype is not b._dtype:
+            raise RuntimeError(_dtype_mismatch(a, b))
         dev = device_of(a, b)
         shape = matmul_shape(a.shape, b.shape)
         self.shapes = (a.shape, b.shape)

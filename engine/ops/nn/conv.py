@@ -246,11 +246,24 @@ def _conv_padding(padding, kernel, dilation, stride):
     return ((ph, ph), (pw, pw))
 
 
+def _check_conv_args(padding, stride, dilation) -> None:
+    """PyTorch's checks in _convolution, in its order and words."""
+    if not isinstance(padding, str) and any(p < 0 for p in _pair(padding, "padding")):
+        raise RuntimeError("negative padding is not supported")
+    if any(v <= 0 for v in stride):
+        raise RuntimeError("non-positive stride is not supported")
+    if any(v < 0 for v in dilation):
+        raise RuntimeError("dilation should be greater than zero")
+    if any(v == 0 for v in dilation):
+        raise RuntimeError(f"dilation should be greater than zero, but got {list(dilation)}")
+
+
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D convolution of input [N, C, H, W] (or [C, H, W]) with weight [O, C/groups, kh, kw]."""
     unbatched = input.ndim == 3
     x = input.unsqueeze(0) if unbatched else input
     s, d = _pair(stride, "stride"), _pair(dilation, "dilation")
+    _check_conv_args(padding, s, d)
     pads = _conv_padding(padding, weight.shape[2:], d, s)
     args = (x, weight) if bias is None else (x, weight, bias)
     y = Conv2d.apply(*args, op="conv2d", stride=s, padding=pads, dilation=d, groups=groups)

@@ -25,6 +25,19 @@ def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, opname)
     sh, sw = _pair(stride if stride not in (None, ()) else (kh, kw), "stride")
     ph, pw = _pair(padding, "padding")
     dh, dw = _pair(dilation, "dilation")
+    # PyTorch's pooling checks, in its order and words (pool2d_shape_check and callers)
+    if sh == 0 or sw == 0:
+        raise RuntimeError("stride should not be zero")
+    if kh <= 0 or kw <= 0:
+        raise RuntimeError(f"kernel size should be greater than zero, but got kH: {kh} kW: {kw}")
+    if ph < 0 or pw < 0:
+        raise RuntimeError(f"pad must be non-negative, but got pad: {min(ph, pw)}")
+    if sh < 0 or sw < 0:
+        raise RuntimeError(f"stride should be greater than zero, but got dH: {sh} dW: {sw}")
+    if dh <= 0 or dw <= 0:
+        raise RuntimeError(
+            f"dilation should be greater than zero, but got dilationH: {dh} dilationW: {dw}"
+        )
     if ph > (dh * (kh - 1) + 1) // 2 or pw > (dw * (kw - 1) + 1) // 2:
         raise RuntimeError(
             f"pad should be at most half of effective kernel size, but got pad={max(ph, pw)}, "
