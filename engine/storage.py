@@ -109,6 +109,8 @@ def new_storage(shape: tuple, np_dtype, dev) -> Storage:
     nothing is charged at all.
     """
     nbytes = _prod(shape) * np_dtype.itemsize
+    if nbytes > _INT64_MAX:  # PyTorch refuses it at creation, meta included
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(shape)}")
     if dev.type == "cpu":
         # The system's memory first: when it refuses (MemoryError under `ulimit -v`, or past
         # what the OS will overcommit) nothing was charged, so the peak stays what the program
