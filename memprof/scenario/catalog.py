@@ -99,6 +99,45 @@ OPS: dict[str, OpDef] = _ops()
 
 # --- modules ----------------------------------------------------------------------------------
 
+
+def _activation_modules() -> list[ModuleDef]:
+    """engine.nn's activations (issue 10), with PyTorch's arguments; in place each one is free or
+    pays a clone of its input exactly as PyTorch's (engine/ops/activations.py)."""
+    clone = "in place it pays a clone of its input (backward keeps the input)"
+    free = "in place it is free (backward keeps the result)"
+    inplace = Arg("inplace", bool, False)
+    return [
+        ModuleDef("SiLU", (inplace,), doc=f"x * sigmoid(x); {clone}"),
+        ModuleDef("Mish", (inplace,), doc=f"x * tanh(softplus(x)); {clone}"),
+        ModuleDef("Hardswish", (inplace,), doc=f"x * relu6(x + 3) / 6; {clone}"),
+        ModuleDef("Hardsigmoid", (inplace,), doc=f"relu6(x + 3) / 6; {clone}"),
+        ModuleDef("ReLU6", (inplace,), doc=f"min(max(x, 0), 6); {clone}"),
+        ModuleDef(
+            "Hardtanh",
+            (Arg("min_val", float, -1.0), Arg("max_val", float, 1.0), inplace),
+            doc=f"clamp(x, min_val, max_val); {clone}",
+        ),
+        ModuleDef(
+            "Threshold",
+            (Arg("threshold", float), Arg("value", float), inplace),
+            doc=f"x where x > threshold else value; {clone}",
+        ),
+        ModuleDef(
+            "LeakyReLU",
+            (Arg("negative_slope", float, 0.01), inplace),
+            doc=f"x, or negative_slope * x below 0; {free}",
+        ),
+        ModuleDef("ELU", (Arg("alpha", float, 1.0), inplace), doc=f"exponential linear; {free}"),
+        ModuleDef("CELU", (Arg("alpha", float, 1.0), inplace), doc=f"continuous ELU; {free}"),
+        ModuleDef("SELU", (inplace,), doc=f"scaled ELU; {free}"),
+        ModuleDef(
+            "Softplus",
+            (Arg("beta", float, 1.0), Arg("threshold", float, 20.0)),
+            doc="log(1 + exp(beta x)) / beta; no in-place form",
+        ),
+    ]
+
+
 _MODULES: list[ModuleDef] = [
     ModuleDef(
         "Linear",
@@ -164,6 +203,7 @@ _MODULES: list[ModuleDef] = [
         doc="cross entropy of logits and class indices",
     ),
     ModuleDef("Sequential", (), children=True, doc="the `layers` run one after another"),
+    *_activation_modules(),
 ]
 
 MODULES: dict[str, ModuleDef] = {m.name: m for m in _MODULES}

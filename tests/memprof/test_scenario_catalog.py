@@ -137,6 +137,15 @@ MODULE_CALLS = {
         {"layers": [{"type": "Linear", "in_features": 4, "out_features": 4}, {"type": "ReLU"}]},
         ["x"],
     ),
+    # activations (issue 10)
+    **{
+        n: ({"inplace": True}, ["x"])
+        for n in ("SiLU", "Mish", "Hardswish", "Hardsigmoid", "ReLU6", "SELU", "ELU", "CELU")
+    },
+    "Hardtanh": ({"min_val": -0.5, "max_val": 0.5, "inplace": True}, ["x"]),
+    "Threshold": ({"threshold": 0.5, "value": 0.0, "inplace": True}, ["x"]),
+    "LeakyReLU": ({"negative_slope": 0.2, "inplace": True}, ["x"]),
+    "Softplus": ({"beta": 2.0}, ["x"]),
 }
 
 
