@@ -342,9 +342,12 @@ class Profile:
         self.observer = _ProfileObserver(self)
         self._record_locations = alloc.record_locations
         alloc.add_observer(self.observer)
+        from engine.optim.optimizer import register_optimizer_step_post_hook
+
         self._hooks = [
             register_module_forward_pre_hook(self.observer.pre_forward),
             register_module_forward_hook(self.observer.post_forward),
+            register_optimizer_step_post_hook(self._name_optimizer_state),
         ]
         self._active = True
         return self
@@ -437,6 +440,22 @@ class Profile:
                 sid = storage_key(g)
                 if self.rec.live_tensor_name(sid) is None:
                     self.rec.name_storage(sid, f"{name}.grad")
+
+    def _name_optimizer_state(self, optimizer, args, kwargs) -> None:
+        """After each step: the optimizer's state tensors get their parameter's name and their
+        key (fc1.weight.momentum_buffer, fc1.weight.exp_avg, ...), as in a scenario run."""
+        from engine import Tensor
+        from memprof.scenario.build import storage_key
+
+        for param, slots in getattr(optimizer, "state", {}).items():
+            known = self._param_names.get(id(param))
+            if known is None or not isinstance(slots, dict):
+                continue
+            for key, value in slots.items():
+                if isinstance(value, Tensor):
+                    sid = storage_key(value)
+                    if self.rec.live_tensor_name(sid) is None:
+                        self.rec.name_storage(sid, f"{known[0]}.{key}")
 
     def _entry(self, status: str, error, t1: int) -> dict[str, Any]:
         from memprof.reports.build import evaluate, op_row, peak, timeline

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 from collections import defaultdict
 
 from engine.allocator import tracked
@@ -25,16 +26,65 @@ class _RequiredParameter:
 required = _RequiredParameter()
 
 
-def _in_optimizer_phase(fn):
+# Hooks every optimizer runs around step() (torch.optim.optimizer's global step hooks).
+_global_step_pre_hooks: dict = {}
+_global_step_post_hooks: dict = {}
+_hook_ids = itertools.count()
+
+
+class _HookHandle:
+    """What the register_* functions return: `remove()` takes the hook off."""
+
+    def __init__(self, hooks: dict, key: int):
+        self._hooks, self.id = hooks, key
+
+    def remove(self) -> None:
+        self._hooks.pop(self.id, None)
+
+
+def register_optimizer_step_pre_hook(hook) -> _HookHandle:
+    """hook(optimizer, args, kwargs) runs before every optimizer's step() (args: step's
+    positional arguments, the optimizer first, as torch passes them); it may return
+    (new_args, new_kwargs)."""
+    key = next(_hook_ids)
+    _global_step_pre_hooks[key] = hook
+    return _HookHandle(_global_step_pre_hooks, key)
+
+
+def register_optimizer_step_post_hook(hook) -> _HookHandle:
+    """hook(optimizer, args, kwargs) runs after every optimizer's step()."""
+    key = next(_hook_ids)
+    _global_step_post_hooks[key] = hook
+    return _HookHandle(_global_step_post_hooks, key)
+
+
+def _in_optimizer_phase(fn, step: bool = False):
     """Wrap an optimizer method so that, while an observer listens to an allocator (a profiler),
-    what it allocates and frees is attributed to phase "optimizer"."""
+    what it allocates and frees is attributed to phase "optimizer"; a step also runs the global
+    step hooks."""
 
     @functools.wraps(fn)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(*args, **kwargs):
+        self = args[0]  # as torch, the hooks see step's whole args, the optimizer first
+        if step and _global_step_pre_hooks:
+            for hook in tuple(_global_step_pre_hooks.values()):
+                result = hook(self, args, kwargs)
+                if result is not None:
+                    if not (isinstance(result, tuple) and len(result) == 2):
+                        raise RuntimeError(
+                            f"{hook} must return None or a tuple of (new_args, new_kwargs), "
+                            f"but got {result}."
+                        )
+                    args, kwargs = result
         if not tracked.observed or tracked.current_context().get("phase") == "optimizer":
-            return fn(self, *args, **kwargs)
-        with context(phase="optimizer"):
-            return fn(self, *args, **kwargs)
+            out = fn(*args, **kwargs)
+        else:
+            with context(phase="optimizer"):
+                out = fn(*args, **kwargs)
+        if step and _global_step_post_hooks:
+            for hook in tuple(_global_step_post_hooks.values()):
+                hook(self, args, kwargs)
+        return out
 
     wrapper._optimizer_phase = True
     return wrapper
@@ -52,7 +102,7 @@ class Optimizer:
         for name in ("step", "zero_grad"):
             fn = cls.__dict__.get(name)
             if fn is not None and not getattr(fn, "_optimizer_phase", False):
-                setattr(cls, name, _in_optimizer_phase(fn))
+                setattr(cls, name, _in_optimizer_phase(fn, step=name == "step"))
 
     def __init__(self, params, defaults: dict):
         self.defaults = defaults

@@ -231,3 +231,14 @@ def test_autograd_grad_and_backward_functions_are_the_backward_phase():
     assert phases == {"backward"}
     assert sum(1 for p in prof.report["variants"][0]["phases"] if p["name"] == "backward") == 2
     del g
+
+
+def test_optimizer_state_is_named_after_its_parameter():
+    with memprof.profile("adam-names", save=False) as prof:
+        fc = engine.nn.Linear(32, 32)
+        opt = engine.optim.Adam(fc.parameters(), lr=0.001)
+        fc(engine.randn(4, 32)).sum().backward()
+        opt.step()
+    names = {r["tensor"] for r in prof.report["variants"][0]["peak"]["live"]}
+    assert {"fc.weight.exp_avg", "fc.weight.exp_avg_sq", "fc.bias.exp_avg"} <= names
+    del fc, opt
