@@ -325,13 +325,75 @@ def run_variant(variant, *, on_iteration=None, on_node=None) -> dict[str, Any]:
     on_iteration(k, n): after iteration k of n; on_node(k, j, m): after forward node j of m in
     iteration k (for progress bars).
     """
-    run = _Run(variant, on_node)
-    run.prepare()
+    run = None
     try:
-        return _measure(run, on_iteration)
+        run = _Run(variant, on_node)
+        run.prepare()  # the device, allocator model, memory limit and seed
+        return _serialisable(_measure(run, on_iteration))
+    except Exception as exc:  # a step around the program failed: the variant fails, not the run
+        return _failed_entry(variant, exc, run)
     finally:  # also on KeyboardInterrupt: no limit or observer is left on the allocator
-        run.finish()
-        run.teardown()
+        if run is not None:
+            run.finish()
+            run.teardown()
+
+
+def _failed_entry(variant, exc: BaseException, run) -> dict[str, Any]:
+    """The entry of a variant whose preparation or report building failed: status error, the
+    error, and the peak figures the allocator had, so the report still has every variant."""
+    model = getattr(getattr(run, "alloc", None), "model", None)
+    peak_alloc = getattr(model, "max_allocated_bytes", 0) if model is not None else 0
+    peak_res = getattr(model, "max_reserved_bytes", 0) if model is not None else 0
+    final = getattr(model, "allocated_bytes", 0) if model is not None else 0
+    return {
+        "name": variant.name,
+        "params": _serialisable(variant.params),
+        "status": "error",
+        "error": _error(exc, getattr(run, "current_node", None) or "<run>"),
+        "device": str(getattr(run, "device", None) or variant.spec.device),
+        "allocator": variant.spec.allocator,
+        "peak_allocated_bytes": peak_alloc,
+        "peak_reserved_bytes": peak_res,
+        "baseline_bytes": getattr(run, "baseline_bytes", 0),
+        "final_allocated_bytes": final,
+        "num_allocs": 0,
+        "num_frees": 0,
+        "num_ooms": 0,
+        "iterations": variant.spec.iterations,
+        "duration_s": 0.0,
+        "program_duration_s": 0.0,
+        "timeline": timeline([], 0),
+        "phases": [],
+        "peak": peak([]),
+        "ops": [],
+        "warnings": [],
+        "expectations": [],
+    }
+
+
+def _serialisable(value: Any) -> Any:
+    """`value` if it is plain JSON; else a copy with what JSON cannot hold written as text
+    (NaN and infinities, say from observed values), so the report can always be saved."""
+    import json
+
+    try:
+        json.dumps(value, allow_nan=False)
+        return value
+    except (TypeError, ValueError):
+        pass
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+            return str(v)
+        if v is None or isinstance(v, (str, int, float, bool)):
+            return v
+        return str(v)
+
+    return plain(value)
 
 
 def _measure(run: _Run, on_iteration) -> dict[str, Any]:
@@ -346,7 +408,7 @@ def _measure(run: _Run, on_iteration) -> dict[str, Any]:
             run.iteration(k)
             if on_iteration is not None:
                 on_iteration(k, spec.iterations)
-    except OutOfMemoryError as exc:
+    except (OutOfMemoryError, MemoryError) as exc:  # MemoryError: a kernel's own temporaries
         status, error = "oom", _error(exc, run.current_node)
     except Exception as exc:  # the engine's own error is the finding; report it, don't crash
         status, error = "error", _error(exc, run.current_node)
@@ -409,8 +471,12 @@ def _measure(run: _Run, on_iteration) -> dict[str, Any]:
             k.split(".", 1)[1]: v for k, v in stats.items() if k.startswith("cupy_pool.")
         }
     exp = variant.expect
-    observed = run.observe_values(list(exp.values)) if exp is not None and exp.values else None
-    entry["expectations"] = evaluate(exp, entry, observed)
+    try:
+        observed = run.observe_values(list(exp.values)) if exp is not None and exp.values else None
+        entry["expectations"] = evaluate(exp, entry, observed)
+    except Exception as exc:  # what was measured stays; the variant fails with the reason
+        entry["status"] = "error"
+        entry["error"] = entry["error"] or _error(exc, "<expectations>")
     return entry
 
 
