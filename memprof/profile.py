@@ -340,7 +340,6 @@ class Profile:
         self.t0_ns = _perf_ns()
         self.rec = Recorder(alloc, self.t0_ns)
         self.observer = _ProfileObserver(self)
-        self._record_locations = alloc.record_locations
         alloc.add_observer(self.observer)
         from engine.optim.optimizer import register_optimizer_step_post_hook
 
