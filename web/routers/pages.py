@@ -161,12 +161,25 @@ def compare_page(
 
 @router.get("/scenarios", response_class=HTMLResponse)
 def scenarios_page(request: Request, scenarios: ScenariosDep, jobs: JobsDep) -> HTMLResponse:
+    from web.scenario_check import ALLOCATORS, DEVICES, ScenarioCheck, ScenarioChecks
+
+    checks = getattr(request.app.state, "scenario_checks", None)
+    if checks is None:
+        checks = request.app.state.scenario_checks = ScenarioChecks()
+    listed = scenarios.list()
+    results = {
+        s.id: (checks.check(s.path) if not s.error else ScenarioCheck("invalid", (s.error,)))
+        for s in listed
+    }
     return _render(
         request,
         "scenarios.html",
         page="scenarios",
         charts=False,
-        scenarios=scenarios.list(),
+        scenarios=listed,
+        checks=results,
+        devices=DEVICES,
+        allocators=ALLOCATORS,
         folder=scenarios.root,
         jobs=jobs.list()[:10],
     )

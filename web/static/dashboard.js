@@ -83,6 +83,22 @@
     return [Math.max(0, start), Math.min(last, end)];
   }
 
+  // What the row's picker asks for: the variants ticked (all: none sent), a device, an allocator.
+  function runRequest(button) {
+    const body = { scenario: button.dataset.scenario };
+    const row = button.closest("tr");
+    if (!row) return body;
+    const boxes = Array.prototype.slice.call(row.querySelectorAll("input[name=variant]"));
+    const ticked = boxes.filter(function (b) { return b.checked; }).map(function (b) { return b.value; });
+    if (boxes.length && !ticked.length) return null;
+    if (ticked.length && ticked.length < boxes.length) body.variants = ticked;
+    ["device", "allocator"].forEach(function (name) {
+      const select = row.querySelector("select[name=" + name + "]");
+      if (select && select.value) body[name] = select.value;
+    });
+    return body;
+  }
+
   function setupScenarioRuns() {
     const panel = document.getElementById("job-panel");
     if (!panel) return;
@@ -120,11 +136,17 @@
     buttons.forEach(function (b) { if (b.disabled) b.dataset.unavailable = "1"; });
     buttons.forEach(function (button) {
       button.addEventListener("click", function () {
+        const request = runRequest(button);
+        if (request === null) {
+          show({ scenario_name: button.dataset.scenario, status: "failed", fraction: 0,
+                 message: "", error: "tick at least one variant to run" });
+          return;
+        }
         setButtons(true);
         fetch("/api/runs", {
           method: "POST",
           headers: { "Content-Type": "application/json" },
-          body: JSON.stringify({ scenario: button.dataset.scenario }),
+          body: JSON.stringify(request),
         })
           .then(function (r) {
             return r.json().then(function (body) { return { ok: r.ok, body: body }; });
