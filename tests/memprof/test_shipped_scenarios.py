@@ -41,6 +41,17 @@ EXPECTED = {
         "inplace": (1618964, 1618964, 150032, 168720),
         "out_of_place": (2012180, 2012180, 150032, 168720),  # + r1, s, out: 3 x 131072
     },
+    "activation_inplace.yaml": {  # x (16 MiB) + pre + the result, or a clone when in place pays
+        **{
+            f"act={a},inplace={ip}": (48 * MiB, 48 * MiB, 16 * MiB, 16 * MiB)
+            for a in ("LeakyReLU", "ELU", "SELU", "SiLU", "Hardswish", "ReLU6")
+            for ip in ("false", "true")
+        },
+        # keeps the result for backward: in place is free
+        "act=LeakyReLU,inplace=true": (32 * MiB, 32 * MiB, 16 * MiB, 16 * MiB),
+        "act=ELU,inplace=true": (32 * MiB, 32 * MiB, 16 * MiB, 16 * MiB),
+        "act=SELU,inplace=true": (32 * MiB, 32 * MiB, 16 * MiB, 16 * MiB),
+    },
     "giant_meta.yaml": {
         "batch=1,inplace=false": (20 * GiB, 20 * GiB, 4 * GiB, 4 * GiB),
         "batch=1,inplace=true": (4 * GiB, 4 * GiB, 4 * GiB, 4 * GiB),
