@@ -44,6 +44,7 @@ from engine.creation import (
 )
 from engine.device import device, get_default_device, set_default_device
 from engine.dtypes import (
+    bfloat16,
     bool_,
     double,
     float,
@@ -95,6 +96,7 @@ __all__ = [  # the names above, plus every op of the table (engine.ops._ns)
     "arange",
     "as_tensor",
     "autograd",
+    "bfloat16",
     "bool",
     "bool_",
     "device",

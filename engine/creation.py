@@ -51,6 +51,8 @@ def _size(size) -> tuple[int, ...]:
 
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
+    if t._dtype.emulated and t._device.type != "meta":
+        dtypes.round_to_bfloat16_(t._data)
     if requires_grad:
         t.requires_grad_(True)
     return t

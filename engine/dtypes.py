@@ -8,15 +8,27 @@ import numpy as np
 
 
 class dtype:  # noqa: N801 - PyTorch's spelling
-    __slots__ = ("name", "np", "itemsize", "is_floating_point", "is_signed", "torch_tensor_name")
+    """`np`: the numpy dtype values are held in; `itemsize`: the bytes one element is charged
+    (they differ only for an emulated dtype: bfloat16 is held in float32, charged 2 bytes)."""
 
-    def __init__(self, name: str, np_dtype, tensor_name: str):
+    __slots__ = (
+        "name",
+        "np",
+        "itemsize",
+        "is_floating_point",
+        "is_signed",
+        "torch_tensor_name",
+        "emulated",
+    )
+
+    def __init__(self, name: str, np_dtype, tensor_name: str, itemsize: int | None = None):
         self.name = name
         self.np = np.dtype(np_dtype)
-        self.itemsize = self.np.itemsize
+        self.itemsize = self.np.itemsize if itemsize is None else itemsize
         self.is_floating_point = self.np.kind == "f"
         self.is_signed = self.np.kind in "fi"
         self.torch_tensor_name = tensor_name
+        self.emulated = itemsize is not None and itemsize != self.np.itemsize
 
     def __repr__(self) -> str:
         return f"engine.{self.name}"
@@ -32,9 +44,13 @@ int32 = int = dtype("int32", np.int32, "IntTensor")
 int64 = long = dtype("int64", np.int64, "LongTensor")
 bool_ = dtype("bool", np.bool_, "BoolTensor")
 uint8 = dtype("uint8", np.uint8, "ByteTensor")
+# bfloat16: numpy (and CuPy) have no such type. Values are held in float32 and rounded to
+# bfloat16 (round to nearest even) after every op and at creation, so they are bfloat16 values;
+# each element is charged 2 bytes, as on a device with bfloat16. On meta only the bytes exist.
+bfloat16 = dtype("bfloat16", np.float32, "BFloat16Tensor", itemsize=2)
 
-ALL = (float16, float32, float64, int32, int64, bool_, uint8)
-_BY_NP = {d.np: d for d in ALL}
+ALL = (float16, bfloat16, float32, float64, int32, int64, bool_, uint8)
+_BY_NP = {d.np: d for d in ALL if not d.emulated}
 _BY_NAME = {d.name: d for d in ALL}
 _BY_NAME.update(
     {
@@ -99,3 +115,17 @@ def result_dtype_for_scalar(value) -> dtype:
     if isinstance(value, builtins.int):
         return int64
     return _default
+
+
+def round_to_bfloat16_(arr) -> None:
+    """Round a float32 array (numpy or CuPy, any strides) in place to bfloat16 values: round to
+    nearest, ties to even, on the top 16 bits; nan stays nan, inf stays inf."""
+    if arr.size == 0:
+        return
+    bits = arr.view(np.uint32)
+    nan = arr != arr
+    lsb = (bits >> 16) & 1
+    bits += 0x7FFF + lsb
+    bits &= 0xFFFF0000
+    if nan.any():
+        arr[nan] = np.nan

@@ -52,7 +52,12 @@ def _get_pool() -> ThreadPoolExecutor:
 
 def empty(shape, dtype, device) -> Tensor:
     """A new tensor on a new storage (the allocator is charged); values uninitialised."""
-    s = new_storage(shape if type(shape) is tuple else tuple(shape), dtype.np, device)
+    s = new_storage(
+        shape if type(shape) is tuple else tuple(shape),
+        dtype.np,
+        device,
+        dtype.itemsize if dtype.emulated else 0,
+    )
     t = _new(Tensor)
     t._data = s.data
     t._storage = s

@@ -101,14 +101,15 @@ _new = object.__new__
 _INT64_MAX = (1 << 63) - 1
 
 
-def new_storage(shape: tuple, np_dtype, dev) -> Storage:
+def new_storage(shape: tuple, np_dtype, dev, itemsize: int = 0) -> Storage:
     """Allocate a C-contiguous storage of `shape`; storage.data is the backend array.
 
     An OutOfMemoryError (the model's limit, or the system refusing a cpu array) leaves nothing
     behind and no peak raised; with tracking off (engine.allocator.tracked.tracking(False))
-    nothing is charged at all.
+    nothing is charged at all. `itemsize`: the bytes charged per element when they differ from
+    the array's (an emulated dtype: bfloat16 is held in float32 and charged 2 bytes).
     """
-    nbytes = _prod(shape) * np_dtype.itemsize
+    nbytes = _prod(shape) * (itemsize or np_dtype.itemsize)
     if nbytes > _INT64_MAX:  # PyTorch refuses it at creation, meta included
         raise RuntimeError(f"Storage size calculation overflowed with sizes={list(shape)}")
     if dev.type == "cpu":

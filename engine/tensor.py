@@ -113,12 +113,12 @@ class Tensor:
         return self.numel() * self._dtype.itemsize
 
     def stride(self, dim: int | None = None):
-        item = self._dtype.itemsize
+        item = self._data.itemsize  # the array's (bfloat16 is held in float32)
         strides = tuple(s // item for s in self._data.strides)
         return strides if dim is None else strides[_wrap_dim(dim, self.ndim)]
 
     def storage_offset(self) -> int:
-        return (self.data_ptr() - self._storage.data_ptr()) // self._dtype.itemsize
+        return (self.data_ptr() - self._storage.data_ptr()) // self._data.itemsize
 
     def data_ptr(self) -> int:
         kind = self._device.type
@@ -134,7 +134,7 @@ class Tensor:
     def is_contiguous(self) -> bool:
         from engine.backends.strided import is_contiguous
 
-        return is_contiguous(self._data.shape, self._data.strides, self._dtype.itemsize)
+        return is_contiguous(self._data.shape, self._data.strides, self._data.itemsize)
 
     def is_floating_point(self) -> bool:
         return self._dtype.is_floating_point

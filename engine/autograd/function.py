@@ -231,6 +231,11 @@ class Function:
             result = node.forward(*args, out=out)
         if out is not None:
             out._storage.version += 1
+        if isinstance(result, Tensor):
+            if result._dtype.emulated and (result._base is None or out is not None):
+                _round_emulated(result)  # (a view shows values that are rounded already)
+        elif type(result) is tuple:
+            _round_emulated(*result)
         return result
 
     def _forward_named(self, op, args, out, attrs):
@@ -267,6 +272,11 @@ class Function:
             result = node.forward(*args)
         if out is not None:
             out._storage.version += 1
+        if isinstance(result, Tensor):
+            if result._dtype.emulated and (result._base is None or out is not None):
+                _round_emulated(result)  # (a view shows values that are rounded already)
+        elif type(result) is tuple:
+            _round_emulated(*result)
 
         node.sequence_nr = next(_sequence)
         edges = []
@@ -315,6 +325,18 @@ class Function:
         if out._base is not None:
             out._grad_fn_version = out._storage.version
         return result
+
+
+def _round_emulated(*tensors) -> None:
+    """bfloat16 is held in float32 (engine/dtypes.py): an op's bfloat16 results are rounded to
+    bfloat16 values, as a bfloat16 kernel's would be."""
+    for t in tensors:
+        if isinstance(t, Tensor) and t._dtype.emulated and t._device.type != "meta":
+            if t._base is not None and not t._data.flags.writeable:
+                continue
+            from engine.dtypes import round_to_bfloat16_
+
+            round_to_bfloat16_(t._data)
 
 
 def _broadcasts_into(tensors, out: Tensor) -> bool:

@@ -765,6 +765,7 @@ def _register_methods() -> None:
         float=lambda self: to(self, dtypes.float32),
         double=lambda self: to(self, dtypes.float64),
         half=lambda self: to(self, dtypes.float16),
+        bfloat16=lambda self: to(self, dtypes.bfloat16),
         int=lambda self: to(self, dtypes.int32),
         long=lambda self: to(self, dtypes.int64),
         bool=lambda self: to(self, dtypes.bool_),

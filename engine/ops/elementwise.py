@@ -87,6 +87,8 @@ class Unary(Function):
                 self.kernel(np, xd, yd)
         elif kind != "meta":
             self.kernel(kernels.xp_of(x), xd, y._data)
+        if dtype.emulated and kind != "meta":
+            dtypes.round_to_bfloat16_(y._data)  # bfloat16 held in float32 (engine/dtypes.py)
         return y
 
     @property
@@ -526,6 +528,8 @@ class Binary(Function):
                 self.ufunc(ad, bd, out=yd)  # small, same dtype, no attributes: one numpy call
             else:
                 self.kernel(np if kind == "cpu" else kernels.xp_of_device(dev), ad, bd, yd, **kw)
+            if dtype.emulated:
+                dtypes.round_to_bfloat16_(yd)  # bfloat16 held in float32 (engine/dtypes.py)
         return y
 
     def kernel(self, xp, a, b, y, dtype=None):
