@@ -73,8 +73,16 @@ def variant_view(
     *,
     index: int = 0,
     x: str = "index",
+    marks: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Figures and tables for one variant; `series` is its reduced timeline (None if empty)."""
+    """Figures and tables for one variant; `series` is its reduced timeline (None if empty).
+    marks: its warnings on the timeline (charts.warning_marks); by default found from the
+    variant's own timeline columns."""
+    if marks is None:
+        columns = variant.get("timeline") or {}
+        marks = charts.warning_marks(
+            variant, columns.get("time_s") or [], columns.get("allocated") or []
+        )
     live = (variant.get("peak") or {}).get("live") or []
     by_category = (variant.get("peak") or {}).get("by_category") or {}
     return {
@@ -86,11 +94,7 @@ def variant_view(
                 series,
                 phases=variant.get("phases") or [],
                 x=x,
-                warnings=charts.warning_marks(
-                    variant,
-                    (variant.get("timeline") or {}).get("time_s") or [],
-                    (variant.get("timeline") or {}).get("allocated") or [],
-                ),
+                warnings=marks,
             )
             if series
             else None

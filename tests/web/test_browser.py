@@ -347,3 +347,147 @@ def test_the_offline_report_draws_with_no_network(browser, tmp_path, base_report
     assert bars["y"] == [v["peak_allocated_bytes"] for v in base_report["variants"]]
     w.screenshot("offline-report.png")
     w.assert_clean()
+
+
+# --- the house: aligned compare, backward nodes, warnings, unreadable runs, the picker --------
+
+TWO_BRANCH = """\
+name: aligned
+inputs:
+  x: {shape: [64, 64], init: rand}
+program:
+  - {id: a, op: relu, in: x, inplace: $inplace}
+  - {id: b, op: sigmoid, in: a, inplace: $inplace}
+  - {id: c, op: mul, in: [a, b]}
+  - {id: d, op: tanh, in: c, inplace: $inplace}
+variants:
+  inplace: {inplace: true}
+  out_of_place: {inplace: false}
+baseline: out_of_place
+"""
+
+BACKWARD = """\
+name: backward-nodes
+inputs:
+  x: {shape: [32, 64], init: randn}
+modules:
+  fc1: {type: Linear, in_features: 64, out_features: 128}
+  fc2: {type: Linear, in_features: 128, out_features: 16}
+program:
+  - {id: h, module: fc1, in: x}
+  - {id: a, op: relu, in: h}
+  - {id: y, module: fc2, in: a}
+  - {id: loss, op: sum, in: y}
+phases:
+  - forward
+  - backward: loss
+"""
+
+
+def _run_into(runs_dir, tmp_path, text, name):
+    from memprof.runner import run_scenario
+
+    path = tmp_path / name
+    path.write_text(text)
+    report = run_scenario(path)
+    save_report(report, runs_dir)
+    return report
+
+
+def test_compare_aligns_variants_with_different_event_counts_by_node(
+    browser, server, runs_dir, tmp_path
+):
+    report = _run_into(runs_dir, tmp_path, TWO_BRANCH, "aligned.yaml")
+    inplace, out = report["variants"]
+    assert inplace["num_allocs"] + inplace["num_frees"] != out["num_allocs"] + out["num_frees"]
+    w = Watched(browser, server)
+    rid = report["run_id"]
+    page = w.open(f"/compare?a={rid}:out_of_place&b={rid}:inplace")
+    fig = page.evaluate("() => document.getElementById('overlay-chart').layout")
+    assert fig["xaxis"]["tickmode"] == "array"
+    ticks = dict(zip(fig["xaxis"]["ticktext"], fig["xaxis"]["tickvals"], strict=True))
+    traces = page.evaluate(DRAWN, "overlay-chart")["traces"]
+    a_line, b_line = traces["out_of_place"], traces["inplace"]
+    assert a_line["x"][-1] == b_line["x"][-1]  # both end where the program ends
+    # node c's first event is drawn at c's step on both sides, whatever came before it
+    for variant, line in ((out, a_line), (inplace, b_line)):
+        t = variant["timeline"]
+        first_c = t["node"].index("c")
+        assert line["y"][first_c] == t["allocated"][first_c]
+        assert line["x"][first_c] == ticks["c"] - 0.5
+    assert "saves" in page.locator(".verdict").inner_text()
+    w.screenshot("compare-aligned.png")
+    w.assert_clean()
+
+
+def test_run_page_has_one_row_per_backward_node(browser, server, runs_dir, tmp_path):
+    report = _run_into(runs_dir, tmp_path, BACKWARD, "backward.yaml")
+    [variant] = report["variants"]
+    w = Watched(browser, server)
+    page = w.open(f"/runs/{report['run_id']}")
+    table = page.locator("[id$='-ops']").first
+    table.scroll_into_view_if_needed()
+    nodes = page.eval_on_selector_all(
+        "[id$='-ops'] tbody tr td:first-child", "cells => cells.map(c => c.textContent.trim())"
+    )
+    expected = [o["node"] for o in variant["ops"]]
+    assert nodes == expected
+    assert {"ReluBackward0", "AddmmBackward0"} <= set(nodes) and "<backward>" in nodes
+    assert nodes.count("AddmmBackward0") == 2  # one per Linear, not one backward row
+    # the timeline's hover names the backward node of each backward event
+    timeline = page.evaluate(
+        "() => document.getElementById('timeline-chart').data.find(t => t.name === 'allocated')"
+        ".customdata.map(c => c[4])"
+    )
+    assert "ReluBackward0" in timeline and "AddmmBackward0" in timeline
+    table.screenshot(path=str(ARTIFACTS / "run-backward-nodes.png"))
+    w.screenshot("run-backward-page.png")
+    w.assert_clean()
+
+
+def test_a_stale_read_is_marked_on_the_run_pages_timeline(browser, server, runs_dir):
+    from memprof.runner import run_scenario
+
+    report = run_scenario(REPO / "scenarios" / "multi_branch.yaml")
+    save_report(report, runs_dir)
+    w = Watched(browser, server)
+    page = w.open(f"/runs/{report['run_id']}?variant=inplace")
+    marks = page.evaluate(DRAWN, "timeline-chart")["traces"]["warnings"]
+    t = next(v for v in report["variants"] if v["name"] == "inplace")["timeline"]
+    assert marks["x"] == [t["node"].index("y")]
+    w.assert_clean()
+
+
+def test_an_unreadable_run_page_says_so_and_the_index_works(browser, server, runs_dir):
+    (runs_dir / "20270101T000000Z-broken-000000.json").write_text("{not json")
+    w = Watched(browser, server)
+    page = w.page
+    response = page.goto(server + "/runs/20270101T000000Z-broken-000000")
+    assert response.status == 500
+    assert page.locator("h1").inner_text() == "Unreadable report"
+    assert "not valid JSON" in page.locator(".error-detail").inner_text()
+    w.errors.clear()  # the 500 itself is logged by the browser
+    page.locator("a", has_text="Back to the runs").click()
+    page.wait_for_selector("#runs-table")
+    assert page.locator("#runs-table tbody tr", has_text="20270101T000000Z-broken").count() == 1
+    w.assert_clean()
+
+
+def test_the_picker_runs_only_the_variants_ticked(browser, server, scenarios_dir):
+    (scenarios_dir / "relu_real.yaml").write_text((REPO / "scenarios" / "relu.yaml").read_text())
+    (scenarios_dir / "bad.yaml").write_text("name: bad\ninputs: {}\nprogram: []\n")
+    w = Watched(browser, server)
+    page = w.open("/scenarios", charts=False)
+    bad = page.locator("#scenario-table tr", has_text="bad.yaml")
+    assert bad.locator("button.run-button").is_disabled()
+    assert "invalid" in bad.inner_text()
+    row = page.locator("#scenario-table tr", has_text="relu_real.yaml")
+    row.locator("input[value=out_of_place]").uncheck()
+    row.locator("select[name=device]").select_option("meta")
+    w.screenshot("scenarios-picker.png")
+    row.locator("button.run-button").click()
+    page.wait_for_url("**/runs/*", timeout=120_000)
+    page.wait_for_function("() => document.body.dataset.chartsReady === 'true'", timeout=20_000)
+    bars = page.evaluate(DRAWN, "peak-chart")["traces"]["peak allocated"]
+    assert dict(zip(bars["x"], bars["y"], strict=True)) == {"inplace": 64 * 1024**2}
+    w.assert_clean()

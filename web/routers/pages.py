@@ -59,8 +59,11 @@ def run_page(
     view = None
     if selected is not None:
         index = names.index(selected)
-        series = reduced(load_variant(run, selected), None, None, PAGE_POINTS)
-        view = variant_view(report, report["variants"][index], series, index=index, x=x)
+        arrays = load_variant(run, selected)
+        series = reduced(arrays, None, None, PAGE_POINTS)
+        entry = report["variants"][index]
+        marks = charts.warning_marks(entry, arrays.time_s, arrays.allocated)
+        view = variant_view(report, entry, series, index=index, x=x, marks=marks)
     baseline = charts.baseline_variant(report)
     scenario = (report.get("scenario") or {}).get("name")
     try:
