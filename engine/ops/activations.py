@@ -76,18 +76,24 @@ def _run(xp, func, out, *arrays):
     n = out.size
     if n == 0:
         return
-    s1 = np.empty(min(_SCRATCH, n), dtype=out.dtype)
-    s2 = np.empty_like(s1)
     contiguous = out.flags.c_contiguous and all(
         a.shape == out.shape and a.flags.c_contiguous for a in arrays
     )
-    if contiguous:
-        fo = out.reshape(-1)
-        flats = [a.reshape(-1) for a in arrays]
-        for i in range(0, n, _SCRATCH):
-            j = min(i + _SCRATCH, n)
-            func(*[f[i:j] for f in flats], fo[i:j], s1[: j - i], s2[: j - i])
+    if contiguous:  # flat blocks, the work split across the kernel threads when large
+
+        def part(*chunks):
+            *ins, fo = chunks
+            m = fo.size
+            s1 = np.empty(min(_SCRATCH, m), dtype=fo.dtype)
+            s2 = np.empty_like(s1)
+            for i in range(0, m, _SCRATCH):
+                j = min(i + _SCRATCH, m)
+                func(*[f[i:j] for f in ins], fo[i:j], s1[: j - i], s2[: j - i])
+
+        kernels.run_parallel(part, out.reshape(-1), *[a.reshape(-1) for a in arrays])
         return
+    s1 = np.empty(min(_SCRATCH, n), dtype=out.dtype)
+    s2 = np.empty_like(s1)
     arrays = [np.broadcast_to(a, out.shape) for a in arrays]
     for idx in _blocks(out.shape, _SCRATCH):
         o = out[idx]
