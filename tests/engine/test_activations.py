@@ -83,9 +83,10 @@ def test_values_match_torch(torch, name, dtype, layout):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
-def test_large_tensor_in_blocks_matches_torch(torch):
+@pytest.mark.parametrize("shape", [(300, 200), (600, 500)])  # one thread; split across threads
+def test_large_tensor_in_blocks_matches_torch(torch, shape):
     """Bigger than one scratch block, contiguous and strided: the blocked kernels agree."""
-    x = _values((300, 200), seed=3).astype(np.float32)
+    x = _values(shape, seed=3).astype(np.float32)
     for name in ("silu", "mish", "elu", "hardswish"):
         call = ACTS[name][0]
         want = call(_torch_F(torch), torch.tensor(x), False).numpy()
