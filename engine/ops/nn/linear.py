@@ -62,11 +62,16 @@ class Linear(Function):
         g2, gkeep = _dense(g, (rows, n_out))
         xp = kernels.xp_of(g)
         gx = gw = gb = None
+        # PyTorch's gradients here are views (weight: mm(...).t() through TBackward0; bias:
+        # sum(0, keepdim=True).view(out); an N-d input's: mm(...).view(x.shape)), so the same
+        # buffers, kept as views of them: a second gradient reaching one of them is added out of
+        # place, as PyTorch's InputBuffer does for a view (its storage is shared with the base).
         if needs[0]:
             w = saved[1]
-            gx = kernels.empty(self.x_shape, dt, dev)
+            gx = kernels.empty((rows, n_in), dt, dev)
             if _live(dev):
-                xp.matmul(g2, w._data, out=gx._data.reshape(rows, n_in))
+                xp.matmul(g2, w._data, out=gx._data)
+            gx = gx.view(self.x_shape) if len(self.x_shape) != 2 else gx
         if needs[1]:
             x = saved[0]
             gw = kernels.empty(self.w_shape, dt, dev)
@@ -74,12 +79,18 @@ class Linear(Function):
                 x2, xkeep = _reshaped(x, (rows, n_in))
                 xp.matmul(g2.T, x2, out=gw._data)
                 del xkeep
+            gw = gw.view(self.w_shape)
         if self.has_bias and needs[2]:
-            gb = kernels.empty((n_out,), dt, dev)
+            gb = kernels.empty((1, n_out), dt, dev)
             if _live(dev):
-                xp.sum(g2, axis=0, out=gb._data)
+                xp.sum(g2, axis=0, out=gb._data[0])
+            gb = gb.view(n_out)
         del gkeep
         return (gx, gw, gb) if self.has_bias else (gx, gw)
+
+    @property
+    def edge_order(self):
+        return (2, 0, 1) if self.has_bias else None  # addmm(bias, input, weight.t())
 
     def name(self):
         return "AddmmBackward0" if len(self.x_shape) == 2 else "LinearBackward0"
