@@ -430,7 +430,7 @@ def gradient_edge(t: Tensor):
     return (_accumulator(t), 0)
 
 
-_AccumulateGrad = None  # engine.autograd.engine.AccumulateGrad, imported on first use
+_AccumulateGrad = None  # engine.autograd.nodes.AccumulateGrad, imported on first use
 
 
 def _accumulator(leaf: Tensor):
@@ -441,7 +441,7 @@ def _accumulator(leaf: Tensor):
     acc = ref() if ref is not None else None
     if acc is None:
         if _AccumulateGrad is None:
-            from engine.autograd.engine import AccumulateGrad as _AccumulateGrad
+            from engine.autograd.nodes import AccumulateGrad as _AccumulateGrad
         acc = _AccumulateGrad(leaf)
         leaf._acc = weakref.ref(acc)
     return acc
@@ -458,7 +458,7 @@ def _rebase_history(out: Tensor, node: Function) -> None:
         return
     # Write through a view: the base gets CopySlices wrapping the op; the view's grad_fn is
     # regenerated from the base (lazily, by Tensor.grad_fn) because the version moved.
-    from engine.autograd.engine import CopySlices
+    from engine.autograd.nodes import CopySlices
 
     base_edge = gradient_edge(base) if base.requires_grad else None
     cs = CopySlices(base_edge, out._view_fn, node, base.shape, base._dtype, base._device)
@@ -471,7 +471,7 @@ def _rebase_history(out: Tensor, node: Function) -> None:
 
 
 def regenerate_view_grad_fn(view: Tensor) -> None:
-    from engine.autograd.engine import ViewRegenBackward
+    from engine.autograd.nodes import ViewRegenBackward
 
     base = view._base
     if base.requires_grad:

@@ -1,0 +1,137 @@
+"""The graph nodes autograd makes itself (the ops' nodes are their Function subclasses).
+
+- AccumulateGrad: the node of a leaf; writes the incoming gradient into ``variable.grad``,
+  taking the buffer over when nothing else holds it (PyTorch's AccumulateGrad::accumulateGrad).
+- CopySlices: the base's node after an in-place op wrote through one of its views.
+- ViewRegenBackward: a view's node regenerated from its base after an in-place op.
+
+The backward walk that runs them is engine/autograd/engine.py.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from engine.autograd.function import _MAX_SEQ, Function
+from engine.tensor import Tensor
+
+
+class AccumulateGrad(Function):
+    """Writes the incoming gradient into `variable.grad` (a leaf)."""
+
+    def __init__(self, variable: Tensor):
+        self.variable = variable
+        self.sequence_nr = _MAX_SEQ
+        self.next_functions = ()
+        self.saved = []
+
+    def name(self) -> str:
+        return "AccumulateGrad"
+
+    def backward(self, grad):
+        var = self.variable
+        from engine import kernels
+
+        if var._grad is None:
+            if _stealable(grad, var):
+                var._grad = _as_plain(grad)
+            else:
+                var._grad = kernels.copy_new(grad, contiguous=True)
+            alloc = var._grad._storage.allocator
+            if alloc is not None and alloc.observers:
+                alloc.tag(var._grad._storage.id, "category", "gradient")
+        else:
+            kernels.add_into(var._grad, grad)
+            var._grad._storage.version += 1
+        return ()
+
+
+def _as_plain(t: Tensor) -> Tensor:
+    """The same storage and metadata, without history (what .grad holds)."""
+    if t._grad_fn is None and not t.requires_grad and t._base is None:
+        return t
+    return Tensor._make(t._data, t._storage, t._dtype, t._device)
+
+
+def _stealable(grad: Tensor, var: Tensor) -> bool:
+    # PyTorch steals the incoming buffer when nothing else references the tensor and its layout
+    # obeys the variable's (same strides, dense): a view counts too (Matmul's gradient ends in a
+    # reshape), as in AccumulateGrad::accumulateGrad, which looks at the tensor's use count only.
+    # References here: the engine's buffer slot was cleared before the call, so we expect the
+    # `grad` argument, the caller's local and getrefcount's own.
+    if grad._data.strides != var._data.strides or grad._dtype is not var._dtype:
+        return False
+    if sys.getrefcount(grad) > 4:
+        return False
+    if grad._base is None:
+        return sys.getrefcount(grad._storage) <= 3
+    return _dense(grad._data)
+
+
+def _dense(a) -> bool:
+    """Non-overlapping and dense (PyTorch's is_non_overlapping_and_dense), any order of dims."""
+    expected = a.itemsize
+    for n, st in sorted(zip(a.shape, a.strides, strict=True), key=lambda p: abs(p[1])):
+        if n == 1:
+            continue
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
+class CopySlices(Function):
+    """The base's node after an in-place op wrote through one of its views."""
+
+    def __init__(self, base_edge, view_fn, fn: Function, base_shape, dtype, device):
+        self.fn = fn
+        self.view_fn = view_fn
+        self.base_shape = base_shape
+        self.dtype = dtype
+        self.device = device
+        self.sequence_nr = fn.sequence_nr
+        self.next_functions = (base_edge,) + tuple(fn.next_functions[1:])
+        self.saved = []
+
+    def name(self) -> str:
+        return "CopySlices"
+
+    def release_saved(self) -> None:
+        self.fn.release_saved()
+
+    def backward(self, grad):
+        from engine import kernels
+
+        result = kernels.copy_new(grad, contiguous=True)
+        region = self.view_fn(result)
+        grads = self.fn.backward(kernels.copy_new(region, contiguous=True))
+        if grads[0] is None:
+            kernels.fill_(region, 0)
+        else:
+            kernels.copy_into(region, grads[0])
+        return (result,) + tuple(grads[1:])
+
+
+class ViewRegenBackward(Function):
+    """A view's node regenerated from its base after an in-place op (AsStridedBackward)."""
+
+    def __init__(self, base_edge, view_fn, base_shape, dtype, device):
+        self.view_fn = view_fn
+        self.base_shape = base_shape
+        self.dtype = dtype
+        self.device = device
+        self.sequence_nr = next(
+            __import__("engine.autograd.function", fromlist=["_sequence"])._sequence
+        )
+        self.next_functions = (base_edge,)
+        self.saved = []
+
+    def name(self) -> str:
+        return "AsStridedBackward0"
+
+    def backward(self, grad):
+        from engine import kernels
+
+        result = kernels.zeros(self.base_shape, self.dtype, self.device)
+        kernels.copy_into(self.view_fn(result), grad)
+        return (result,)
