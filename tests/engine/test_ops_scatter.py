@@ -294,3 +294,25 @@ def test_meta_out_of_place_copies_once():
     y = x.scatter(0, i, 2.0)
     assert y.shape == x.shape
     assert engine.memory.memory_allocated("meta") - before == 4096 * 1024 * 4
+
+
+def _scatter_reduce_program(m, inplace):
+    rng = np.random.default_rng(0)
+    x = m.tensor(rng.standard_normal((R, C)).astype(np.float32), requires_grad=True).clone()
+    s = m.tensor(rng.standard_normal((R, C)).astype(np.float32), requires_grad=True).clone()
+    i = m.tensor(rng.integers(0, R, (R, C)))
+    keep = []
+
+    def region():
+        keep.append(
+            x.scatter_reduce_(0, i, s, "amax") if inplace else x.scatter_reduce(0, i, s, "amax")
+        )
+
+    return region
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_scatter_reduce_in_place_pays_a_clone_like_torch(torch, inplace):
+    """scatter_reduce's backward reads self: in place, autograd keeps a clone of it."""
+    got = engine_peak(_scatter_reduce_program(engine, inplace))
+    assert got == torch_peak(_scatter_reduce_program(torch, inplace)) == R * C * 4
