@@ -257,3 +257,17 @@ def test_random_fill_step_memory_matches_torch_profiler(torch, name):
     """In place: nothing allocated; backward: the seed and one zero gradient for the leaf."""
     got = engine_peak(_fill_program(engine, name))
     assert got == torch_peak(_fill_program(torch, name)) == 2 * 256 * 256 * 4
+
+
+def test_baddbmm_on_meta():
+    x = engine.empty(16, 512, 512, device="meta", requires_grad=True).clone()
+    a = engine.empty(16, 512, 64, device="meta", requires_grad=True)
+    b = engine.empty(16, 64, 512, device="meta", requires_grad=True)
+    before = engine.memory.memory_allocated("meta")
+    y = engine.baddbmm(x, a, b, alpha=0.125)
+    assert y.shape == (16, 512, 512)
+    assert engine.memory.memory_allocated("meta") - before == 16 * 512 * 512 * 4
+    z = x.baddbmm_(a, b)
+    assert z is x and engine.memory.memory_allocated("meta") - before == 16 * 512 * 512 * 4
+    (y.sum() + z.sum()).backward()
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape
