@@ -9,12 +9,16 @@ plotly package, and the Content-Security-Policy header forbids any other origin.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -44,12 +48,17 @@ def create_app(
     *,
     allowed_hosts: Iterable[str] | None = None,
     warm_cache: bool = True,
+    real_devices: bool = False,
+    job_memory_limit: int | None = None,
 ) -> FastAPI:
     """The dashboard over `runs_dir`, able to run the scenario files under `scenarios_dir`.
 
     `allowed_hosts` limits the Host header (`memprof serve` passes the loopback names when it
     listens on loopback, so other sites cannot reach it through DNS rebinding); `warm_cache`
     parses the reports in the background at startup so the first page is fast.
+    `real_devices`: whether scenario runs started here may use cpu / cuda (default: meta only,
+    which measures without computing); `job_memory_limit`: bytes such a run may allocate
+    (default: half the machine's memory).
     """
     cache = RunCache(runs_dir)
 
@@ -69,7 +78,12 @@ def create_app(
     )
     app.state.cache = cache
     app.state.scenarios = ScenarioFolder(Path(scenarios_dir))
-    app.state.jobs = JobManager(runs_dir)
+    app.state.jobs = JobManager(
+        runs_dir,
+        real_devices=real_devices,
+        memory_limit=job_memory_limit,
+        scenarios_dir=scenarios_dir,
+    )
     app.state.templates = Jinja2Templates(env=template_environment([HERE / "templates"]))
 
     for module in (runs, timeline, history, jobs, scenarios, pages):
@@ -82,17 +96,75 @@ def create_app(
             return await http_exception_handler(request, exc)
         return _error_page(request, exc.status_code, exc.detail)
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        errors = exc.errors()
+        bad_json = next((e for e in errors if e.get("type") == "json_invalid"), None)
+        if bad_json is not None:
+            reason = (bad_json.get("ctx") or {}).get("error", "invalid JSON")
+            return JSONResponse(
+                {"detail": f"the request body is not valid JSON: {reason}"}, status_code=400
+            )
+        return JSONResponse({"detail": _plain_json(jsonable_encoder(errors))}, status_code=422)
+
     @app.exception_handler(UnreadableReport)
     async def unreadable(request: Request, exc: UnreadableReport) -> Response:
         if _wants_json(request):
             return JSONResponse({"detail": str(exc)}, status_code=500)
         return _error_page(request, 500, str(exc), title="Unreadable report")
 
+    _document_errors(app)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(SameOrigin)
     if allowed_hosts is not None:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
     app.add_middleware(SecurityHeaders)
     return app
+
+
+def _document_errors(app: FastAPI) -> None:
+    """Make /openapi.json say what the error answers are: a 422 carries either FastAPI's list
+    of validation errors or one message (a bad timeline window, an unreadable scenario); a body
+    that is not JSON is a 400; every route may answer 500 for an unreadable report file."""
+    original = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = original()
+        schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+        if "HTTPValidationError" in schemas:
+            schemas["HTTPValidationError"]["properties"]["detail"] = {
+                "title": "Detail",
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"$ref": "#/components/schemas/ValidationError"}},
+                ],
+            }
+        message = {"application/json": {"schema": {"$ref": "#/components/schemas/Message"}}}
+        for operations in schema.get("paths", {}).values():
+            for op in operations.values():
+                responses = op.setdefault("responses", {})
+                if "requestBody" in op:
+                    responses.setdefault(
+                        "400", {"description": "the body is not valid JSON", "content": message}
+                    )
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi
+
+
+def _plain_json(value):
+    """`value` with what JSON cannot hold (NaN, infinities: Python's json reads them in request
+    bodies) written as text, so a 422 can echo any input."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, list):
+        return [_plain_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain_json(v) for k, v in value.items()}
+    return value
 
 
 def _wants_json(request: Request) -> bool:
@@ -185,6 +257,58 @@ class BodySizeLimit:
 
 async def _no_receive() -> Message:
     return {"type": "http.disconnect"}
+
+
+class SameOrigin:
+    """Refuse state-changing requests (POST, PUT, PATCH, DELETE) that a browser sends from
+    another site: `Sec-Fetch-Site` other than same-origin / none, or an `Origin` whose host is
+    not the Host the request was sent to. Requests without either header (curl, scripts) pass;
+    the Host check (TrustedHostMiddleware) and the loopback address keep other machines out."""
+
+    SAFE = {"GET", "HEAD", "OPTIONS"}
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in self.SAFE:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        reason = self._cross_site(headers)
+        if reason is None:
+            await self.app(scope, receive, send)
+            return
+        response = JSONResponse(
+            {"detail": f"cross-site request refused: {reason}"}, status_code=403
+        )
+        await response(scope, receive, send)
+
+    @staticmethod
+    def _cross_site(headers: dict[str, str]) -> str | None:
+        site = headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            return f"Sec-Fetch-Site is {site!r}"
+        origin = headers.get("origin")
+        if origin is None:
+            return None
+        parsed = urlsplit(origin)
+        host = headers.get("host", "")
+        if origin == "null" or not parsed.netloc:
+            return f"Origin is {origin!r}"
+        default = {"http": 80, "https": 443}.get(parsed.scheme)
+        if _host_port(parsed.netloc, default) != _host_port(host, default):
+            return f"Origin {origin!r} is not this server ({host})"
+        return None
+
+
+def _host_port(netloc: str, default: int | None) -> tuple[str, int | None]:
+    parsed = urlsplit(f"//{netloc}")
+    try:
+        port = parsed.port
+    except ValueError:
+        return (netloc.lower(), None)
+    return ((parsed.hostname or "").lower(), port if port is not None else default)
 
 
 class SecurityHeaders:

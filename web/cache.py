@@ -73,8 +73,9 @@ class RunCache:
                 summary = self._load(path).summary
             except FileNotFoundError:
                 continue
-            except UnreadableReport as exc:
-                summary = _unreadable_summary(path, str(exc))
+            except Exception as exc:  # one bad file is one "unreadable" row, never a broken index
+                message = str(exc) if isinstance(exc, UnreadableReport) else _reason(path, exc)
+                summary = _unreadable_summary(path, message)
                 self._summaries[path] = (stamp, summary)
             result.append(summary)
         with self._lock:  # forget deleted files
@@ -102,7 +103,12 @@ class RunCache:
                 if run is not None and run.stamp == stamp:
                     self._runs.move_to_end(path)
                     return run
-            run = _parse(path, stamp)
+            try:
+                run = _parse(path, stamp)
+            except (FileNotFoundError, UnreadableReport):
+                raise
+            except Exception as exc:  # whatever else a hostile file trips: unreadable, not a 500
+                raise UnreadableReport(_reason(path, exc)) from None
             with self._lock:
                 self._runs[path] = run
                 self._summaries[path] = (stamp, run.summary)
@@ -122,7 +128,7 @@ def _parse(path: Path, stamp: tuple[int, int]) -> LoadedRun:
     try:
         with open(path, "rb") as fh:
             report = json.loads(fh.read())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         if isinstance(exc, FileNotFoundError):
             raise
         raise UnreadableReport(f"{path.name} is not valid JSON: {exc}") from None
@@ -184,6 +190,10 @@ def _summary(
         "best_saving_pct": best_saving_pct(report.get("comparison")),
         "error": None,
     }
+
+
+def _reason(path: Path, exc: BaseException) -> str:
+    return f"{path.name}: unreadable report: {type(exc).__name__}: {exc}"
 
 
 def _unreadable_summary(path: Path, message: str) -> dict[str, Any]:

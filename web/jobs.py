@@ -8,6 +8,7 @@ failed (`error` set). While it runs, the runner's progress callback updates `pro
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import uuid
@@ -55,8 +56,27 @@ class Job:
 class JobManager:
     """Queue scenario runs and run them in order on one daemon thread (Ctrl-C never waits)."""
 
-    def __init__(self, runs_dir: str | Path, *, keep: int = 100, max_queued: int = 16):
+    def __init__(
+        self,
+        runs_dir: str | Path,
+        *,
+        keep: int = 100,
+        max_queued: int = 16,
+        real_devices: bool = False,
+        memory_limit: int | None = None,
+        scenarios_dir: str | Path | None = None,
+    ):
+        """real_devices: whether jobs may run on cpu / cuda (else every job runs on meta, which
+        measures without computing). memory_limit: bytes a job on a real device may allocate
+        (default: MEMORY_FRACTION of the machine's memory); a scenario's own lower limit wins."""
         self.runs_dir = Path(runs_dir)
+        self.real_devices = real_devices
+        self.memory_limit = memory_limit if memory_limit is not None else default_memory_limit()
+        self._hide = [  # absolute paths job messages must not show, and what shows instead
+            (str(Path(d).resolve()), label)
+            for d, label in ((scenarios_dir, "<scenarios>"), (runs_dir, "<runs>"))
+            if d is not None
+        ]
         self._keep = keep
         self._max_queued = max_queued
         self._jobs: OrderedDict[str, Job] = OrderedDict()
@@ -123,25 +143,25 @@ class JobManager:
     def _run(self, job: Job) -> None:
         self._update(job, status="running", started_at=_now(), message="starting")
         try:
-            from memprof.runner import run_scenario
+            from memprof.runner import run_loaded
+            from memprof.scenario import load_scenario
 
-            report = run_scenario(
-                job.path,
-                variants=job.variants,
-                device=job.device,
-                allocator=job.allocator,
-                progress=lambda event: self._on_progress(job, event),
+            device = job.device or (None if self.real_devices else "meta")
+            loaded = load_scenario(
+                job.path, variants=job.variants, device=device, allocator=job.allocator
             )
+            self._confine(loaded)
+            report = run_loaded(loaded, progress=lambda event: self._on_progress(job, event))
             recorded = record_run(self.runs_dir, report, source="web")
         except MemprofError as exc:
-            self._fail(job, str(exc))
+            self._fail(job, self._public(str(exc), job))
         except Exception as exc:  # the job reports it; the server keeps serving
             log.exception("scenario run %s failed", job.scenario)
-            self._fail(job, f"{type(exc).__name__}: {exc}")
+            self._fail(job, self._public(f"{type(exc).__name__}: {exc}", job))
         else:
             if recorded.path is None:  # no report to show on a run page
                 log.error("%s", recorded.problem)
-                self._fail(job, recorded.problem or "the report could not be saved")
+                self._fail(job, self._public(recorded.problem or "cannot save the report", job))
                 return
             if not recorded.ok:
                 log.error("%s", recorded.problem)
@@ -151,9 +171,35 @@ class JobManager:
                 fraction=1.0,
                 run_id=report["run_id"],
                 message=f"finished: run {report['run_id']} ({report.get('status', 'ok')})"
-                + ("" if recorded.ok else f"; {recorded.problem}"),
+                + ("" if recorded.ok else f"; {self._public(recorded.problem, job)}"),
                 finished_at=_now(),
             )
+
+    def _confine(self, loaded) -> None:
+        """Refuse a real device unless allowed; put every variant on a real device under the
+        job memory limit (the scenario's own limit when lower)."""
+        from memprof.errors import InvalidInput
+
+        for v in getattr(loaded, "variants", None) or []:
+            spec = getattr(v, "spec", None)
+            if spec is None or spec.device == "meta":
+                continue
+            if not self.real_devices:
+                raise InvalidInput(
+                    f"variant {v.name} runs on {spec.device}: this dashboard runs scenarios on "
+                    "the meta device only (start it with `memprof serve --real-devices`)"
+                )
+            if self.memory_limit is not None:
+                limit = min(spec.memory_limit or self.memory_limit, self.memory_limit)
+                v.spec = spec.model_copy(update={"memory_limit": limit})
+
+    def _public(self, message: str, job: Job) -> str:
+        """A job message without the server's absolute paths."""
+        if job.path is not None:
+            message = message.replace(str(job.path), job.scenario)
+        for absolute, label in self._hide:
+            message = message.replace(absolute + "/", "").replace(absolute, label)
+        return message
 
     def _on_progress(self, job: Job, event: dict[str, Any]) -> None:
         from memprof.runner import progress_fraction
@@ -181,6 +227,18 @@ class JobManager:
         with self._lock:
             for key, value in fields.items():
                 setattr(job, key, value)
+
+
+MEMORY_FRACTION = 0.5
+
+
+def default_memory_limit() -> int | None:
+    """MEMORY_FRACTION of the machine's physical memory, or None where it cannot be read."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return int(total * MEMORY_FRACTION) if total > 0 else None
 
 
 def _now() -> str:

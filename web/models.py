@@ -6,8 +6,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memprof.reports import schema
+
 Name = Annotated[str, Field(min_length=1, max_length=200)]
-Option = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
 
 
 class Message(BaseModel):
@@ -98,8 +99,11 @@ class RunRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     scenario: Name = Field(description="its id (path relative to the scenarios folder) or name")
     variants: list[Name] | None = Field(None, max_length=64, description="default: all")
-    device: Option | None = None
-    allocator: Option | None = None
+    device: Literal["cpu", "cuda", "meta", "auto"] | None = Field(
+        None,
+        description="default: meta, unless the server allows real devices (then the file's)",
+    )
+    allocator: Literal["exact", "caching"] | None = Field(None, description="default: the file's")
 
 
 class JobInfo(BaseModel):
@@ -149,3 +153,15 @@ class RunHistory(BaseModel):
     runs: int = Field(description="how many runs the rows come from")
     variants: list[str]
     rows: list[HistoryRow]
+
+
+class _VariantMaybeTimeline(schema.Variant):
+    timeline: schema.Timeline | None = Field(
+        None, description="absent when the report was fetched with timeline=false"
+    )
+
+
+class RunReport(schema.Report):
+    """A report (docs/report-format.md); with timeline=false its variants have no `timeline`."""
+
+    variants: list[_VariantMaybeTimeline]

@@ -24,6 +24,15 @@ def serve(
     open_browser: Annotated[
         bool, typer.Option("--open", help="Open the dashboard in a web browser.")
     ] = False,
+    real_devices: Annotated[
+        bool,
+        typer.Option(
+            "--real-devices",
+            help="Let scenario runs started from the dashboard use cpu / cuda (default: meta "
+            "only, which measures without computing). Each such run is limited to half the "
+            "machine's memory.",
+        ),
+    ] = False,
 ) -> None:
     """Open a dashboard over the runs directory.
 
@@ -62,7 +71,7 @@ def serve(
 
     local = host in LOOPBACK
     allowed = [*LOOPBACK, "[::1]"] if local else None
-    app = create_app(runs, scenarios, allowed_hosts=allowed)
+    app = create_app(runs, scenarios, allowed_hosts=allowed, real_devices=real_devices)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)
 

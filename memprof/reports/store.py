@@ -168,10 +168,19 @@ def is_valid_run_id(run_id: str) -> bool:
 
 
 def report_path(runs_dir: str | os.PathLike, run_id: str) -> Path | None:
+    """The report file of `run_id` in the runs directory, or None. A symlink there that leads
+    outside the directory is not followed (the dashboard serves these files)."""
     if not is_valid_run_id(run_id):
         return None
     path = Path(runs_dir) / f"{run_id}.json"
-    return path if path.is_file() else None
+    return path if path.is_file() and _inside(path, runs_dir) else None
+
+
+def _inside(path: Path, directory: str | os.PathLike) -> bool:
+    try:
+        return path.resolve().is_relative_to(Path(directory).resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
 
 
 def find_report(ref: str | os.PathLike, runs_dir: str | os.PathLike = DEFAULT_RUNS_DIR) -> Path:
@@ -230,4 +239,7 @@ def list_report_paths(runs_dir: str | os.PathLike) -> list[Path]:
     d = Path(runs_dir)
     if not d.is_dir():
         return []
-    return sorted((p for p in d.glob("*.json") if not p.name.startswith(".")), reverse=True)
+    return sorted(
+        (p for p in d.glob("*.json") if not p.name.startswith(".") and _inside(p, d)),
+        reverse=True,
+    )

@@ -8,13 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
-from memprof.reports.schema import Report
 from memprof.reports.store import report_path
 from memprof.reports.trace import trace_chunks
 from web.cache import UnreadableReport
 from web.deps import CacheDep, JobsDep, ScenariosDep, load_run
 from web.jobs import QueueFull
-from web.models import JobInfo, Message, RunRequest, RunSummary
+from web.models import JobInfo, Message, RunReport, RunRequest, RunSummary
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
@@ -31,7 +30,7 @@ def list_runs(
     return summaries
 
 
-@router.get("/{run_id}", response_model=Report, responses={404: {"model": Message}})
+@router.get("/{run_id}", response_model=RunReport, responses={404: {"model": Message}})
 def get_run(
     run_id: str,
     cache: CacheDep,
@@ -112,6 +111,8 @@ def get_snapshot(run_id: str, cache: CacheDep) -> Response:
     status_code=202,
     response_model=JobInfo,
     responses={
+        400: {"model": Message, "description": "the body is not valid JSON"},
+        403: {"model": Message, "description": "a real device on a meta-only server"},
         404: {"model": Message},
         413: {"model": Message},
         429: {"model": Message},
@@ -121,6 +122,12 @@ def start_run(body: RunRequest, response: Response, scenarios: ScenariosDep, job
     """Run a scenario of the scenarios folder in the background. Follow the job at
     /api/jobs/{id} (the Location header) until its status is done (then it has a run_id) or
     failed."""
+    if body.device not in (None, "meta") and not jobs.real_devices:
+        raise HTTPException(
+            403,
+            f"device {body.device!r}: this dashboard runs scenarios on the meta device only "
+            "(start it with `memprof serve --real-devices`)",
+        )
     scenario = scenarios.find(body.scenario)
     if scenario is None:
         raise HTTPException(404, f"no scenario {body.scenario!r} in the scenarios folder")
