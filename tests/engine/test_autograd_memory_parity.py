@@ -279,6 +279,33 @@ def log_softmax_sum(m):
     return region
 
 
+def cos_backward(m):
+    x = _leaf(m, (64, 64))
+
+    def region():
+        x.cos().sum().backward()
+
+    return region
+
+
+def where_backward(m):
+    x, w = _leaf(m, (64, 64)), _leaf(m, (64, 64), 1).detach()
+
+    def region():
+        x.where(w > 0, 0.0).sum().backward()
+
+    return region
+
+
+def maximum_backward(m):
+    x, w = _leaf(m, (64, 64)), _leaf(m, (64, 64), 1)
+
+    def region():
+        x.maximum(w).sum().backward()
+
+    return region
+
+
 PROGRAMS = {
     "used_twice": used_twice,
     "batched_matmul": batched_matmul,
@@ -298,6 +325,9 @@ PROGRAMS = {
     "softmax_forward": softmax_forward,
     "softmax_weighted": softmax_weighted,
     "log_softmax_sum": log_softmax_sum,
+    "cos_backward": cos_backward,
+    "where_backward": where_backward,
+    "maximum_backward": maximum_backward,
 }
 
 
@@ -424,6 +454,12 @@ def test_mask_gather_charges_the_coordinates_pytorch_makes():
         ("clamp_both", F + 2 * (F // 4) + 4 + 4),
         # y, the clone clamp_ keeps of it, then the same backward as clamp_both
         ("clamp_inplace", 2 * F + F + 2 * (F // 4) + 4 + 4),
+        # grad * -self.sin(): the sine, its negation and the product
+        ("cos_backward", 3 * F + 4 + 4),
+        # the mask (F/4) and where(condition, grad, 0) (F); no logical_not mask
+        ("where_backward", F // 4 + F + 4 + 4),
+        # per input: grad / 2, the tie mask, where(), the losing mask; x's gradient stays (F)
+        ("maximum_backward", F + (F + F // 4 + F + F // 4) + 4 + 4),
     ],
 )
 def test_backward_temporaries_are_pytorchs(name, expected_peak):
