@@ -181,8 +181,11 @@ class Cos(Unary):
     ufunc = np.cos
 
     def backward(self, g):
+        # derivatives.yaml: grad * -self.sin(); the sine and its negation live until the product
         (x,) = self.saved_tensors
-        return (-(g * x.sin()),)
+        s = x.sin()
+        neg = -s
+        return (g * neg,)
 
 
 class Tanh(Unary):
@@ -734,23 +737,28 @@ class Maximum(Binary):
         return tuple(range(len(tensors)))
 
     def backward(self, g):
+        # derivatives.yaml: self: at::where(self == other, grad / 2, grad).masked_fill_(self <
+        # other, 0); other: the same with self > other. grad / 2, the equality mask and the
+        # second mask live until the statement ends, as C++ temporaries do.
         a, b = self.saved_tensors
         na, nb = self._needs()
-        ga = g * (a > b) + g * (a == b) * 0.5 if na else None
-        gb = g * (b > a) + g * (a == b) * 0.5 if nb else None
+        ga = self._one(g, a, b, a < b if self.ufunc is np.maximum else a > b) if na else None
+        gb = self._one(g, a, b, a > b if self.ufunc is np.maximum else a < b) if nb else None
         return self._grads(ga, gb)
+
+    @staticmethod
+    def _one(g, a, b, loses):
+        half = g / 2
+        tie = a == b
+        r = Where.apply(tie, half, g)
+        r.masked_fill_(loses, 0)
+        del half, tie
+        return r
 
 
 class Minimum(Maximum):
     opname = "minimum"
     ufunc = np.minimum
-
-    def backward(self, g):
-        a, b = self.saved_tensors
-        na, nb = self._needs()
-        ga = g * (a < b) + g * (a == b) * 0.5 if na else None
-        gb = g * (b < a) + g * (a == b) * 0.5 if nb else None
-        return self._grads(ga, gb)
 
 
 class Compare(Binary):
@@ -814,17 +822,18 @@ class Where(Function):
         return (0,)
 
     def backward(self, g):
+        # derivatives.yaml: self: where(condition, grad, 0); other: where(condition, 0, grad)
         (cond,) = self.saved_tensors
         grads = [None]  # cond
         if self.x_t:
             grads.append(
-                sum_to(g.masked_fill(cond.logical_not(), 0), self.shapes[0])
+                sum_to(Where.apply(cond, g, 0.0), self.shapes[0])
                 if self.next_functions[1] is not None
                 else None
             )
         if self.y_t:
             grads.append(
-                sum_to(g.masked_fill(cond, 0), self.shapes[1])
+                sum_to(Where.apply(cond, 0.0, g), self.shapes[1])
                 if self.next_functions[-1] is not None
                 else None
             )
