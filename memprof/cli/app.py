@@ -34,6 +34,7 @@ COMMANDS = [
     ("serve", "serve", "serve"),
     ("check", "check", "check"),
     ("history", "history", "history"),
+    ("advise", "advise", "advise"),
 ]
 
 

@@ -1,4 +1,5 @@
-"""Shipped JSON Schemas (package data): scenario.schema.json and report.schema.json.
+"""Shipped JSON Schemas (package data): scenario.schema.json, report.schema.json and
+advice.schema.json.
 
 They are generated from the pydantic models (memprof/scenario/model.py, memprof/reports/schema.py)
 by `python -m memprof.schemas`; a test fails when a shipped copy is out of date.
@@ -12,6 +13,7 @@ from pathlib import Path
 
 SCENARIO = "scenario.schema.json"
 REPORT = "report.schema.json"
+ADVICE = "advice.schema.json"
 
 
 def read_schema(name: str) -> dict:
@@ -20,10 +22,15 @@ def read_schema(name: str) -> dict:
 
 
 def generate() -> dict[str, dict]:
+    from memprof.advise.schema import advice_json_schema
     from memprof.reports.schema import report_json_schema
     from memprof.scenario.model import scenario_json_schema
 
-    return {SCENARIO: scenario_json_schema(), REPORT: report_json_schema()}
+    return {
+        SCENARIO: scenario_json_schema(),
+        REPORT: report_json_schema(),
+        ADVICE: advice_json_schema(),
+    }
 
 
 def dump(schema: dict) -> str:

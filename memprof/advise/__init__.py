@@ -1,0 +1,229 @@
+"""`memprof advise`: which ops of a scenario can run in place, proven by re-running, and what each
+saves (docs/advise.md; the JSON is described in docs/report-format.md, "Advice").
+
+>>> advice = advise("scenarios/relu.yaml", variant="out_of_place")
+>>> [(c["node"], c["verdict"], c["saving_bytes"]) for c in advice["candidates"]]
+[('act', 'safe', 67108864)]
+
+1. one run of the variant records what each node read, what each autograd node saved (and at
+   which version) and every value (memprof/advise/analysis.py); each candidate gets a verdict;
+2. each candidate is re-run switched alone, then the safe ones together (memprof/advise/proof.py):
+   a safe verdict stands only if the re-run reproduces every value bitwise; its measured change
+   of peak allocated (and reserved) bytes is its saving;
+3. with a budget, the safe candidates are added largest saving first, each set re-measured, until
+   the peak is within the budget (or all of them are not enough).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from memprof.errors import InvalidInput
+
+
+def advise(
+    path: str | os.PathLike,
+    *,
+    variant: str | None = None,
+    device: str | None = None,
+    budget: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The advice for one variant of a YAML scenario (default: its baseline), as the JSON of
+    `memprof advise --json`. Raises InvalidInput for a bad scenario or one advice cannot run."""
+    from memprof.scenario import load_scenario
+
+    path = str(path)
+    if path.lower().endswith(".py"):
+        raise InvalidInput(
+            f"{path}: memprof advise reads YAML scenarios; a Python scenario's program is "
+            "Python code it cannot switch node by node (write the program as a YAML scenario)"
+        )
+    t0 = time.perf_counter()
+    loaded = load_scenario(path, device=device)
+    chosen = _pick_variant(loaded, variant)
+    return advise_loaded(loaded, chosen, budget=budget, progress=progress, t0=t0)
+
+
+def _pick_variant(loaded, name: str | None):
+    names = [v.name for v in loaded.variants]
+    if name is None:
+        name = loaded.baseline or names[0]
+    for v in loaded.variants:
+        if v.name == name:
+            return v
+    from memprof.scenario.catalog import suggest
+
+    raise InvalidInput(
+        f"{loaded.path}: unknown variant {name!r}{suggest(name, names)}; "
+        f"the scenario defines: {', '.join(names)}"
+    )
+
+
+def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> dict[str, Any]:
+    from memprof.advise.analysis import REFUTED, verdicts
+    from memprof.advise.proof import difference, run_once, switched
+
+    say = progress or (lambda _msg: None)
+    t0 = time.perf_counter() if t0 is None else t0
+    say(f"recording {variant.name}")
+    ref = run_once(variant)
+    if ref.entry["status"] != "ok":
+        err = ref.entry.get("error") or {}
+        raise InvalidInput(
+            f"{loaded.path}: variant {variant.name} fails before any switch "
+            f"({err.get('type')}: {err.get('message')}); advise needs a run that succeeds"
+        )
+    found = verdicts(variant.spec, ref.facts, ref.state, ref.inputs)
+    runs = 1
+    rows: list[dict[str, Any]] = []
+    alone: dict[str, Any] = {}
+    for v in found:
+        say(f"re-running with {v.node} in place")
+        res = run_once(switched(variant, [v.node]))
+        runs += 1
+        alone[v.node] = res
+        diff = difference(ref, res)
+        row = {
+            "node": v.node,
+            "op": v.op,
+            "verdict": v.verdict,
+            "reason": v.reason,
+            "involves": v.involves,
+            "clone_bytes": v.clone_bytes,
+            "saving_bytes": 0,
+            "reserved_saving_bytes": 0,
+            "proven": False,
+            "kind": v.kind,
+        }
+        if v.verdict == "safe":
+            if diff is None:
+                row["proven"] = True
+                row["clone_bytes"] = res.clone_bytes(v.node)
+                row["saving_bytes"] = ref.peak - res.peak
+                row["reserved_saving_bytes"] = ref.peak_reserved - res.peak_reserved
+                if row["clone_bytes"]:
+                    row["reason"] = (
+                        "nothing reads or keeps the operand afterwards; autograd keeps a clone "
+                        "of it for backward"
+                    )
+            else:
+                text, nodes = diff
+                row.update(verdict="unsafe", kind=REFUTED, involves=nodes, proven=True)
+                row["reason"] = f"{REFUTED}: {text}"
+        else:
+            # the re-run shows the hazard (an error, a stale read, a value that differs), or the
+            # verdict rests on the recorded facts alone
+            row["proven"] = diff is not None
+        rows.append(row)
+
+    safe = sorted(
+        (r for r in rows if r["verdict"] == "safe"),
+        key=lambda r: (-r["saving_bytes"], _order(variant, r["node"])),
+    )
+    combined, after, extra = _combine(ref, variant, [r["node"] for r in safe], say)
+    runs += extra
+    budget_info = None
+    if budget is not None:
+        budget_info, after, extra = _fit_budget(ref, variant, combined, after, budget, say)
+        runs += extra
+    return {
+        "scenario": loaded.name,
+        "variant": variant.name,
+        "peak_before": ref.peak,
+        "peak_after": after.peak,
+        "candidates": rows,
+        "path": loaded.path,
+        "device": ref.entry["device"],
+        "proof": "versions" if ref.entry["device"] == "meta" else "bitwise",
+        "peak_reserved_before": ref.peak_reserved,
+        "peak_reserved_after": after.peak_reserved,
+        "switched": [
+            n for n in _in_order(variant, budget_info["nodes"] if budget_info else combined)
+        ],
+        "budget": budget_info,
+        "runs": runs,
+        "duration_s": round(time.perf_counter() - t0, 3),
+    }
+
+
+def _order(variant, node_id: str) -> int:
+    for i, node in enumerate(variant.spec.program):
+        if node.id == node_id:
+            return i
+    return len(variant.spec.program)
+
+
+def _in_order(variant, ids) -> list[str]:
+    return sorted(ids, key=lambda n: _order(variant, n))
+
+
+def _combine(ref, variant, ids: list[str], say):
+    """All safe candidates together; if that set fails the proof, the largest prefix-greedy set
+    that passes (largest saving first). Returns (nodes, run result, re-runs made)."""
+    from memprof.advise.proof import difference, run_once, switched
+
+    if not ids:
+        return [], ref, 0
+    say(f"re-running with {len(ids)} candidates in place")
+    res = run_once(switched(variant, ids))
+    if difference(ref, res) is None:
+        return list(ids), res, 1
+    runs, kept, best = 1, [], ref
+    for n in ids:
+        trial = run_once(switched(variant, kept + [n]))
+        runs += 1
+        if difference(ref, trial) is None:
+            kept.append(n)
+            best = trial
+    return kept, best, runs
+
+
+def _fit_budget(ref, variant, combined: list[str], all_res, budget: int, say):
+    """The fewest safe candidates (largest saving first) whose re-run peak is within `budget`."""
+    from memprof.advise.proof import difference, run_once, switched
+    from memprof.units import format_bytes
+
+    info = {"bytes": budget, "met": False, "nodes": [], "peak": ref.peak, "message": ""}
+    if ref.peak <= budget:
+        info.update(met=True, message=f"the peak {format_bytes(ref.peak)} is already within it")
+        return info, ref, 0
+    if all_res.peak > budget:
+        info.update(
+            nodes=list(combined),
+            peak=all_res.peak,
+            message=(
+                f"in-place alone cannot: with all {len(combined)} safe candidates in place the "
+                f"peak is {format_bytes(all_res.peak)}, over {format_bytes(budget)}"
+            ),
+        )
+        return info, all_res, 0
+    runs, kept = 0, []
+    for n in combined:
+        trial_ids = kept + [n]
+        say(f"re-running with {len(trial_ids)} candidates in place for the budget")
+        res = run_once(switched(variant, trial_ids))
+        runs += 1
+        if difference(ref, res) is not None:
+            continue
+        kept = trial_ids
+        if res.peak <= budget:
+            info.update(
+                met=True,
+                nodes=_in_order(variant, kept),
+                peak=res.peak,
+                message=(
+                    f"{len(kept)} of {len(combined)} safe candidates bring the peak to "
+                    f"{format_bytes(res.peak)}, within {format_bytes(budget)}"
+                ),
+            )
+            return info, res, runs
+    info.update(nodes=list(combined), peak=all_res.peak, met=all_res.peak <= budget)
+    info["message"] = f"all {len(combined)} safe candidates are needed"
+    return info, all_res, runs
+
+
+__all__ = ["advise", "advise_loaded"]

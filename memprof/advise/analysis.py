@@ -1,0 +1,298 @@
+"""What a recorded run says about each in-place candidate: the facts and the verdict.
+
+A run of the variant through the runner (`AdviceRun`, the runner's own `_Run` with three hooks
+more) records, for the first iteration of the forward program:
+- which storages each node read (its inputs; a view or a detached alias shares its base's
+  storage, so reading a view is reading the storage);
+- which node saved which storage for backward, and at what version (the autograd nodes each
+  program node created, walked from its result);
+- per node, its first input (the operand an in-place form overwrites): leaf, requires grad,
+  scenario input, parameter or buffer, shape, dtype, strides;
+and for every iteration the values of every tensor the program binds (right after the node that
+made it), every gradient after backward and every parameter at the end, for the proof.
+
+`verdicts()` then decides, for every node that runs out of place and has an in-place form, the
+first that applies of: leaf, input, shape or dtype (or self-overlap), stale read, saved for
+backward; otherwise safe (docs/advise.md).
+"""
+
+from __future__ import annotations
+
+import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from memprof.runner.execute import _Run
+from memprof.scenario.build import named_parameters, storage_key
+from memprof.scenario.catalog import OPS
+from memprof.scenario.model import ModuleCall
+
+# the reasons, in the order they are checked; `reason` texts start with these words
+LEAF = "leaf"
+INPUT = "input"
+SHAPE = "shape or dtype"
+STALE = "stale read"
+SAVED = "saved for backward"
+REFUTED = "refuted by the re-run"
+
+
+@dataclass
+class Operand:
+    """The tensor an in-place form of a node would overwrite (its first input)."""
+
+    name: str
+    storage: int
+    version: int
+    shape: tuple
+    dtype: str
+    nbytes: int
+    leaf_requires_grad: bool
+    view_of_leaf: bool
+    self_overlap: bool
+
+
+@dataclass
+class NodeFacts:
+    index: int
+    node_id: str
+    op: str  # the op name, or the module's type for a module call
+    reads: list[tuple[str, int]]  # (name, storage) of each input
+    operand: Operand | None = None
+    out_shape: tuple | None = None
+    out_dtype: str | None = None
+    saves: list[tuple[int, int, str]] = field(default_factory=list)  # (storage, version, grad fn)
+
+
+def candidate_op(spec, node) -> str | None:
+    """The op (or module type) of a node that runs out of place but has an in-place form."""
+    if isinstance(node, ModuleCall):
+        mspec = spec.modules[node.module]
+        if getattr(mspec, "inplace", None) is False:
+            return mspec.type
+        return None
+    opdef = OPS.get(node.op)
+    if opdef is not None and opdef.inplace and not getattr(node, "inplace", False):
+        return node.op
+    return None
+
+
+def _storage_id(storage) -> int:
+    return getattr(storage, "id", None) or id(storage)
+
+
+def _snapshot(t):
+    """A copy of a tensor's values as numpy (None on meta: shapes only)."""
+    import numpy as np
+
+    kind = t.device.type
+    if kind == "meta":
+        return None
+    data = t._data
+    if kind == "cuda":
+        return data.get()
+    return np.array(data, copy=True)
+
+
+class AdviceRun(_Run):
+    """A run of one variant that also records the facts advice needs and the values to compare."""
+
+    def __init__(self, variant):
+        super().__init__(variant)
+        self.facts: dict[str, NodeFacts] = {}
+        self.values: dict[tuple, Any] = {}
+        self._seen_fns: weakref.WeakSet = weakref.WeakSet()
+
+    # the forward program's hooks
+    @contextmanager
+    def node(self, index, node, tensors):
+        if self.k == 0:
+            self._before(index, node, tensors)
+        with super().node(index, node, tensors):
+            yield
+
+    def _before(self, index, node, tensors) -> None:
+        spec = self.spec
+        op = (
+            spec.modules[node.module].type
+            if isinstance(node, ModuleCall)
+            else getattr(node, "op", "?")
+        )
+        facts = NodeFacts(
+            index,
+            node.id,
+            op,
+            [(n, storage_key(t)) for n, t in zip(node.inputs, tensors, strict=True)],
+        )
+        if tensors:
+            t = tensors[0]
+            base = t._base
+            facts.operand = Operand(
+                name=node.inputs[0],
+                storage=storage_key(t),
+                version=t._version,
+                shape=tuple(t.shape),
+                dtype=str(t.dtype).replace("engine.", ""),
+                nbytes=t.numel() * t.element_size(),
+                leaf_requires_grad=bool(t.requires_grad and t.grad_fn is None),
+                view_of_leaf=bool(base is not None and base.requires_grad and base.grad_fn is None),
+                self_overlap=any(
+                    st == 0 and sz > 1 for st, sz in zip(t.stride(), t.shape, strict=False)
+                ),
+            )
+        self.facts[node.id] = facts
+
+    def done(self, index, node, tensors, out, wrote) -> None:
+        super().done(index, node, tensors, out, wrote)
+        if self.k == 0:
+            facts = self.facts[node.id]
+            facts.out_shape = tuple(out.shape)
+            facts.out_dtype = str(out.dtype).replace("engine.", "")
+            for fn in self._new_grad_fns(out.grad_fn):
+                for saved in getattr(fn, "saved", None) or ():
+                    storage = getattr(saved, "storage", None)
+                    if storage is not None:
+                        facts.saves.append((_storage_id(storage), saved.version, fn.name()))
+        self.values[("node", self.k, node.id)] = _snapshot(out)
+
+    def _new_grad_fns(self, fn) -> list:
+        """The autograd nodes reachable from `fn` that no earlier program node made."""
+        found, stack = [], [fn]
+        while stack:
+            f = stack.pop()
+            if f is None or f in self._seen_fns:
+                continue
+            self._seen_fns.add(f)
+            found.append(f)
+            for edge in getattr(f, "next_functions", None) or ():
+                if edge is not None:
+                    stack.append(edge[0])
+        return found
+
+    def backward(self, k, phase) -> None:
+        super().backward(k, phase)
+        for name, t in self._named_leaves():
+            g = getattr(t, "grad", None)
+            if g is not None:
+                self.values[("grad", k, name)] = _snapshot(g)
+
+    def _named_leaves(self) -> list[tuple[str, Any]]:
+        return list(self.inputs.items()) + named_parameters(self.modules)
+
+    def capture_final(self) -> None:
+        for name, t in self._named_leaves():
+            self.values[("final", name)] = _snapshot(t.detach())
+
+    # what outlives an iteration
+    def state_storages(self) -> dict[int, str]:
+        """Storage -> name for parameters and buffers (they outlive every iteration)."""
+        return {storage_key(t): name for name, t in named_parameters(self.modules)}
+
+    def input_storages(self) -> dict[int, str]:
+        return {storage_key(t): name for name, t in self.inputs.items()}
+
+
+@dataclass
+class Verdict:
+    node: str
+    op: str
+    verdict: str  # safe | unsafe
+    reason: str
+    involves: list[str]
+    clone_bytes: int = 0
+    kind: str = "safe"
+
+
+def verdicts(spec, facts: dict[str, NodeFacts], state: dict[int, str], inputs: dict[int, str]):
+    """The verdict of every candidate node, in program order (from one recorded run)."""
+    has_backward = any(hasattr(p, "backward") for p in spec.phases)
+    ordered = sorted(facts.values(), key=lambda f: f.index)
+    out: list[Verdict] = []
+    for node in spec.program:
+        op = candidate_op(spec, node)
+        f = facts.get(node.id)
+        if op is None or f is None or f.operand is None:
+            continue
+        out.append(_verdict(spec, node, op, f, ordered, state, inputs, has_backward))
+    return out
+
+
+def _verdict(spec, node, op, f: NodeFacts, ordered, state, inputs, has_backward) -> Verdict:
+    o = f.operand
+    own_clone = o.nbytes if any(s[0] == o.storage for s in f.saves) else 0
+
+    def unsafe(kind: str, text: str, involves=()) -> Verdict:
+        return Verdict(node.id, op, "unsafe", f"{kind}: {text}", list(involves), 0, kind)
+
+    if o.leaf_requires_grad:
+        return unsafe(
+            LEAF,
+            f"{o.name} is a leaf that requires grad; autograd refuses to write it in place",
+        )
+    if o.view_of_leaf:
+        return unsafe(
+            LEAF,
+            f"{o.name} is a view of a leaf that requires grad; autograd refuses to write it "
+            "in place",
+        )
+    if o.storage in state:
+        return unsafe(
+            INPUT,
+            f"{_as(o.name, state[o.storage])} module state (a parameter or buffer) that "
+            "outlives the iteration",
+        )
+    if o.storage in inputs and spec.iterations > 1:
+        return unsafe(
+            INPUT,
+            f"{_as(o.name, inputs[o.storage])} a scenario input, which the next iteration "
+            "reads again",
+        )
+    if f.out_shape != o.shape or f.out_dtype != o.dtype:
+        return unsafe(
+            SHAPE,
+            f"the result is {list(f.out_shape or ())} {f.out_dtype}, the operand {o.name} "
+            f"{list(o.shape)} {o.dtype}: it cannot hold the result",
+        )
+    if o.self_overlap:
+        return unsafe(SHAPE, f"{o.name} overlaps itself (an expanded view)")
+    readers = [
+        g.node_id
+        for g in ordered
+        if g.index > f.index and any(sid == o.storage for _, sid in g.reads)
+    ]
+    if readers:
+        names = sorted(
+            {n for g in ordered if g.node_id in readers for n, s in g.reads if s == o.storage}
+        )
+        what = o.name if names == [o.name] else f"{o.name} (as {', '.join(names)})"
+        return unsafe(
+            STALE,
+            f"node {readers[0]} reads {what} after {node.id}; in place it would see "
+            f"{node.id}'s result",
+            readers,
+        )
+    if has_backward:
+        savers = [
+            (g.node_id, fn, version)
+            for g in ordered
+            if g.index < f.index
+            for sid, version, fn in g.saves
+            if sid == o.storage and version == o.version
+        ]
+        if savers:
+            who, fn, version = savers[0]
+            return unsafe(
+                SAVED,
+                f"node {who}'s {fn} keeps {o.name} (at version {version}) for backward; "
+                "writing it would make backward fail",
+                list(dict.fromkeys(s[0] for s in savers)),
+            )
+    text = "nothing reads or keeps the operand afterwards"
+    if own_clone:
+        text += f"; backward needs {o.name}, so autograd keeps a clone of it"
+    return Verdict(node.id, op, "safe", text, [], own_clone, "safe")
+
+
+def _as(name: str, owner: str) -> str:
+    """'x is' or 'h (the storage of fc.weight) is'."""
+    return f"{name} is" if name == owner else f"{name} (the storage of {owner}) is"

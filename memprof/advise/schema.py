@@ -1,0 +1,83 @@
+"""The advice format (`memprof advise --json`, docs/report-format.md "Advice") as pydantic models:
+the source of memprof/schemas/advice.schema.json (`python -m memprof.schemas` regenerates it)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Candidate(_Model):
+    node: str = Field(description="the program node's id")
+    op: str = Field(description="the op (relu, add, ...) or the module's type (ReLU, Dropout, ...)")
+    verdict: Literal["safe", "unsafe"]
+    reason: str = Field(
+        description="starts with its kind (stale read:, saved for backward:, leaf:, input:, "
+        "shape or dtype:, refuted by the re-run:) and names the nodes involved"
+    )
+    involves: list[str] = Field(description="ids of the nodes the reason names")
+    clone_bytes: int = Field(
+        ge=0, description="bytes autograd clones for backward when the node runs in place"
+    )
+    saving_bytes: int = Field(
+        description="peak allocated of the original run minus the re-run with this node alone in "
+        "place (0 unless safe and proven; negative when it costs)"
+    )
+    reserved_saving_bytes: int = Field(description="the same for peak reserved")
+    proven: bool = Field(
+        description="a re-run confirmed the verdict: safe, every value bitwise equal; unsafe, "
+        "the re-run failed or differed"
+    )
+    kind: Literal[
+        "safe",
+        "stale read",
+        "saved for backward",
+        "leaf",
+        "input",
+        "shape or dtype",
+        "refuted by the re-run",
+    ]
+
+
+class Budget(_Model):
+    bytes: int = Field(ge=0)
+    met: bool
+    nodes: list[str] = Field(description="the fewest safe nodes switched for the budget")
+    peak: int = Field(ge=0, description="peak allocated with those nodes in place")
+    message: str
+
+
+class Advice(_Model):
+    """`memprof advise --json FILE`."""
+
+    scenario: str
+    variant: str
+    peak_before: int = Field(ge=0, description="peak allocated bytes of the variant as written")
+    peak_after: int = Field(
+        ge=0, description="peak allocated bytes with the `switched` nodes in place (re-measured)"
+    )
+    candidates: list[Candidate]
+    path: str
+    device: str
+    proof: Literal["bitwise", "versions"] = Field(
+        description="bitwise: values compared; versions: on meta, version counters and stale "
+        "reads only"
+    )
+    peak_reserved_before: int = Field(ge=0)
+    peak_reserved_after: int = Field(ge=0)
+    switched: list[str] = Field(description="the nodes in place for peak_after, in program order")
+    budget: Budget | None
+    runs: int = Field(ge=1, description="runs made: the recording and every re-run")
+    duration_s: float = Field(ge=0)
+
+
+def advice_json_schema() -> dict:
+    schema = Advice.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://memprof.dev/schemas/advice.schema.json"
+    return schema

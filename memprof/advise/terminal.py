@@ -1,0 +1,80 @@
+"""The advice as a terminal table: node, op, verdict, reason, clone bytes, saving alone, proven;
+then the combined saving (and the budget's answer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memprof.units import format_bytes
+
+
+def render_advice(advice: dict[str, Any], console) -> None:
+    from rich.table import Table
+
+    title = (
+        f"{advice['scenario']} · variant {advice['variant']} · in-place advice "
+        f"({advice['device']}, proof: {_proof_word(advice)})"
+    )
+    rows = advice["candidates"]
+    if not rows:
+        console.print(title)
+        console.print(
+            "No candidates: no node runs out of place with an in-place form "
+            "(an op with a trailing-underscore form, a module with inplace: false)."
+        )
+    else:
+        table = Table(title=title, title_justify="left", show_lines=False)
+        for col, kw in (
+            ("node", {}),
+            ("op", {}),
+            ("verdict", {}),
+            ("reason", {"overflow": "fold", "ratio": 1}),
+            ("clone", {"justify": "right"}),
+            ("saving alone", {"justify": "right"}),
+            ("proven", {}),
+        ):
+            table.add_column(col, **kw)
+        for c in rows:
+            safe = c["verdict"] == "safe"
+            table.add_row(
+                c["node"],
+                c["op"],
+                "[green]safe[/]" if safe else "[red]unsafe[/]",
+                c["reason"],
+                format_bytes(c["clone_bytes"]) if c["clone_bytes"] else "-",
+                _saving(c["saving_bytes"]) if safe else "-",
+                "yes" if c["proven"] else "no",
+            )
+        console.print(table)
+    console.print(combined_line(advice))
+    budget = advice.get("budget")
+    if budget:
+        mark = "[green]met[/]" if budget["met"] else "[red]not met[/]"
+        console.print(f"Budget {format_bytes(budget['bytes'])}: {mark}; {budget['message']}")
+
+
+def combined_line(advice: dict[str, Any]) -> str:
+    switched = advice.get("switched") or []
+    before, after = advice["peak_before"], advice["peak_after"]
+    if not switched:
+        return f"Peak allocated {format_bytes(before)}; nothing to switch."
+    return (
+        f"Combined ({', '.join(switched)} in place): peak allocated {format_bytes(before)} -> "
+        f"{format_bytes(after)} ({_saving(before - after)}); reserved "
+        f"{format_bytes(advice['peak_reserved_before'])} -> "
+        f"{format_bytes(advice['peak_reserved_after'])}"
+    )
+
+
+def _saving(n: int) -> str:
+    if n > 0:
+        return f"saves {format_bytes(n)}"
+    if n < 0:
+        return f"costs {format_bytes(-n)}"
+    return "saves 0 bytes"
+
+
+def _proof_word(advice) -> str:
+    if advice.get("proof") == "versions":
+        return "versions and stale reads (meta has no values)"
+    return "bitwise"
