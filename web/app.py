@@ -142,9 +142,14 @@ def _document_errors(app: FastAPI) -> None:
                 ],
             }
         message = {"application/json": {"schema": {"$ref": "#/components/schemas/Message"}}}
+        either = {
+            "application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}
+        }
         for operations in schema.get("paths", {}).values():
             for op in operations.values():
                 responses = op.setdefault("responses", {})
+                if "422" in responses and "HTTPValidationError" in schemas:
+                    responses["422"]["content"] = either
                 if "requestBody" in op:
                     responses.setdefault(
                         "400", {"description": "the body is not valid JSON", "content": message}
