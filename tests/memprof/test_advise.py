@@ -1,0 +1,304 @@
+"""memprof advise (issue 12): verdicts from a recorded run, proven by re-running; the JSON and its
+schema; --write; --budget; the CLI's errors. Scenarios with their verdicts written out live in
+tests/memprof/advise_scenarios/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+from memprof.advise import advise
+from memprof.cli.app import app
+from memprof.runner import run_scenario
+from memprof.schemas import ADVICE, generate, read_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent / "advise_scenarios"
+MIXED = HERE / "mixed_step.yaml"
+STAGE = HERE / "resnet_stage.yaml"
+MiB = 1 << 20
+
+
+def _by_node(advice):
+    return {c["node"]: c for c in advice["candidates"]}
+
+
+@pytest.fixture(scope="module")
+def mixed_train():
+    return advise(MIXED, variant="train")
+
+
+def test_mixed_training_step_verdicts(mixed_train):
+    got = _by_node(mixed_train)
+    want = {
+        "xr": ("unsafe", "input", []),  # relu of the input x (conv c0 also saved it)
+        "r": ("safe", "safe", []),  # relu after batch norm: BN keeps its input
+        "ra": ("unsafe", "stale read", ["c2"]),  # conv c2 reads c1 afterwards
+        "s": ("unsafe", "saved for backward", ["ra"]),  # add into the relu's result
+        "sg": ("safe", "safe", []),  # sigmoid after an add
+        "sn": ("unsafe", "saved for backward", ["sg"]),  # sigmoid keeps its result
+        "m": ("safe", "safe", []),  # mul by w (requires grad): a clone
+        "e": ("unsafe", "leaf", []),  # exp of a leaf that requires grad
+        "loss": ("safe", "safe", []),
+    }
+    assert {n: (c["verdict"], c["kind"], c["involves"]) for n, c in got.items()} == want
+    assert got["ra"]["reason"].startswith("stale read: node c2 reads c1")
+    assert "node ra's ReluBackward0 keeps ra" in got["s"]["reason"]
+    assert "node sg's SigmoidBackward0" in got["sn"]["reason"]
+    assert "leaf that requires grad" in got["e"]["reason"]
+    # the clone is sn's bytes (2x4x8x8 float32), measured in the re-run; the others clone nothing
+    assert got["m"]["clone_bytes"] == 2 * 4 * 8 * 8 * 4
+    assert all(c["clone_bytes"] == 0 for n, c in got.items() if n != "m")
+    # every verdict was confirmed by its re-run: safe ones bitwise, unsafe ones failed or differed
+    assert all(c["proven"] for c in got.values())
+    assert mixed_train["switched"] == ["r", "sg", "m", "loss"]
+    assert mixed_train["proof"] == "bitwise"
+
+
+def test_mixed_step_combined_saving_is_the_measured_peak_of_the_switched_program(
+    mixed_train, tmp_path
+):
+    out = tmp_path / "advised.yaml"
+    from memprof.advise.write import write_advised
+
+    write_advised(str(MIXED), "train", mixed_train["switched"], str(out))
+    report = run_scenario(out)
+    peaks = {v["name"]: v["peak_allocated_bytes"] for v in report["variants"]}
+    assert peaks["train"] == mixed_train["peak_before"]
+    assert peaks["advised"] == mixed_train["peak_after"] < mixed_train["peak_before"]
+
+
+def test_without_backward_saved_verdicts_turn_safe_and_the_others_stay():
+    got = _by_node(advise(MIXED, variant="forward_only"))
+    assert {n: c["kind"] for n, c in got.items()} == {
+        "xr": "input",
+        "r": "safe",
+        "ra": "stale read",
+        "s": "safe",
+        "sg": "safe",
+        "sn": "safe",  # autograd still clones sg for sin_ (grad mode is on), measured
+        "m": "safe",
+        "e": "leaf",
+        "loss": "safe",
+    }
+    assert got["sn"]["clone_bytes"] == 2048 and got["sn"]["proven"]
+
+
+def test_relu_seed_out_of_place_advises_act_safe_saving_exactly_64_mib():
+    # on meta: the same bytes as cpu (exact allocator), proven by versions and stale reads
+    advice = advise(ROOT / "scenarios/relu.yaml", variant="out_of_place", device="meta")
+    (act,) = advice["candidates"]
+    assert (act["node"], act["verdict"], act["proven"]) == ("act", "safe", True)
+    assert act["saving_bytes"] == 64 * MiB
+    assert advice["peak_before"] - advice["peak_after"] == 64 * MiB
+    assert advice["proof"] == "versions"
+
+
+def test_multi_branch_out_of_place_advises_h_unsafe_because_y_reads_x1():
+    advice = advise(ROOT / "scenarios/multi_branch.yaml", variant="out_of_place")
+    (h,) = advice["candidates"]
+    assert (h["node"], h["verdict"], h["kind"], h["involves"]) == (
+        "h",
+        "unsafe",
+        "stale read",
+        ["y"],
+    )
+    assert "node y reads x1" in h["reason"]
+    assert h["proven"]  # the re-run in place changes y
+    assert advice["switched"] == [] and advice["peak_after"] == advice["peak_before"]
+
+
+@pytest.mark.parametrize(
+    "path, off, on",
+    [
+        (STAGE, "inplace_off", "torchvision"),
+        (ROOT / "scenarios/resnet_block.yaml", "out_of_place", "inplace"),
+    ],
+)
+def test_resnet_advice_recovers_torchvisions_inplace_choices(path, off, on):
+    """With inplace off, the advice switches exactly the nodes torchvision runs in place (every
+    ReLU, `out += identity`), and the combined saving is the measured difference of the variants."""
+    from memprof.scenario import load_scenario
+
+    advice = advise(path, variant=off)
+    loaded = load_scenario(path)
+    specs = {v.name: v.spec for v in loaded.variants}
+    from memprof.advise.analysis import candidate_op
+
+    chosen = [n.id for n in specs[off].program if candidate_op(specs[off], n) is not None]
+    torchvision = [n.id for n in specs[on].program if candidate_op(specs[on], n) is None]
+    inplace_in_on = [n for n in chosen if n in torchvision]
+    assert advice["switched"] == inplace_in_on == chosen
+    assert all(c["verdict"] == "safe" and c["proven"] for c in advice["candidates"])
+    peaks = {v["name"]: v["peak_allocated_bytes"] for v in run_scenario(path)["variants"]}
+    assert advice["peak_before"] == peaks[off]
+    assert advice["peak_after"] == peaks[on]
+    assert advice["peak_before"] - advice["peak_after"] == peaks[off] - peaks[on] > 0
+
+
+def test_advice_json_matches_the_shipped_schema(mixed_train):
+    schema = read_schema(ADVICE)
+    assert schema == generate()[ADVICE], "run `python -m memprof.schemas` to regenerate"
+    jsonschema.validate(json.loads(json.dumps(mixed_train)), schema)
+    # the issue's keys, in its order
+    assert list(mixed_train)[:5] == [
+        "scenario",
+        "variant",
+        "peak_before",
+        "peak_after",
+        "candidates",
+    ]
+    assert list(mixed_train["candidates"][0])[:8] == [
+        "node",
+        "op",
+        "verdict",
+        "reason",
+        "involves",
+        "clone_bytes",
+        "saving_bytes",
+        "reserved_saving_bytes",
+    ]
+
+
+def test_a_wrong_safe_verdict_is_refuted_by_the_re_run(monkeypatch):
+    """The proof does not trust the analysis: a candidate called safe whose in-place run changes
+    a later value is reported unsafe with what the re-run saw."""
+    import memprof.advise.analysis as analysis
+
+    real = analysis.verdicts
+
+    def all_safe(*args, **kwargs):
+        out = real(*args, **kwargs)
+        for v in out:
+            v.verdict, v.kind, v.reason, v.involves = "safe", "safe", "", []
+        return out
+
+    monkeypatch.setattr(analysis, "verdicts", all_safe)
+    (h,) = advise(ROOT / "scenarios/multi_branch.yaml", variant="out_of_place")["candidates"]
+    assert (h["verdict"], h["kind"], h["proven"]) == ("unsafe", "refuted by the re-run", True)
+    assert h["involves"] == ["y"]
+    assert "node y reads x1, which node h overwrote in place" in h["reason"]
+
+
+SHARED = """\
+# a ReLU module called twice: once safely, once before a reader
+name: shared-relu
+inputs:
+  x: {shape: [4, 8], init: randn}
+modules:
+  act: {type: ReLU}   # called by h1 and h2
+program:
+  - {id: a, op: mul, in: [x, x]}
+  - {id: h1, module: act, in: a}
+  - {id: b, op: mul, in: [h1, x]}
+  - {id: h2, module: act, in: b}
+  - {id: y, op: add, in: [b, h2]}
+"""
+
+
+def test_a_module_called_twice_switches_for_one_node_only(tmp_path):
+    path = tmp_path / "shared.yaml"
+    path.write_text(SHARED)
+    advice = advise(path)
+    got = _by_node(advice)
+    assert got["h1"]["verdict"] == "safe" and got["h1"]["proven"]
+    assert (got["h2"]["kind"], got["h2"]["involves"]) == ("stale read", ["y"])
+    out = tmp_path / "out.yaml"
+    from memprof.advise.write import advised_text
+
+    text = advised_text(str(path), "default", advice["switched"])
+    out.write_text(text)
+    assert "# called by h1 and h2" in text and "# a ReLU module called twice" in text
+    assert "act_h1: {type: ReLU, inplace: $advise_h1}" in text
+    report = run_scenario(out)
+    peaks = {v["name"]: v["peak_allocated_bytes"] for v in report["variants"]}
+    assert peaks == {"default": advice["peak_before"], "advised": advice["peak_after"]}
+
+
+def test_write_keeps_comments_and_adds_the_advised_variant(tmp_path):
+    out = tmp_path / "rb.yaml"
+    result = CliRunner().invoke(
+        app,
+        [
+            "advise",
+            str(ROOT / "scenarios/resnet_block.yaml"),
+            "--variant",
+            "out_of_place",
+            "--write",
+            str(out),
+            "--json",
+            str(tmp_path / "a.json"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    original = (ROOT / "scenarios/resnet_block.yaml").read_text()
+    for line in original.splitlines():  # nothing of the original is lost
+        assert line in text
+    assert "  advised: {inplace: true}" in text  # all three nodes use $inplace: reused
+    assert "Combined (r1, s, out in place)" in result.output
+    data = json.loads((tmp_path / "a.json").read_text())
+    assert data["switched"] == ["r1", "s", "out"]
+
+
+def test_budget_met_and_not_met(tmp_path):
+    runner = CliRunner()
+    path = str(ROOT / "scenarios/relu.yaml")
+    ok = runner.invoke(
+        app, ["advise", path, "--device", "meta", "--budget", "100 MiB", "--json", "-"]
+    )
+    assert ok.exit_code == 0, ok.output
+    data = json.loads(ok.stdout)
+    assert data["budget"]["met"] and data["budget"]["nodes"] == ["act"]
+    assert data["budget"]["peak"] == 64 * MiB
+    bad = runner.invoke(app, ["advise", path, "--device", "meta", "--budget", "32 MiB"])
+    assert bad.exit_code == 1
+    assert "in-place alone cannot" in bad.output
+
+
+def test_budget_picks_the_fewest_nodes():
+    advice = advise(STAGE, variant="inplace_off", device="meta", budget=215828 - 16384)
+    # the stem relu saves 16 KiB alone: it is enough, and picked first (largest saving)
+    assert advice["budget"]["met"] and advice["budget"]["nodes"] == ["stem_relu"]
+    assert advice["switched"] == ["stem_relu"]
+    assert advice["peak_after"] <= 215828 - 16384
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["scenarios/relu.yaml", "--budget", "lots"], "--budget: expected a size"),
+        (["scenarios/relu.yaml", "--variant", "inplce"], "did you mean 'inplace'"),
+        (["scenarios/relu.yaml", "--device", "tpu"], "--device: expected cpu"),
+        (["no/such.yaml"], "no such scenario file"),
+    ],
+)
+def test_bad_input_is_a_message_and_exit_2(args, message, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    result = CliRunner().invoke(app, ["advise", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_python_scenarios_are_refused_with_a_reason(tmp_path):
+    py = tmp_path / "s.py"
+    py.write_text("import memprof\n")
+    result = CliRunner().invoke(app, ["advise", str(py)])
+    assert result.exit_code == 2
+    assert "reads YAML scenarios" in result.output
+
+
+def test_write_refuses_a_matrix_scenario(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "name: m\ninputs:\n  x: {shape: [4], init: randn}\n"
+        "program:\n  - {id: h, op: relu, in: x, inplace: $ip}\nmatrix:\n  ip: [false]\n"
+    )
+    result = CliRunner().invoke(app, ["advise", str(path), "--write", str(tmp_path / "o.yaml")])
+    assert result.exit_code == 2
+    assert "matrix" in result.output
