@@ -584,27 +584,43 @@ class Var(Function):
         return y
 
     def backward(self, g):
+        """PyTorch's var_backward / std_backward, temporaries included (all charged):
+        std: grad_var = (g / (result * 2)).masked_fill_(result == 0, 0) (its two temporaries
+        freed before var's part); var: t = 2 / (N - correction) * grad; mean = x.mean(dims,
+        keepdim=True); diff = x - mean; grad_input = t * diff (diff and t freed after)."""
         saved = self.saved_tensors
         x = saved[0]
-        # var: 2 / (N - correction) * g * (x - mean); std: var's with g / (2 std)
-        gx = kernels.empty(self.in_shape, g._dtype, g._device)
-        if _live(g._device):
-            xp = kernels.xp_of(g)
+        dev, dt = g._device, g._dtype
+        live = _live(dev)
+        xp = kernels.xp_of(g) if live else None
+        kshape = reduced_shape(self.in_shape, self.dims, True) if self.dims else ()
+        if self.std:
+            y = saved[1]
+            twice = kernels.empty(y.shape, dt, dev)
+            grad_var = kernels.empty(g.shape, dt, dev)
+            zero = kernels.empty(y.shape, dtypes.bool_, dev)
+            if live:
+                xp.multiply(y._data, 2.0, out=twice._data)
+                xp.divide(g._data, twice._data, out=grad_var._data)
+                xp.equal(y._data, 0, out=zero._data)
+                grad_var._data[zero._data] = 0
+            del twice, zero
+            g = grad_var
+        dof = self.n - self.correction
+        t = kernels.empty(g.shape, dt, dev)
+        mean = kernels.empty(kshape if self.dims else (), dt, dev)
+        diff = kernels.empty(self.in_shape, dt, dev)
+        gx = kernels.empty(self.in_shape, dt, dev)
+        if live:
+            xp.multiply(g._data, 2.0 / dof if dof > 0 else np.nan, out=t._data)
             axes = self.dims if self.dims else None
-            mean = xp.mean(x._data, axis=axes, keepdims=True)
-            xp.subtract(x._data, mean, out=gx._data)
-            gk = g._data
+            xp.mean(x._data, axis=axes, keepdims=bool(self.dims), out=mean._data)
+            xp.subtract(x._data, mean._data, out=diff._data)
+            tk = t._data
             if not self.keepdim and self.dims:
-                gk = gk.reshape(reduced_shape(self.in_shape, self.dims, True))
-            scale = 2.0 / (self.n - self.correction)
-            if self.std:
-                y = saved[1]._data
-                if not self.keepdim and self.dims:
-                    y = y.reshape(reduced_shape(self.in_shape, self.dims, True))
-                xp.multiply(gx._data, gk / (2.0 * y), out=gx._data)
-            else:
-                xp.multiply(gx._data, gk, out=gx._data)
-            xp.multiply(gx._data, scale, out=gx._data)
+                tk = tk.reshape(kshape)
+            xp.multiply(tk, diff._data, out=gx._data)
+        del t, mean, diff
         return (gx,)
 
     def name(self):

@@ -266,3 +266,33 @@ def test_meta_backward_runs():
     )
     loss.backward()
     assert x.grad.shape == (64, 32) and x.grad.device.type == "meta"
+
+
+def _step(m, call, shape=(64, 32)):
+    x = m.tensor(_x(*shape).astype(np.float32), requires_grad=True)
+
+    def region():
+        y = call(m, x)
+        y.backward(m.ones(y.shape))
+
+    return region
+
+
+STEPS = {
+    "var_all": lambda m, x: x.var(),
+    "var_dim": lambda m, x: x.var(1),
+    "var_keepdim": lambda m, x: x.var(0, keepdim=True),
+    "std_all": lambda m, x: x.std(),
+    "std_dim": lambda m, x: x.std(1),
+    "std_keepdim": lambda m, x: x.std(0, keepdim=True),
+    "roll": lambda m, x: m.roll(x, 3, 1),
+    "flip": lambda m, x: x.flip(0),
+    "repeat": lambda m, x: x.repeat(2, 1),
+    "tril": lambda m, x: x.tril(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STEPS))
+def test_step_memory_matches_torch_profiler(torch, name):
+    """Forward and backward, temporaries included (var/std backward's x - mean and its product)."""
+    assert engine_peak(_step(engine, STEPS[name])) == torch_peak(_step(torch, STEPS[name]))
