@@ -13,6 +13,7 @@ True
 import warnings as _warnings
 
 from engine import dtypes as _dtypes
+from engine.amp import autocast
 from engine.autograd import (
     enable_grad,
     inference_mode,
@@ -74,7 +75,7 @@ globals().update(_ops)
 globals()["bool"] = bool_
 dtype = _dtypes.dtype
 
-from engine import allocator, autograd, memory  # noqa: E402
+from engine import allocator, amp, autograd, memory  # noqa: E402
 
 
 def __getattr__(name):
@@ -93,8 +94,10 @@ __all__ = [  # the names above, plus every op of the table (engine.ops._ns)
     "OutOfMemoryError",
     "Tensor",
     "allocator",
+    "amp",
     "arange",
     "as_tensor",
+    "autocast",
     "autograd",
     "bfloat16",
     "bool",

@@ -17,10 +17,12 @@ import weakref
 
 from engine.allocator import tracked as _tracked
 from engine.allocator.tracked import set_op
+from engine.amp import autocast_mode as _autocast
 from engine.autograd.grad_mode import STATE
 from engine.tensor import Tensor
 
 _sequence = itertools.count()
+_AUTOCAST = _autocast.STATE
 _MAX_SEQ = 1 << 62
 _new = object.__new__
 
@@ -213,6 +215,8 @@ class Function:
     # --- recording a call ----------------------------------------------------------------------
     @classmethod
     def apply(cls, *args, out: Tensor | None = None, op: str | None = None, **attrs):
+        if _AUTOCAST.active:  # inside engine.autocast: the op's casting policy
+            args = _autocast.for_primitive(cls, args) or args
         node = _new(cls)
         if out is not None:
             check_inplace(out)

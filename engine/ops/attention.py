@@ -401,6 +401,17 @@ def scaled_dot_product_attention(
     non-zero (as in PyTorch: pass 0.0 in eval). Memory follows the backend chosen by
     `engine.nn.attention.sdpa_kernel` (MATH by default; see this module's docstring).
     """
+    from engine.amp import autocast_mode
+
+    if autocast_mode.STATE.active and not autocast_mode.STATE.suspended:
+        # in autocast's lower-precision list: cast once here, run the internals as they are
+        query, key, value, attn_mask = autocast_mode.cast_inputs(
+            "scaled_dot_product_attention", (query, key, value, attn_mask)
+        )
+        with autocast_mode.suspended():
+            return scaled_dot_product_attention(
+                query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+            )
     _check_qkv(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     if _backend() == MATH:
         return attention_math(query, key, value, attn_mask, dropout_p, is_causal, scale)[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine import dtypes, kernels
+from engine.amp import autocast_mode as _autocast
 from engine.allocator import tracked as _tracked
 from engine.autograd.function import Function, check_inplace
 from engine.autograd.grad_mode import STATE
@@ -29,6 +30,7 @@ from engine.ops.common import (
 from engine.tensor import Tensor
 
 _new = object.__new__
+_AUTOCAST = _autocast.STATE
 
 
 # --------------------------------------------------------------------------------------------
@@ -45,6 +47,10 @@ class Unary(Function):
     def apply(cls, x, out=None, op=None, **attrs):
         # Function.apply with the operand spelled out, step for step: packing and unpacking
         # its generic *args/**attrs costs a noticeable part of a small op.
+        if _AUTOCAST.active:
+            cast = _autocast.for_primitive(cls, (x,))
+            if cast is not None:
+                (x,) = cast
         if out is not None:
             check_inplace(out)
         if STATE.enabled and cls.differentiable and isinstance(x, Tensor) and x.requires_grad:
@@ -450,6 +456,10 @@ class Binary(Function):
     @classmethod
     def apply(cls, a, b, out=None, op=None, **attrs):
         # Function.apply with the operands spelled out, as Unary.apply.
+        if _AUTOCAST.active:
+            cast = _autocast.for_primitive(cls, (a, b))
+            if cast is not None:
+                a, b = cast
         if out is not None:
             check_inplace(out)
         if (
