@@ -209,7 +209,7 @@ def test_forward_memory_matches_torch_profiler(torch, name, inplace):
     assert got == (0 if inplace and free else N * 4)  # the result, or the clone, or nothing
 
 
-@pytest.mark.parametrize("name", ["silu", "leaky_relu", "elu", "relu6", "threshold"])
+@pytest.mark.parametrize("name", sorted(ACTS))
 @pytest.mark.parametrize("inplace", [False, True])
 def test_backward_memory_matches_torch_profiler(torch, name, inplace):
     want = torch_peak(_step_program(torch, name, inplace))

@@ -13,7 +13,7 @@ import pytest
 
 import engine
 from tests.engine.test_autograd import gradcheck
-from tests.engine.test_memory_vs_torch import engine_peak, torch_peak
+from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
 
 
 def _x(*shape, seed=0):
@@ -271,3 +271,22 @@ def test_baddbmm_on_meta():
     assert z is x and engine.memory.memory_allocated("meta") - before == 16 * 512 * 512 * 4
     (y.sum() + z.sum()).backward()
     assert a.grad.shape == a.shape and b.grad.shape == b.shape
+
+
+def _baddbmm_step(m):
+    rng = np.random.default_rng(0)
+    x = m.tensor(rng.standard_normal((4, 32, 16)).astype(np.float32), requires_grad=True)
+    a = m.tensor(rng.standard_normal((4, 32, 8)).astype(np.float32), requires_grad=True)
+    b = m.tensor(rng.standard_normal((4, 8, 16)).astype(np.float32), requires_grad=True)
+
+    def region():
+        y = m.baddbmm(x, a, b, alpha=0.5, beta=2.0)
+        y.backward(m.ones(y.shape))
+
+    return region
+
+
+def test_baddbmm_step_memory_matches_torch_profiler(torch):
+    """Within the bytes torch spends wrapping the Python scalars alpha and beta."""
+    got, want = engine_peak(_baddbmm_step(engine)), torch_peak(_baddbmm_step(torch))
+    assert 0 <= want - got <= SCALAR_SLACK
