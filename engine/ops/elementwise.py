@@ -1,6 +1,6 @@
 """Elementwise primitives, forward and backward side by side.
 
-What backward keeps decides what in-place costs (see ../shared/reference/inplace-autograd.md):
+What backward keeps decides what in-place costs (as in PyTorch's autograd):
 ops that keep their *result* (relu, sigmoid, tanh, exp, sqrt) are free in place; ops that keep
 their *input* (sin, cos, log, abs, pow, clamp, mul/div by a tensor that requires grad) make
 Function.apply clone the input before an in-place kernel overwrites it.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from engine import dtypes, kernels
-from engine.amp import autocast_mode as _autocast
 from engine.allocator import tracked as _tracked
 from engine.autograd.function import Function, check_inplace
 from engine.autograd.grad_mode import STATE
@@ -30,7 +29,6 @@ from engine.ops.common import (
 from engine.tensor import Tensor
 
 _new = object.__new__
-_AUTOCAST = _autocast.STATE
 
 
 # --------------------------------------------------------------------------------------------
@@ -47,10 +45,6 @@ class Unary(Function):
     def apply(cls, x, out=None, op=None, **attrs):
         # Function.apply with the operand spelled out, step for step: packing and unpacking
         # its generic *args/**attrs costs a noticeable part of a small op.
-        if _AUTOCAST.active:
-            cast = _autocast.for_primitive(cls, (x,))
-            if cast is not None:
-                (x,) = cast
         if out is not None:
             check_inplace(out)
         if STATE.enabled and cls.differentiable and isinstance(x, Tensor) and x.requires_grad:
@@ -456,10 +450,6 @@ class Binary(Function):
     @classmethod
     def apply(cls, a, b, out=None, op=None, **attrs):
         # Function.apply with the operands spelled out, as Unary.apply.
-        if _AUTOCAST.active:
-            cast = _autocast.for_primitive(cls, (a, b))
-            if cast is not None:
-                a, b = cast
         if out is not None:
             check_inplace(out)
         if (

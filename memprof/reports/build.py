@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from memprof import __version__
+from memprof.reports.types import Comparison, Report, Variant
 from memprof.units import format_bytes
 
 SCHEMA_VERSION = 1
@@ -341,8 +342,8 @@ def evaluate(
 
 
 def comparison(
-    variants: list[dict[str, Any]], baseline: str | None, inplace: Iterable[str] = ()
-) -> dict[str, Any]:
+    variants: list[Variant], baseline: str | None, inplace: Iterable[str] = ()
+) -> Comparison:
     """Peak allocated of each variant against its reference (memprof.reports.saving): the
     variant differing from it only in the in-place parameters `inplace`, else the baseline.
     Delta, ratio and saving % are None-free only when both finished (status ok)."""
@@ -400,7 +401,7 @@ def failed_unexpectedly(variant: dict[str, Any]) -> bool:
     return (variant.get("status") or "ok") != "ok" and not expects_failure(variant)
 
 
-def overall_status(variants: list[dict[str, Any]]) -> str:
+def overall_status(variants: list[Variant]) -> str:
     """failed: a variant errored without expecting to; expectation_failed: a check failed."""
     if any(failed_unexpectedly(v) for v in variants):
         return "failed"
@@ -478,11 +479,11 @@ class ScenarioInfo:
 def assemble(
     scenario: ScenarioInfo,
     env: dict[str, Any],
-    variants: list[dict[str, Any]],
+    variants: list[Variant],
     baseline: str | None,
     *,
     created: _dt.datetime | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """The whole report (schema_version 1)."""
     created = created or _dt.datetime.now(_dt.timezone.utc)
     comp = comparison(variants, baseline, scenario.inplace_params)

@@ -16,7 +16,8 @@ import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from memprof.reports.types import Report
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class RecordedRun:
 
 def record_run(
     runs_dir: str | os.PathLike,
-    report: Mapping[str, Any],
+    report: Report,
     *,
     source: str,
     passed: Mapping[str, bool] | None = None,

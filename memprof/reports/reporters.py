@@ -18,9 +18,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-Report = dict[str, Any]
+from memprof.reports.types import Report
 
 
 @dataclass(frozen=True)

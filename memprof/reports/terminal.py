@@ -12,6 +12,7 @@ from rich.table import Table
 
 from memprof.reports.build import failed_unexpectedly
 from memprof.reports.saving import compared_with, row_saving_text
+from memprof.reports.types import Report
 from memprof.units import format_bytes, format_seconds
 
 _STATUS_STYLE = {
@@ -70,7 +71,7 @@ def freed_by_inplace(variant: dict[str, Any], reference: dict[str, Any] | None) 
     return [e for e in reference["peak"]["live"] if e.get("tensor") and e.get("tensor") not in ours]
 
 
-def render(report: dict[str, Any], console: Console, *, top: int | None = 5) -> None:
+def render(report: Report, console: Console, *, top: int | None = 5) -> None:
     """The summary of one report: a table of variants, then for each variant what in place
     freed and what was live at its peak (one tensor per line; `top` lines, None for all), its
     in-place calls and error; then warnings and failed expectations, each naming its variant."""
@@ -236,7 +237,7 @@ def render_compare(
     console.print(table)
 
 
-def render_failures(report: dict[str, Any], console: Console) -> None:
+def render_failures(report: Report, console: Console) -> None:
     """Only what went wrong (for --quiet)."""
     name = report["scenario"]["name"]
     for v in report["variants"]:

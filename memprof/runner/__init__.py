@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memprof.reports.types import Report
 
 # The engine's allocators are process-wide: runs in one process take turns (the dashboard may
 # start runs from several threads).
@@ -24,7 +27,7 @@ def run_scenario(
     device: str | None = None,
     allocator: str | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """Check the scenario, run each variant from a fresh engine state, and return the report.
 
     progress: called with progress events (see `progress_fraction`). The runner saves nothing:
@@ -37,7 +40,7 @@ def run_scenario(
     return run_loaded(loaded, progress=progress)
 
 
-def run_loaded(loaded, *, progress=None) -> dict[str, Any]:
+def run_loaded(loaded, *, progress=None) -> Report:
     """run_scenario for an already loaded and checked scenario."""
     if getattr(loaded, "run", None) is not None:  # a Python scenario file (scenario/python_file)
         with _RUN_LOCK:

@@ -10,14 +10,18 @@ from contextlib import contextmanager
 from typing import Any
 
 from memprof.reports.build import evaluate, peak, timeline
+from memprof.reports.types import Variant
 from memprof.scenario.build import (
     Bindings,
     ProgramHooks,
+    bound_names,
     build_module,
+    forward_options,
     make_input,
     make_optimizer,
     named_parameters,
     resolve_device,
+    results,
     run_forward,
     storage_key,
 )
@@ -92,6 +96,7 @@ class _Run(ProgramHooks):
         with self.rec.phase("setup", None):
             self._make_inputs_and_modules()
         self.baseline_bytes = self.alloc.model.allocated_bytes
+        self.levers = forward_options(self.spec, self.device)  # checkpoint:, autocast:
 
     def _make_inputs_and_modules(self) -> None:
         spec, engine, rec = self.spec, self.engine, self.rec
@@ -136,7 +141,7 @@ class _Run(ProgramHooks):
         for i, phase in enumerate(self.spec.phases):
             if phase == "forward":
                 with self.rec.phase("forward", k):
-                    run_forward(self.spec.program, self.bindings, self.modules, self)
+                    run_forward(self.spec.program, self.bindings, self.modules, self, self.levers)
                 self.current_node = None
             elif hasattr(phase, "backward"):
                 with self.rec.phase("backward", k):
@@ -151,7 +156,7 @@ class _Run(ProgramHooks):
             with self.rec.step(
                 "<release>", "release", "release", k, context_op="release", row=False
             ):
-                self.bindings.drop([n.out_name for n in self.spec.program])
+                self.bindings.drop(bound_names(self.spec.program))
 
     # --- the interpreter's hooks (the forward program) -------------------------------------------
     def stale(self, index, node, stale) -> None:
@@ -172,9 +177,10 @@ class _Run(ProgramHooks):
 
     def done(self, index, node, tensors, out, wrote) -> None:
         rec, step = self.rec, self._step
-        sid = storage_key(out)
-        if rec.allocated_since(sid, step.first):  # the node's own result: an activation, by name
-            rec.name_storage(sid, node.out_name, category="activation")
+        for name, value in results(node, out):
+            sid = storage_key(value)
+            if rec.allocated_since(sid, step.first):  # the node's own result: an activation
+                rec.name_storage(sid, name, category="activation")
         records = step.records
         clone = sum(r.bytes for r in records if r.action == "alloc" and r.clone_of)
         step.inplace = wrote or bool(getattr(node, "inplace", False))
@@ -317,7 +323,7 @@ class _Run(ProgramHooks):
         return out
 
 
-def run_variant(variant, *, on_iteration=None, on_node=None) -> dict[str, Any]:
+def run_variant(variant, *, on_iteration=None, on_node=None) -> Variant:
     """Run one variant and return its report entry (docs/report-format.md, `variants[i]`).
 
     A failure (an exception from the engine, out of memory, a strict stale read) ends the run:
@@ -396,7 +402,7 @@ def _serialisable(value: Any) -> Any:
     return plain(value)
 
 
-def _measure(run: _Run, on_iteration) -> dict[str, Any]:
+def _measure(run: _Run, on_iteration) -> Variant:
     from engine.errors import OutOfMemoryError
 
     spec, variant = run.spec, run.variant
@@ -416,7 +422,7 @@ def _measure(run: _Run, on_iteration) -> dict[str, Any]:
     run.finish()
     model = run.alloc.model
     records = run.rec.records
-    entry: dict[str, Any] = {
+    entry: Variant = {
         "name": variant.name,
         "params": variant.params,
         "status": status,

@@ -162,7 +162,7 @@ def storage_key(t) -> int:
 
 class Bindings:
     """The program's names: what each is bound to, the storage version at binding, and which node
-    wrote each storage in place since. Seed 003: `h = relu_(x1)` then `conv2(x1)` reads h's values.
+    wrote each storage in place since: after `h = relu_(x1)`, `conv2(x1)` reads h's values.
     """
 
     def __init__(self):

@@ -32,6 +32,8 @@ NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 MAX_SEED = 2**64 - 1
 MAX_ITERATIONS = 10_000
 VARIANT_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.,=+-]*$"
+SCENARIO_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+OBSERVED_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.grad)?$"
 PARAM_REF_RE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 SIZE_PATTERN = r"^\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*([kKmMgGtT]([iI]?[bB])?|[bB])?\s*$"
 CHECK_PATTERN = (
@@ -339,7 +341,7 @@ class Expectation(Strict):
     error: ErrorExpectation | None = None
     values: (
         dict[
-            Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.grad)?$")],
+            Annotated[str, Field(pattern=OBSERVED_PATTERN)],
             Annotated[float, Field(allow_inf_nan=False)],
         ]
         | None
@@ -361,7 +363,7 @@ ParamValue = Any
 class Scenario(Strict):
     """A memprof scenario: a tensor program, the variants to run it in, and what to expect."""
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")]
+    name: Annotated[str, Field(pattern=SCENARIO_NAME_PATTERN)]
     description: str = ""
     device: Literal["cpu", "cuda", "meta", "auto"] = "cpu"
     dtype: Literal[DTYPES] = "float32"

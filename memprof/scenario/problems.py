@@ -7,10 +7,18 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from memprof.scenario import model as m
-from memprof.scenario.catalog import MODULES, OPS, OPTIMIZERS, suggest
+from memprof.scenario.catalog import MODULES, OPS, OPTIMIZERS, nearest, suggest
 from memprof.scenario.loader import Document, Problem
 
 _MISSING = object()
+
+# What each name pattern of the model allows, in words (the schema's own rule, stated once).
+PATTERN_RULES = {
+    m.NAME_PATTERN: "a name of letters, digits and _ (not starting with a digit)",
+    m.SCENARIO_NAME_PATTERN: "a name of letters, digits, _, - and . (not starting with - or .)",
+    m.VARIANT_NAME_PATTERN: "a variant name of letters, digits and _ . , = + -",
+    m.OBSERVED_PATTERN: "a tensor name, or NAME.grad",
+}
 
 
 def found(value: Any) -> str:
@@ -154,7 +162,16 @@ def _one(doc: Document, data: Any, err: dict) -> Problem:
                 return doc.problem(
                     path, "expected either `op` or `module` in a node, found both", key=True
                 )
-            if path[0] == "program" and len(path) == 2 and key == "inplace":
+            if path[0] == "program" and len(path) == 3 and key == "inplace":
+                op = _get(data, path[:2] + ("op",))
+                if isinstance(op, str) and op in OPS:
+                    forms = nearest(op, [n for n, o in OPS.items() if o.inplace])
+                    alt = f" (ops with one near it: {', '.join(forms)})" if forms else ""
+                    return doc.problem(
+                        path,
+                        f"{op} has no in-place form{alt}; remove `inplace: true`",
+                        key=True,
+                    )
                 return doc.problem(
                     path,
                     "expected `inplace` only on ops with an in-place form "
@@ -172,13 +189,16 @@ def _one(doc: Document, data: Any, err: dict) -> Problem:
         tag = ctx.get("tag", value)
         if path[:1] == ("program",):
             op = _get(data, path + ("op",))
-            hint = suggest(op, OPS) or " (`memprof schema` lists them)"
+            close = nearest(op, OPS)
+            hint = f"; nearest: {', '.join(close)}" if close else " (`memprof schema` lists them)"
             return doc.problem(path + ("op",), f"expected a known op{hint}, found {found(op)}")
-        if path[:1] == ("modules",):
+        if path[:1] == ("modules",) or len(path) > 2 and path[0] == "modules":
+            close = nearest(tag, MODULES)
+            hint = f"; nearest: {', '.join(close)}" if close else ""
             return doc.problem(
                 path + ("type",),
-                f"expected a module type such as Linear, Conv2d or "
-                f"ReLU{suggest(tag, MODULES)}, found {found(tag)}",
+                f"expected a module type of engine.nn such as Linear, LayerNorm or "
+                f"MultiheadAttention{hint}, found {found(tag)}",
             )
         if path[:1] == ("phases",) and len(path) == 3:
             return doc.problem(
@@ -210,11 +230,8 @@ def _one(doc: Document, data: Any, err: dict) -> Problem:
     if kind == "literal_error":
         return doc.problem(path, f"expected {ctx.get('expected')}, found {found(value)}")
     if kind == "string_pattern_mismatch":
-        return doc.problem(
-            path,
-            "expected a name of letters, digits and _ (not starting with a digit), "
-            f"found {found(value)}",
-        )
+        rule = PATTERN_RULES.get(ctx.get("pattern"), PATTERN_RULES[m.NAME_PATTERN])
+        return doc.problem(path, f"expected {rule}, found {found(value)}")
     if kind == "value_error":
         msg = str(ctx.get("error", err["msg"]))
         if msg.startswith("expected"):

@@ -3,7 +3,7 @@ against torch's CPU profiler, the cuda half on a GPU (skipped cleanly without Cu
 and the suite importable with numpy alone.
 
 The hand-computed figures apply PyTorch's CUDA caching allocator rules
-(c10/cuda/CUDACachingAllocator.cpp; /work/shared/reference/caching-allocator.md) to each
+(c10/cuda/CUDACachingAllocator.cpp) to each
 program's requests: a request rounds up to 512 bytes; rounded sizes <= 1 MiB come from the small
 pool in 2 MiB segments, larger ones from the large pool in 20 MiB segments when < 10 MiB, else in
 a segment of the size rounded up to 2 MiB; a free block is split when the remainder is >= 512

@@ -104,8 +104,11 @@ def test_allocations_freed_within_a_node_are_temporaries(tmp_path):
         name: t
         inputs:
           x: {shape: [256, 256]}
+          y: {shape: [256, 256]}
+        modules:
+          loss: {type: MSELoss}
         program:
-          - {id: s, op: softmax, in: x, args: {dim: 1}}
+          - {id: s, module: loss, in: [x, y]}
         """,
             )
         )
