@@ -30,7 +30,7 @@ from memprof import __version__
 from memprof.reports.html import TEMPLATES_DIR, plotly_js_path, template_environment
 from web.cache import RunCache, UnreadableReport
 from web.jobs import JobManager
-from web.routers import history, jobs, pages, runs, scenarios, timeline
+from web.routers import advice, history, jobs, pages, runs, scenarios, timeline
 from web.scenario_files import ScenarioFolder
 
 HERE = Path(__file__).parent
@@ -86,7 +86,7 @@ def create_app(
     )
     app.state.templates = Jinja2Templates(env=template_environment([HERE / "templates"]))
 
-    for module in (runs, timeline, history, jobs, scenarios, pages):
+    for module in (runs, advice, timeline, history, jobs, scenarios, pages):
         app.include_router(module.router)
     _add_assets(app)
 

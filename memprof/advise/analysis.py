@@ -144,16 +144,20 @@ class AdviceRun(_Run):
 
     def done(self, index, node, tensors, out, wrote) -> None:
         super().done(index, node, tensors, out, wrote)
-        if self.k == 0:
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        outs = [o for o in outs if o is not None]
+        if self.k == 0 and outs:
             facts = self.facts[node.id]
-            facts.out_shape = tuple(out.shape)
-            facts.out_dtype = str(out.dtype).replace("engine.", "")
-            for fn in self._new_grad_fns(out.grad_fn):
-                for saved in getattr(fn, "saved", None) or ():
-                    storage = getattr(saved, "storage", None)
-                    if storage is not None:
-                        facts.saves.append((_storage_id(storage), saved.version, fn.name()))
-        self.values[("node", self.k, node.id)] = _snapshot(out)
+            facts.out_shape = tuple(outs[0].shape)
+            facts.out_dtype = str(outs[0].dtype).replace("engine.", "")
+            for o in outs:
+                for fn in self._new_grad_fns(o.grad_fn):
+                    for saved in getattr(fn, "saved", None) or ():
+                        storage = getattr(saved, "storage", None)
+                        if storage is not None:
+                            facts.saves.append((_storage_id(storage), saved.version, fn.name()))
+        for i, o in enumerate(outs):
+            self.values[("node", self.k, node.id if i == 0 else f"{node.id}[{i}]")] = _snapshot(o)
 
     def _new_grad_fns(self, fn) -> list:
         """The autograd nodes reachable from `fn` that no earlier program node made."""
