@@ -2,7 +2,8 @@
 
 einsum is a composite, as PyTorch's is (aten/src/ATen/native/Linear.cpp): operands are
 contracted left to right, each pair by summing the dims only one side has, permuting both to
-(batch, kept, contracted) / (batch, contracted, kept), reshaping to 3-D and one bmm, then
+(batch, kept, contracted) / (batch, contracted, kept), reshaping to 3-D and one bmm (a broadcast
+multiply when nothing is contracted, as torch's sumproduct_pair), then
 viewing and permuting the product back to the output's order (the result may be a
 non-contiguous view, as torch's is). Its autograd is that of those ops, so it needs no
 backward of its own; a reshape that cannot be a view copies (charged), as in torch.
@@ -128,6 +129,10 @@ def _pair(a: Tensor, sa: str, b: Tensor, sb: str, keep_after: set, size: dict):
         a = a.expand(*full_a)
     if b.shape != full_b:
         b = b.expand(*full_b)
+    if not contracted:  # nothing summed: a broadcast multiply, as torch's sumproduct_pair
+        a = a.reshape(*full_a, *([1] * len(right)))
+        b = b.reshape(*[size[c] for c in batch], *([1] * len(left)), *[size[c] for c in right])
+        return a * b, "".join(batch + left + right)
     nb = math.prod(size[c] for c in batch)
     m = math.prod(size[c] for c in left)
     k = math.prod(size[c] for c in contracted)

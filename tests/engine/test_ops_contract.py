@@ -290,3 +290,34 @@ def test_baddbmm_step_memory_matches_torch_profiler(torch):
     """Within the bytes torch spends wrapping the Python scalars alpha and beta."""
     got, want = engine_peak(_baddbmm_step(engine)), torch_peak(_baddbmm_step(torch))
     assert 0 <= want - got <= SCALAR_SLACK
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mlp_linear",
+        "mlp_ellipsis",
+        "transpose",
+        "sum_dims",
+        "dot_all",
+        "three_operands",
+        "summed_only_one_side",
+    ],
+)
+def test_einsum_step_memory_matches_torch_profiler(torch, name):
+    eq, shapes = EINSUM[name]
+
+    def program(m):
+        rng = np.random.default_rng(0)
+        ts = [
+            m.tensor(rng.standard_normal([n * 4 for n in s]).astype(np.float32), requires_grad=True)
+            for s in shapes
+        ]
+
+        def region():
+            y = m.einsum(eq, *ts)
+            y.backward(m.ones(y.shape))
+
+        return region
+
+    assert engine_peak(program(engine)) == torch_peak(program(torch))
