@@ -5,7 +5,10 @@ are avoided where possible; where a kernel needs scratch space it says so:
 - bounded scratch (at most SCRATCH_ELEMS elements per block, see `blocked`) is not charged:
   `axpy`, `erf_into`. PyTorch's fused kernels keep the same values in registers; charging
   them would misstate the program.
-- anything larger is allocated with `empty()` and therefore charged (it shows as a temporary).
+- anything larger is allocated with `empty()` and therefore charged (it shows as a temporary),
+  unless PyTorch's kernel does not allocate it or it is device-specific workspace (softmax's
+  per-row max and sum, a convolution's columns): that is a `Scratch`, reported apart from
+  memory_allocated (engine.memory.memory_scratch) so the allocated figures stay PyTorch's.
 
 Speed: work of PARALLEL_MIN_ELEMS elements or more is split across `get_num_threads()` threads
 (numpy releases the GIL in ufuncs), in CHUNKS_PER_THREAD chunks per thread so that a thread

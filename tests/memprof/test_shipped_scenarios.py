@@ -26,20 +26,21 @@ EXPECTED = {
         "leaf": (48, 48, 48, 48),
     },
     "multi_branch.yaml": {
-        "inplace": (1696, 1696, 400, 400),
-        "out_of_place": (1792, 1792, 400, 400),  # + h, 96 bytes
+        # (convolution workspace is scratch, reported apart since issue 9)
+        "inplace": (592, 592, 400, 400),
+        "out_of_place": (688, 688, 400, 400),  # + h, 96 bytes
     },
     "alexnet_stem.yaml": {
-        "inplace": (13898800, 13898800, 2501632, 2594816),
-        "out_of_place": (16996400, 16996400, 2501632, 2594816),  # + one 4x64x55x55 activation
+        "inplace": (8790020, 8790020, 2501632, 2594816),
+        "out_of_place": (11887620, 11887620, 2501632, 2594816),  # + one 4x64x55x55 activation
     },
     "mlp_train.yaml": {
         "sgd": (25387008, 25387008, 8462336, 16859136),
         "adam": (42143760, 42143760, 8462336, 25255952),
     },
     "resnet_block.yaml": {
-        "inplace": (1618964, 1618964, 150032, 168720),
-        "out_of_place": (2012180, 2012180, 150032, 168720),  # + r1, s, out: 3 x 131072
+        "inplace": (946068, 946068, 150032, 168720),
+        "out_of_place": (1339284, 1339284, 150032, 168720),  # + r1, s, out: 3 x 131072
     },
     "activation_inplace.yaml": {  # x (16 MiB) + pre + the result, or a clone when in place pays
         **{

@@ -14,9 +14,9 @@ the one torch's profiler shows for the same program:
   then viewed as 0-d, so the loss scalar holds input-sized memory until it dies.
 - dropout keeps its scaled mask (`noise`); in place it costs no clone of the input.
 - conv2d keeps only input and weight (like torch) and rebuilds its im2col columns in backward.
-  Columns are built one sample at a time in a charged buffer (a temporary of one sample's
-  columns, reused across the batch), so a convolution's workspace is visible and bounded.
-Scratch that is not charged is bounded by kernels.SCRATCH_ELEMS elements (see kernels.py).
+  Columns are built one sample at a time in a buffer reused across the batch: the convolution's
+  workspace, device-specific, so reported apart as scratch (kernels.Scratch), not charged.
+Other scratch that is not charged is bounded by kernels.SCRATCH_ELEMS elements (see kernels.py).
 """
 
 from __future__ import annotations

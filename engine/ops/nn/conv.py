@@ -17,15 +17,17 @@ class _Stage:
     """One sample [C, H, W], zero-padded and split by the horizontal stride: [C, Hp, sw, Wq].
 
     Padded column q*sw + r lives at [..., r, q], so the windows of one kernel column read
-    contiguous runs of OW values (a strided gather is about twice as slow). The buffer is charged
-    and reused for every sample; padding stays zero because loads only write input positions.
+    contiguous runs of OW values (a strided gather is about twice as slow). The buffer is scratch
+    reused for every sample; padding stays zero because loads only write input positions.
     """
 
     def __init__(self, geom, dtype, dev):
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = geom
         self.geom = geom
         hp, wp = h + pt + pb, w + pl + pr
-        self.t = kernels.zeros((c, hp, sw, -(-wp // sw)), dtype, dev)
+        self.t = kernels.Scratch((c, hp, sw, -(-wp // sw)), dtype, dev)
+        if self.t.data is not None:
+            self.t.data.fill(0)
         # input columns f0::sw land at residue r from column q0 on
         self.runs = []
         for r in range(sw):
@@ -35,20 +37,20 @@ class _Stage:
 
     def load(self, sample) -> None:
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
-        buf = self.t._data
+        buf = self.t.data
         for r, q0, f0, count in self.runs:
             buf[:, pt : pt + h, r, q0 : q0 + count] = sample[:, :, f0::sw]
 
     def unload(self, out) -> None:
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
-        buf = self.t._data
+        buf = self.t.data
         for r, q0, f0, count in self.runs:
             out[:, :, f0::sw] = buf[:, pt : pt + h, r, q0 : q0 + count]
 
     def windows(self, as_strided, j: int, i: int | None = None):
         """Kernel column j's windows [C, kh, OH, OW] (or kernel offset (i, j)'s [C, OH, OW])."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
-        buf = self.t._data
+        buf = self.t.data
         s0, s1, _, s3 = buf.strides
         base = buf[:, i * dh if i is not None else 0 :, (j * dw) % sw, (j * dw) // sw :]
         if i is not None:
@@ -61,9 +63,11 @@ class Conv2d(Function):
 
     A sample's columns are [C, kh, kw, OH, OW] = [groups, C/g*kh*kw, OH*OW], so the matmul with
     W [groups, O/g, C/g*kh*kw] writes that sample's NCHW output directly. The columns (and the
-    zero-padded sample they are cut from) are charged buffers reused across the batch: they
-    show as temporaries of one sample's size. Backward keeps only input and weight and rebuilds
-    the columns; col2im adds strided slices per kernel offset.
+    zero-padded sample they are cut from) are buffers reused across the batch. They are the
+    kernel's workspace, which is device-specific (oneDNN, cuDNN and slow_conv2d each need their
+    own), so they are `kernels.Scratch`: reported apart (engine.memory.memory_scratch), not
+    charged to memory_allocated. Backward keeps only input and weight and rebuilds the columns;
+    col2im adds strided slices per kernel offset.
     """
 
     def to_save(self, tensors):
@@ -133,7 +137,7 @@ class Conv2d(Function):
     def _columns(self, x: Tensor):
         """Yield (b, columns of sample b as [groups, C/g*kh*kw, OH*OW]) for every sample.
 
-        The buffers are allocated (charged) once and freed when the iteration ends; a 1x1
+        The buffers (scratch) are taken once and given back when the iteration ends; a 1x1
         convolution reads the input itself. On meta only the allocations happen.
         """
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
@@ -144,7 +148,7 @@ class Conv2d(Function):
                 for b in range(n):
                     yield b, x._data[b].reshape(groups, ckk, length)
             return
-        cols = kernels.empty((c, kh, kw, oh, ow), x._dtype, x._device)
+        cols = kernels.Scratch((c, kh, kw, oh, ow), x._dtype, x._device)
         stage = _Stage(self.geom, x._dtype, x._device)
         if not live:
             return
@@ -153,12 +157,12 @@ class Conv2d(Function):
         # the stage never moves, so each kernel column's (source, destination) pair is made once.
         # The copies stay on this thread: a pool thread would compete with OpenBLAS's workers,
         # which keep spinning on the other core for a while after every matmul.
-        pairs = [(stage.windows(as_strided, j), cols._data[:, :, j]) for j in range(kw)]
+        pairs = [(stage.windows(as_strided, j), cols.data[:, :, j]) for j in range(kw)]
         for b in range(n):
             stage.load(x._data[b])
             for src, dst in pairs:
                 xp.copyto(dst, src)
-            yield b, cols._data.reshape(groups, ckk, length)
+            yield b, cols.data.reshape(groups, ckk, length)
 
     def backward(self, g):
         saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
@@ -174,16 +178,16 @@ class Conv2d(Function):
             gx = self._grad_input(saved[1], g4, dt, dev)
         if needs[1]:
             # grad_W = sum over samples of g[b] @ cols[b].T, computed transposed (cols @ g.T):
-            # BLAS is about 3x faster on that shape. One weight-sized charged buffer.
+            # BLAS is about 3x faster on that shape. One weight-sized scratch buffer.
             gw = kernels.empty(self.w_shape, dt, dev)
             acc = gw._data.reshape(groups, og, ckk) if live else None
-            part = kernels.empty((groups, ckk, og), dt, dev)
+            part = kernels.Scratch((groups, ckk, og), dt, dev)
             for b, cols in self._columns(saved[0]):
-                xp.matmul(cols, g4[b].transpose(0, 2, 1), out=part._data)
+                xp.matmul(cols, g4[b].transpose(0, 2, 1), out=part.data)
                 if b == 0:
-                    xp.copyto(acc, part._data.transpose(0, 2, 1))
+                    xp.copyto(acc, part.data.transpose(0, 2, 1))
                 else:
-                    xp.add(acc, part._data.transpose(0, 2, 1), out=acc)
+                    xp.add(acc, part.data.transpose(0, 2, 1), out=acc)
             del part
         if self.has_bias and needs[2]:
             gb = kernels.empty((o,), dt, dev)
@@ -193,7 +197,7 @@ class Conv2d(Function):
         return (gx, gw, gb) if self.has_bias else (gx, gw)
 
     def _grad_input(self, weight, g4, dt, dev):
-        """col2im(W.T @ g), one sample at a time through a charged column buffer."""
+        """col2im(W.T @ g), one sample at a time through a scratch column buffer."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         og, ckk = o // groups, cg * kh * kw
         gx = kernels.empty(self.x_shape, dt, dev)
@@ -204,19 +208,19 @@ class Conv2d(Function):
                 for b in range(n):
                     xp.matmul(wt, g4[b], out=gx._data[b].reshape(groups, ckk, oh * ow))
             return gx
-        gcols = kernels.empty((c, kh, kw, oh, ow), dt, dev)
+        gcols = kernels.Scratch((c, kh, kw, oh, ow), dt, dev)
         stage = _Stage(self.geom, dt, dev)
         if _live(dev):
             xp = kernels.xp_of_device(dev)
             as_strided = xp.lib.stride_tricks.as_strided
             regions = [
-                (stage.windows(as_strided, j, i), gcols._data[:, i, j])
+                (stage.windows(as_strided, j, i), gcols.data[:, i, j])
                 for i in range(kh)
                 for j in range(kw)
             ]
             for b in range(n):
-                xp.matmul(wt, g4[b], out=gcols._data.reshape(groups, ckk, oh * ow))
-                stage.t._data.fill(0)
+                xp.matmul(wt, g4[b], out=gcols.data.reshape(groups, ckk, oh * ow))
+                stage.t.data.fill(0)
                 for region, src in regions:
                     xp.add(region, src, out=region)
                 stage.unload(gx._data[b])
