@@ -260,10 +260,22 @@ class Repeat(Function):
         return y
 
     def backward(self, g):
-        inter = tuple(itertools.chain.from_iterable(zip(self.repeats, self.src, strict=True)))
-        tiles = tuple(range(0, 2 * len(self.src), 2))
-        gx = g.reshape(inter).sum(tiles)
-        return (gx.reshape(self.in_shape),)
+        """PyTorch's repeat_backward: zeros when a repeat is 0; the new leading dims summed one
+        at a time; then one reshape to (repeat, size) pairs and one sum over the repeats."""
+        if 0 in self.repeats:
+            return (kernels.zeros(self.in_shape, g._dtype, g._device),)
+        lead = len(self.repeats) - len(self.in_shape)
+        for _ in range(lead):
+            g = g.sum(0)
+        grad_size, sum_dims = [], []
+        for r, n in zip(self.repeats[lead:], self.in_shape, strict=True):
+            if r != 1:
+                grad_size.append(r)
+                sum_dims.append(len(grad_size) - 1)
+            grad_size.append(n)
+        if sum_dims:
+            g = g.reshape(grad_size).sum(sum_dims)
+        return (g,)
 
     def name(self):
         return "RepeatBackward0"

@@ -288,6 +288,9 @@ STEPS = {
     "roll": lambda m, x: m.roll(x, 3, 1),
     "flip": lambda m, x: x.flip(0),
     "repeat": lambda m, x: x.repeat(2, 1),
+    "repeat_new_dims": lambda m, x: x.repeat(3, 1, 1, 2),
+    "repeat_ones": lambda m, x: x.repeat(1, 1),
+    "repeat_zero": lambda m, x: x.repeat(2, 0),
     "tril": lambda m, x: x.tril(),
 }
 
