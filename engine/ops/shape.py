@@ -498,7 +498,12 @@ def _len(s, n):
 
 
 def pad(input, pad, mode="constant", value=None):
-    """F.pad: `pad` lists (left, right) pairs from the last dim backwards."""
+    """F.pad: `pad` lists (left, right) pairs from the last dim backwards.
+
+    constant, reflect and replicate allocate what PyTorch's kernels do (one output; backward one
+    input-sized gradient). circular gives PyTorch's values and gradients, but PyTorch builds it
+    from slice copies whose autograd temporaries the engine does not reproduce.
+    """
     pad = tuple(int(p) for p in pad)
     if len(pad) % 2:
         raise RuntimeError("Padding length must be divisible by 2")
