@@ -2,8 +2,8 @@
 
 POST computes the advice for one variant of the run (default: the run's baseline) from the
 scenario file of the same name in the scenarios folder, on meta unless the dashboard was started
-with --real-devices; GET returns the last advice computed by this server. The run page's
-"In-place advice" panel calls them (web/static/advice.js).
+with --real-devices; GET returns the last advice computed by this server (204 when there is
+none). The run page's "In-place advice" panel calls them (web/static/advice.js).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from web.deps import CacheDep, JobsDep, ScenariosDep, load_run
 from web.models import Message
@@ -46,17 +46,21 @@ def _variant(run, variant: str | None) -> str:
 
 @router.get(
     "/{run_id}/advice",
-    responses={404: {"model": Message, "description": "no such run, or no advice computed yet"}},
+    responses={
+        204: {"description": "no advice computed for this run and variant yet"},
+        404: {"model": Message, "description": "no such run or variant"},
+    },
 )
 def get_advice(run_id: str, request: Request, cache: CacheDep, variant: VariantQuery = None):
     """The in-place advice last computed here for this run and variant (docs/report-format.md,
-    "Advice"), or 404 when none was computed yet (POST computes it)."""
+    "Advice"), or 204 No Content when none was computed yet (POST computes it; a browser logs
+    no error for a 204)."""
     run = load_run(cache, run_id)
     name = _variant(run, variant)
     with _LOCK:
         found = _store(request).get((run_id, name))
     if found is None:
-        raise HTTPException(404, f"no advice for run {run_id!r} variant {name!r} yet")
+        return Response(status_code=204)
     return found
 
 

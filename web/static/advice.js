@@ -85,7 +85,7 @@
     const url = panel.dataset.adviceUrl;
     const status = panel.querySelector("#advice-status");
     const button = panel.querySelector("#advice-run");
-    fetch(url).then(function (r) { return r.ok ? r.json() : null; })
+    fetch(url).then(function (r) { return r.status === 200 ? r.json() : null; })
       .then(function (advice) { if (advice) { render(panel, advice); status.textContent = "Computed earlier on this server."; } })
       .catch(function () {});
     button.addEventListener("click", function () {
