@@ -20,8 +20,8 @@ from engine.nn.modules.activation import (
     Tanh,
     Threshold,
 )
-from engine.nn.modules.container import ModuleList, Sequential
-from engine.nn.modules.conv import Conv2d
+from engine.nn.modules.container import ModuleDict, ModuleList, ParameterList, Sequential
+from engine.nn.modules.conv import Conv1d, Conv2d
 from engine.nn.modules.dropout import Dropout
 from engine.nn.modules.flatten import Flatten
 from engine.nn.modules.linear import Identity, Linear
@@ -32,7 +32,13 @@ from engine.nn.modules.module import (
     register_module_forward_hook,
     register_module_forward_pre_hook,
 )
-from engine.nn.modules.normalization import BatchNorm1d, BatchNorm2d, LayerNorm
+from engine.nn.modules.normalization import (
+    BatchNorm1d,
+    BatchNorm2d,
+    GroupNorm,
+    LayerNorm,
+    RMSNorm,
+)
 from engine.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from engine.nn.modules.sparse import Embedding
 from engine.nn.modules.transformer import (
@@ -42,6 +48,11 @@ from engine.nn.modules.transformer import (
 )
 
 __all__ = [
+    "RMSNorm",
+    "ParameterList",
+    "ModuleDict",
+    "GroupNorm",
+    "Conv1d",
     "CELU",
     "ELU",
     "Hardsigmoid",

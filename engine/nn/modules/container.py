@@ -99,3 +99,107 @@ def _index(idx: int, n: int) -> int:
     if not -n <= idx < n:
         raise IndexError(f"index {idx} is out of range")
     return idx % n
+
+
+class ModuleDict(Module):
+    """An ordered dict of modules whose parameters the owner sees (keys are attribute names)."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        self.add_module(key, module)
+
+    def __delitem__(self, key: str) -> None:
+        del self._modules[key]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def __contains__(self, key) -> bool:
+        return key in self._modules
+
+    def clear(self) -> None:
+        self._modules.clear()
+
+    def pop(self, key: str) -> Module:
+        v = self[key]
+        del self[key]
+        return v
+
+    def keys(self):
+        return self._modules.keys()
+
+    def items(self):
+        return self._modules.items()
+
+    def values(self):
+        return self._modules.values()
+
+    def update(self, modules) -> None:
+        items = modules.items() if hasattr(modules, "items") else modules
+        for j, item in enumerate(items):
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise ValueError(
+                    f"ModuleDict update sequence element #{j} should be a (key, module) pair"
+                )
+            self[item[0]] = item[1]
+
+
+class ParameterList(Module):
+    """A list of Parameters registered on the owner ("0", "1", ...)."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        if values is not None:
+            self.extend(values)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return ParameterList(list(self._parameters.values())[idx])
+        return list(self._parameters.values())[_index(idx, len(self))]
+
+    def __setitem__(self, idx: int, param) -> None:
+        key = list(self._parameters)[_index(idx, len(self))]
+        self.register_parameter(key, _as_parameter(param))
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters.values())
+
+    def append(self, value) -> ParameterList:
+        self.register_parameter(str(len(self)), _as_parameter(value))
+        return self
+
+    def extend(self, values) -> ParameterList:
+        for v in values:
+            self.append(v)
+        return self
+
+    def extra_repr(self) -> str:
+        return "\n".join(
+            f"({i}): Parameter containing: [{p.dtype.torch_tensor_name} of size "
+            f"{'x'.join(str(s) for s in p.shape)}]"
+            for i, p in enumerate(self)
+        )
+
+
+def _as_parameter(value):
+    from engine.nn.parameter import Parameter
+    from engine.tensor import Tensor
+
+    if isinstance(value, Parameter):
+        return value
+    if isinstance(value, Tensor):
+        return Parameter(value)
+    raise TypeError(f"ParameterList holds Parameters (or tensors), got {type(value).__name__}")

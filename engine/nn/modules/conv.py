@@ -99,3 +99,66 @@ class Conv2d(Module):
         if self.bias is None:
             s += ", bias=False"
         return s
+
+
+class Conv1d(Module):
+    """1-D convolution; weight [out_channels, in_channels/groups, k], PyTorch's init."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        if groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups or out_channels % groups:
+            raise ValueError("in_channels and out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise NotImplementedError(
+                f"padding_mode={padding_mode!r} is not supported (only 'zeros')"
+            )
+        one = lambda v: v[0] if isinstance(v, (tuple, list)) else v  # noqa: E731
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = (one(kernel_size),)
+        self.stride, self.dilation = (one(stride),), (one(dilation),)
+        self.padding = padding if isinstance(padding, str) else (one(padding),)
+        self.groups, self.padding_mode = groups, padding_mode
+        with context(category="parameter"):
+            self.weight = Parameter(
+                empty(
+                    out_channels,
+                    in_channels // groups,
+                    self.kernel_size[0],
+                    device=device,
+                    dtype=dtype,
+                )
+            )
+            if bias:
+                self.bias = Parameter(empty(out_channels, device=device, dtype=dtype))
+            else:
+                self.register_parameter("bias", None)
+        Conv2d.reset_parameters(self)
+
+    def forward(self, input):
+        from engine.ops.conv1d import conv1d
+
+        padding = self.padding if isinstance(self.padding, str) else self.padding[0]
+        return conv1d(
+            input, self.weight, self.bias, self.stride[0], padding, self.dilation[0], self.groups
+        )
+
+    def extra_repr(self) -> str:
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s

@@ -141,3 +141,74 @@ class LayerNorm(Module):
             f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
             f"bias={self.bias is not None}"
         )
+
+
+class GroupNorm(Module):
+    """Normalises over num_groups groups of channels; affine weight ones, bias zeros."""
+
+    def __init__(
+        self,
+        num_groups: int,
+        num_channels: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        if num_channels % num_groups != 0:
+            raise ValueError("num_channels must be divisible by num_groups")
+        self.num_groups, self.num_channels, self.eps, self.affine = (
+            num_groups,
+            num_channels,
+            eps,
+            affine,
+        )
+        with context(category="parameter"):
+            if affine:
+                self.weight = Parameter(ones(num_channels, device=device, dtype=dtype))
+                self.bias = Parameter(zeros(num_channels, device=device, dtype=dtype))
+            else:
+                self.register_parameter("weight", None)
+                self.register_parameter("bias", None)
+
+    def forward(self, input):
+        from engine.ops.group_norm import group_norm
+
+        return group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class RMSNorm(Module):
+    """x * rsqrt(mean(x^2) + eps) * weight over the trailing normalized_shape dims."""
+
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        with context(category="parameter"):
+            if elementwise_affine:
+                self.weight = Parameter(ones(*self.normalized_shape, device=device, dtype=dtype))
+            else:
+                self.register_parameter("weight", None)
+
+    def forward(self, x):
+        from engine.ops.group_norm import rms_norm
+
+        return rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        )
