@@ -17,23 +17,15 @@ import secrets
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 from memprof import __version__
+from memprof.reports.schema import Category
 from memprof.reports.types import Comparison, Report, Variant
 from memprof.units import format_bytes
 
 SCHEMA_VERSION = 1
-CATEGORIES = (
-    "input",
-    "parameter",
-    "activation",
-    "gradient",
-    "optimizer_state",
-    "saved_for_backward",
-    "temporary",
-    "other",
-)
+CATEGORIES: tuple[str, ...] = get_args(Category)  # input, parameter, ..., temporary, other
 TIMELINE_COLUMNS = (
     "seq",
     "time_s",

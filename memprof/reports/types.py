@@ -10,17 +10,8 @@ validate reports read back (memprof/reports/store.py) can use it to name a bad f
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-Category = Literal[
-    "input",
-    "parameter",
-    "activation",
-    "gradient",
-    "optimizer_state",
-    "saved_for_backward",
-    "temporary",
-    "other",
-]
-Phase = Literal["setup", "forward", "backward", "optimizer", "release"]
+from memprof.reports.schema import Category, Phase  # one list of categories and phases
+
 Status = Literal["ok", "error", "oom"]
 
 

@@ -99,39 +99,27 @@ class _Run(ProgramHooks):
         self.levers = forward_options(self.spec, self.device)  # checkpoint:, autocast:
 
     def _make_inputs_and_modules(self) -> None:
-        spec, engine, rec = self.spec, self.engine, self.rec
+        spec, engine = self.spec, self.engine
         self.current_node = "<inputs>"
         for name, ispec in spec.inputs.items():
             # one step each: what making an input frees (randint's floats) is temporary
-            with rec.step(
-                "<inputs>",
-                ispec.init,
-                "setup",
-                None,
-                category="input",
-                context_op=ispec.init,
-                tensor=name,
-                row=False,
-            ):
+            with self._setup_step("<inputs>", ispec.init, "input", name):
                 t = make_input(engine, ispec, spec.dtype, self.device)
             self.inputs[name] = t
             self.bindings.bind(name, t)
         self.current_node = "<params>"
         for name, mspec in spec.modules.items():
-            with rec.step(
-                "<params>",
-                mspec.type,
-                "setup",
-                None,
-                category="parameter",
-                context_op=mspec.type,
-                tensor=name,
-                row=False,
-            ):
+            with self._setup_step("<params>", mspec.type, "parameter", name):
                 self.modules[name] = build_module(engine, mspec, self.device, spec.dtype)
         for pname, t in named_parameters(self.modules):
-            rec.name_storage(storage_key(t), pname)
+            self.rec.name_storage(storage_key(t), pname)
         self.current_node = None
+
+    def _setup_step(self, node: str, op: str, category: str, tensor: str):
+        """Making one input or module: a step of its own, with no op row."""
+        return self.rec.step(
+            node, op, "setup", None, category=category, context_op=op, tensor=tensor, row=False
+        )
 
     def iteration(self, k: int) -> None:
         """One training step: the phases in order, then its names are released (a step is a

@@ -280,61 +280,47 @@ class Recorder(MemoryObserver):
             return None
         return (self.span, self._op_span)
 
-    def on_alloc(self, ev: AllocEvent) -> None:
+    def _record(self, ev: AllocEvent, action: str, owner: Record | None = None) -> Record:
+        """The event as a Record, appended: attributed to its context; a free's category and
+        tensor are its allocation's (`owner`)."""
         ctx = ev.context
-        op = ctx.get("op")
         rec = Record(
             ev.seq,
             ev.time_ns,
-            "alloc",
+            action,
             ev.bytes,
             ev.requested,
             ev.allocated,
             ev.reserved,
             ev.storage_id,
             _node(ctx),
-            op,
+            ctx.get("op"),
             ctx.get("phase"),
             ctx.get("iteration"),
-            None,
-            _category(ctx.get("category")),
-            ctx.get("tensor"),
+            owner,
+            None if action == "free" else _category(ctx.get("category")),
+            None if action == "free" else ctx.get("tensor"),
         )
         fn = ctx.get("grad_fn")
         if fn is not None:
             rec.run_of = id(fn)
         self.records.append(rec)
-        self._live[ev.storage_id] = (rec, self._span_key(op))
+        return rec
+
+    def on_alloc(self, ev: AllocEvent) -> None:
+        rec = self._record(ev, "alloc")
+        self._live[ev.storage_id] = (rec, self._span_key(rec.op))
 
     def on_free(self, ev: AllocEvent) -> None:
         ctx = ev.context
-        op = ctx.get("op")
         entry = self._live.pop(ev.storage_id, None)
         owner = None
-        key = self._span_key(op)
+        key = self._span_key(ctx.get("op"))
         if entry is not None:
             owner, span = entry
             if key is not None and span == key and owner.phase == ctx.get("phase"):
                 owner.category = "temporary"
-        rec = Record(
-            ev.seq,
-            ev.time_ns,
-            "free",
-            ev.bytes,
-            ev.requested,
-            ev.allocated,
-            ev.reserved,
-            ev.storage_id,
-            _node(ctx),
-            op,
-            ctx.get("phase"),
-            ctx.get("iteration"),
-            owner,
-        )
-        fn = ctx.get("grad_fn")
-        if fn is not None:
-            rec.run_of = id(fn)
-        self.records.append(rec)
+        self._record(ev, "free", owner)
 
     def on_external(self, ev: AllocEvent) -> None:
         """CuPy's own pool requests (temporaries inside its kernels), outside tensor storages."""
@@ -350,26 +336,7 @@ class Recorder(MemoryObserver):
             ext["current_bytes"] -= ev.bytes
 
     def on_oom(self, ev: AllocEvent) -> None:
-        ctx = ev.context
-        self.records.append(
-            Record(
-                ev.seq,
-                ev.time_ns,
-                "oom",
-                ev.bytes,
-                ev.requested,
-                ev.allocated,
-                ev.reserved,
-                ev.storage_id,
-                _node(ctx),
-                ctx.get("op"),
-                ctx.get("phase"),
-                ctx.get("iteration"),
-                None,
-                _category(ctx.get("category")),
-                ctx.get("tensor"),
-            )
-        )
+        self._record(ev, "oom")
 
     def on_tag(self, storage_id: int, key: str, value) -> None:
         entry = self._live.get(storage_id)

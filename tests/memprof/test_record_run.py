@@ -9,25 +9,12 @@ import pytest
 from memprof import history
 from memprof.reports.record import record_run
 from memprof.runner import run_scenario
-
-RELU = """\
-name: relu-record
-inputs:
-  x: {shape: [1, 4, 64, 64], init: rand}
-program:
-  - {id: act, op: relu, in: x, out: y, inplace: $inplace}
-variants:
-  inplace: {inplace: true}
-  out_of_place: {inplace: false}
-baseline: out_of_place
-"""
+from tests.memprof.test_runner_engine import RELU, scenario
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    path = tmp_path_factory.mktemp("sc") / "relu.yaml"
-    path.write_text(RELU)
-    return run_scenario(path)
+    return run_scenario(scenario(tmp_path_factory.mktemp("sc"), RELU))
 
 
 def test_a_run_is_saved_whole_and_appended_to_the_history(tmp_path, report):
@@ -36,7 +23,7 @@ def test_a_run_is_saved_whole_and_appended_to_the_history(tmp_path, report):
     assert recorded.ok and recorded.in_history
     assert recorded.path == tmp_path / "runs" / f"{report['run_id']}.json"
     assert json.loads(recorded.path.read_text()) == json.loads(json.dumps(report))
-    rows = history.query(tmp_path / "runs", "relu-record")
+    rows = history.query(tmp_path / "runs", "relu")
     assert {(r["variant"], r["peak_allocated_bytes"]) for r in rows} == {
         (v["name"], v["peak_allocated_bytes"]) for v in report["variants"]
     }
@@ -48,7 +35,7 @@ def test_a_run_is_saved_whole_and_appended_to_the_history(tmp_path, report):
 
 def test_a_check_verdict_goes_to_the_history(tmp_path, report):
     record_run(tmp_path, report, source="check", passed={"inplace": False, "out_of_place": True})
-    rows = {r["variant"]: r for r in history.query(tmp_path, "relu-record")}
+    rows = {r["variant"]: r for r in history.query(tmp_path, "relu")}
     assert (rows["inplace"]["passed"], rows["out_of_place"]["passed"]) == (0, 1)
 
 

@@ -47,6 +47,19 @@ def get_run(
     return JSONResponse(load_run(cache, run_id).report)
 
 
+def _whole_report(cache: CacheDep, run_id: str) -> dict:
+    """The run's report with its timelines (the cache keeps none): 404 for no such run, 500
+    for a file that is not a report."""
+    run = load_run(cache, run_id)
+    try:
+        report = json.loads(run.path.read_bytes())  # the cache keeps no timeline lists
+    except FileNotFoundError:
+        raise HTTPException(404, f"no run {run_id!r} in the runs directory") from None
+    except (OSError, ValueError) as exc:
+        raise UnreadableReport(f"{run.path.name} cannot be read: {exc}") from None
+    return report
+
+
 @router.get(
     "/{run_id}/trace",
     response_class=StreamingResponse,
@@ -62,13 +75,7 @@ def get_trace(run_id: str, cache: CacheDep) -> StreamingResponse:
     """The run as a Chrome Trace Event file to open in ui.perfetto.dev: per variant a process
     with the memory counter, the phases, one span per node and every allocation as an
     instant (memprof/reports/trace.py)."""
-    run = load_run(cache, run_id)  # 404, or 500 for a file that is not a report
-    try:
-        report = json.loads(run.path.read_bytes())  # the cache keeps no timeline lists
-    except FileNotFoundError:
-        raise HTTPException(404, f"no run {run_id!r} in the runs directory") from None
-    except (OSError, ValueError) as exc:
-        raise UnreadableReport(f"{run.path.name} cannot be read: {exc}") from None
+    report = _whole_report(cache, run_id)
     return StreamingResponse(
         trace_chunks(report),
         media_type="application/json",
@@ -92,13 +99,7 @@ def get_snapshot(run_id: str, cache: CacheDep) -> Response:
     `python -m torch.cuda._memory_viz`: each variant is one device (memprof/reports/snapshot.py)."""
     from memprof.reports.snapshot import render_snapshot
 
-    run = load_run(cache, run_id)  # 404, or 500 for a file that is not a report
-    try:
-        report = json.loads(run.path.read_bytes())  # the cache keeps no timeline lists
-    except FileNotFoundError:
-        raise HTTPException(404, f"no run {run_id!r} in the runs directory") from None
-    except (OSError, ValueError) as exc:
-        raise UnreadableReport(f"{run.path.name} cannot be read: {exc}") from None
+    report = _whole_report(cache, run_id)
     return Response(
         render_snapshot(report),
         media_type="application/octet-stream",
