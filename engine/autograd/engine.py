@@ -168,6 +168,10 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                     gi = out[i]
                     out[i] = None  # the buffer becomes the gradient's only holder
                 if gi is not None:
+                    dtypes = getattr(node, "input_dtypes", None)
+                    want = dtypes[i] if dtypes else None
+                    if want is not None and gi._dtype is not want:  # PyTorch's validate_outputs
+                        gi = gi.to(want)  # (float32 + bfloat16 under autocast: a bf16 gradient)
                     _accumulate(buf, nr, gi)
                 del gi
                 deps[nxt] -= 1

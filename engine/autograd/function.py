@@ -185,6 +185,7 @@ class Function:
     retain_output: bool = False
     differentiable = True
     num_outputs = 1
+    input_dtypes: tuple | None = None  # the dtypes of the tensor arguments, edge by edge
     inplace_view = False  # an in-place op that changes only metadata (t_, transpose_)
 
     next_functions: tuple = ()
@@ -287,6 +288,7 @@ class Function:
         for t in tensors:
             edges.append(_edge(t) if t.requires_grad else None)
         node.next_functions = tuple(edges)
+        node.input_dtypes = tuple(t._dtype for t in tensors)  # gradients are cast to these
         saved = []
         for i in to_save:
             if clones is not None and i in clones:
