@@ -9,7 +9,7 @@ more) records, for the first iteration of the forward program:
 - per node, its first input (the operand an in-place form overwrites): leaf, requires grad,
   scenario input, parameter or buffer, shape, dtype, strides;
 and for every iteration the values of every tensor the program binds (right after the node that
-made it), every gradient after backward and every parameter at the end, for the proof.
+made it), every gradient after backward and every parameter and buffer at the end, for the proof.
 
 `verdicts()` then decides, for every node that runs out of place and has an in-place form, the
 first that applies of: leaf, input, shape or dtype (or self-overlap), stale read, saved for
@@ -184,7 +184,10 @@ class AdviceRun(_Run):
         return list(self.inputs.items()) + named_parameters(self.modules)
 
     def capture_final(self) -> None:
-        for name, t in self._named_leaves():
+        """Parameters and buffers at the end (what the optimizer made of them). Inputs are not
+        compared at the end: an input written in place in the last iteration is read by nothing
+        after (each value is compared when its node binds it)."""
+        for name, t in named_parameters(self.modules):
             self.values[("final", name)] = _snapshot(t.detach())
 
     # what outlives an iteration

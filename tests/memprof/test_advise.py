@@ -302,3 +302,19 @@ def test_write_refuses_a_matrix_scenario(tmp_path):
     result = CliRunner().invoke(app, ["advise", str(path), "--write", str(tmp_path / "o.yaml")])
     assert result.exit_code == 2
     assert "matrix" in result.output
+
+
+@pytest.mark.parametrize("iterations, kind", [(1, "safe"), (2, "input")])
+def test_an_input_written_in_place_is_safe_only_when_no_later_iteration_reads_it(
+    tmp_path, iterations, kind
+):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\ninputs:\n  x: {shape: [4, 8], init: randn}\n"
+        "program:\n  - {id: a, op: relu, in: x}\n  - {id: b, op: mul, in: [a, a]}\n"
+        f"iterations: {iterations}\n"
+    )
+    got = _by_node(advise(path))
+    assert got["a"]["kind"] == kind
+    assert got["a"]["proven"]  # safe: equal values; input: the second iteration's a differs
+    assert got["b"]["kind"] == "safe"  # mul_(a, a): nothing reads a afterwards
