@@ -841,6 +841,7 @@ from engine.ops import activations as _activations  # noqa: E402, F401
 from engine.ops import attention as _attention  # noqa: E402, F401
 from engine.ops import contract as _contract  # noqa: E402, F401
 from engine.ops import conv1d as _conv1d  # noqa: E402, F401
+from engine.ops import conv_transpose as _conv_transpose  # noqa: E402, F401
 from engine.ops import factory as _factory  # noqa: E402, F401
 from engine.ops import group_norm as _group_norm  # noqa: E402, F401
 from engine.ops import nn as _nn  # noqa: E402, F401

@@ -160,3 +160,51 @@ def test_containers_refuse_bad_entries():
         engine.nn.ParameterList([3])
     with pytest.raises(ValueError, match="element #0 should be a"):
         engine.nn.ModuleDict([engine.nn.Linear(1, 1)])
+
+
+# ---------------------------------------------------------------------------------------------
+# ConvTranspose2d
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "stride, padding, output_padding, groups, dilation",
+    [(1, 0, 0, 1, 1), (2, 1, 1, 1, 1), (2, 0, 0, 2, 1), (1, 1, 0, 1, 2), (3, 2, 2, 1, 1)],
+)
+def test_conv_transpose2d_gradients_match_central_differences_and_torch(
+    stride, padding, output_padding, groups, dilation
+):
+    def fn(m, x, w, b):
+        return m.nn.functional.conv_transpose2d(
+            x, w, b, stride, padding, output_padding, groups, dilation
+        )
+
+    arrays = [_arr((2, 4, 3, 4), 0), _arr((4, 3, 3, 2), 1), _arr(3 * groups, 2)]
+    gradcheck(fn, arrays, torch=torch)
+
+
+@needs_torch
+@pytest.mark.torch
+def test_conv_transpose2d_module_matches_torch_shape_and_init_layout():
+    em = engine.nn.ConvTranspose2d(8, 4, 4, stride=2, padding=1)
+    tm = torch.nn.ConvTranspose2d(8, 4, 4, stride=2, padding=1)
+    assert [(n, tuple(p.shape)) for n, p in em.named_parameters()] == [
+        (n, tuple(p.shape)) for n, p in tm.named_parameters()
+    ]
+    x = engine.randn(2, 8, 16, 16)
+    assert em(x).shape == tuple(tm(torch.randn(2, 8, 16, 16)).shape) == (2, 4, 32, 32)
+
+
+def test_conv_transpose2d_memory_by_hand():
+    # forward: the output only (x and the weight are kept by reference); the columns of one
+    # sample are kernel workspace (scratch, not allocated memory)
+    m = engine.nn.ConvTranspose2d(16, 8, 4, stride=2, padding=1)
+    x = engine.randn(4, 16, 8, 8, requires_grad=True)
+    before = engine.memory.memory_allocated()
+    engine.memory.reset_peak_memory_stats()
+    y = m(x)
+    out = 4 * 8 * 16 * 16 * 4
+    assert engine.memory.memory_allocated() - before == out
+    assert engine.memory.max_memory_scratch() >= 8 * 4 * 4 * 8 * 8 * 4
+    # backward: grad of the sum (a broadcast view, 4 bytes), grad_input (x's size), grad_weight
+    # and grad_bias
+    peak = engine_peak(lambda: y.sum().backward())
+    assert peak == 4 + 4 + 4 * 16 * 8 * 8 * 4 + 16 * 8 * 4 * 4 * 4 + 8 * 4

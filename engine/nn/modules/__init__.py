@@ -21,7 +21,7 @@ from engine.nn.modules.activation import (
     Threshold,
 )
 from engine.nn.modules.container import ModuleDict, ModuleList, ParameterList, Sequential
-from engine.nn.modules.conv import Conv1d, Conv2d
+from engine.nn.modules.conv import Conv1d, Conv2d, ConvTranspose2d
 from engine.nn.modules.dropout import Dropout
 from engine.nn.modules.flatten import Flatten
 from engine.nn.modules.linear import Identity, Linear
@@ -48,6 +48,7 @@ from engine.nn.modules.transformer import (
 )
 
 __all__ = [
+    "ConvTranspose2d",
     "RMSNorm",
     "ParameterList",
     "ModuleDict",

@@ -162,3 +162,71 @@ class Conv1d(Module):
         if self.bias is None:
             s += ", bias=False"
         return s
+
+
+class ConvTranspose2d(Module):
+    """Transposed 2-D convolution; weight [in_channels, out_channels/groups, kh, kw]."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        output_padding=0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation=1,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError("in_channels and out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.stride, self.padding = _pair(stride, "stride"), _pair(padding, "padding")
+        self.output_padding = _pair(output_padding, "output_padding")
+        self.dilation, self.groups = _pair(dilation, "dilation"), groups
+        self.padding_mode = padding_mode
+        with context(category="parameter"):
+            self.weight = Parameter(
+                empty(
+                    in_channels,
+                    out_channels // groups,
+                    *self.kernel_size,
+                    device=device,
+                    dtype=dtype,
+                )
+            )
+            if bias:
+                self.bias = Parameter(empty(out_channels, device=device, dtype=dtype))
+            else:
+                self.register_parameter("bias", None)
+        Conv2d.reset_parameters(self)
+
+    def forward(self, input, output_size=None):
+        from engine.ops.conv_transpose import conv_transpose2d
+
+        if output_size is not None:
+            raise NotImplementedError("ConvTranspose2d: output_size= is not supported")
+        return conv_transpose2d(
+            input,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self.output_padding,
+            self.groups,
+            self.dilation,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}"
+        )
