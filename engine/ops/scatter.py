@@ -278,33 +278,36 @@ class ScatterReduce(Function):
     def backward(self, g):
         x, index, src, result = self.saved_tensors
         d = self.dim
-        xp = kernels.xp_of(g)
-        live = _live(g._device)
         nf = self.next_functions
         gx = gs = None
         if self.reduce == "sum":
             gx = g if self.include_self else scatter(g, d, index, 0.0)
             gs = g.gather(d, index)
-        elif self.reduce == "mean":
-            counts = kernels.empty(g.shape, g._dtype, g._device)
-            if live:
-                coords = _scatter_coords(xp, index._data, d)
-                counts = self._counts(xp, g, coords)
-            gx = g / counts
+        elif self.reduce == "mean":  # PyTorch's scatter_reduce_backward, op for op
+            n = kernels.full(g.shape, 1 if self.include_self else 0, g._dtype, g._device)
+            n = scatter_add(n, d, index, kernels.full(src.shape, 1, g._dtype, g._device))
+            n.masked_fill_(n == 0, 1)
+            gx = g / n
+            n_src = n.gather(d, index)
+            gs = g.gather(d, index) / n_src
+            del n, n_src
             if not self.include_self:
                 gx = scatter(gx, d, index, 0.0)
-            gs = gx.gather(d, index) if self.include_self else (g / counts).gather(d, index)
         elif self.reduce in ("amax", "amin"):
-            # the gradient is shared equally among the values equal to the result
-            src_i = _src_block_t(src, index.shape)
-            hit_s = (src_i == result.gather(d, index)).to(g._dtype)
-            hit_x = (x == result).to(g._dtype)
+            # the gradient is shared equally among the values equal to the result (PyTorch's
+            # formula, its named temporaries alive until backward returns as in C++; an
+            # excluded self that happens to equal the result is not counted, unlike PyTorch's)
+            value = result.gather(d, index)
+            self_is_result = (x == result).to(g._dtype)
             if not self.include_self:
-                hit_x = scatter(hit_x, d, index, 0.0)
-            n = scatter_add(hit_x, d, index, hit_s)
+                self_is_result.scatter_(d, index, 0.0)
+            src_is_result = (src == value).to(g._dtype)
+            n = scatter_add(self_is_result, d, index, src_is_result)
             share = g / n
-            gx = share * hit_x
-            gs = share.gather(d, index) * hit_s
+            gx = (x == result) * share
+            gs = (src == value) * share.gather(d, index)
+            if not self.include_self:
+                gx = scatter(gx, d, index, 0.0)
         else:
             raise RuntimeError(
                 "scatter_reduce: the derivative for reduce='prod' is not supported by the engine"

@@ -316,3 +316,28 @@ def test_scatter_reduce_in_place_pays_a_clone_like_torch(torch, inplace):
     """scatter_reduce's backward reads self: in place, autograd keeps a clone of it."""
     got = engine_peak(_scatter_reduce_program(engine, inplace))
     assert got == torch_peak(_scatter_reduce_program(torch, inplace)) == R * C * 4
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "scatter_reduce_sum",
+        "scatter_reduce_sum_exclude",
+        "scatter_reduce_mean",
+        "scatter_reduce_mean_exclude",
+    ],
+)
+def test_scatter_reduce_step_memory_matches_torch_profiler(torch, name):
+    """Backward written op for op as PyTorch's scatter_reduce_backward (sum and mean)."""
+    fn, arrays = CASES[name]
+
+    def program(m):
+        ts = [m.tensor(a.astype(np.float32), requires_grad=True) for a in arrays]
+
+        def region():
+            y = fn(m, *ts)
+            y.backward(m.ones(y.shape))
+
+        return region
+
+    assert engine_peak(program(engine)) == torch_peak(program(torch))
