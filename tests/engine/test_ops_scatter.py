@@ -341,3 +341,16 @@ def test_scatter_reduce_step_memory_matches_torch_profiler(torch, name):
         return region
 
     assert engine_peak(program(engine)) == torch_peak(program(torch))
+
+
+def test_excluded_self_equal_to_the_result_takes_no_share():
+    """include_self=False: out[0] = max(src[0], src[1]) = src[0], so d out[0] / d src[0] = 1
+    (central differences agree). PyTorch 2.x gives 0.5 here: it counts the excluded self[0],
+    which happens to equal the result (its scatter_reduce_backward masks self only afterwards).
+    The engine follows the derivative."""
+    s = engine.tensor([3.0, 5.0], requires_grad=True)
+    src = engine.tensor([3.0, 1.0], requires_grad=True)
+    out = s.scatter_reduce(0, engine.tensor([0, 0]), src, "amax", include_self=False)
+    out.backward(engine.ones(2))
+    np.testing.assert_array_equal(src.grad.numpy(), [1.0, 0.0])
+    np.testing.assert_array_equal(s.grad.numpy(), [0.0, 1.0])
