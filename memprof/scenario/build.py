@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from memprof.scenario.catalog import OPS, module_kwargs
+from memprof.scenario.catalog import MODULES, OPS, module_kwargs, suggest
 from memprof.scenario.model import InputSpec, ModuleCall
 
 
@@ -60,7 +60,12 @@ def build_module(engine, spec, device: str, dtype_name: str):
             *(build_module(engine, s, device, dtype_name) for s in spec.layers)
         )
     cls = getattr(engine.nn, spec.type)
-    kwargs = module_kwargs(spec.model_dump(exclude={"type"}, exclude_unset=True))
+    nested = MODULES[spec.type].module_args
+    kwargs = module_kwargs(spec.model_dump(exclude={"type", *nested}, exclude_unset=True))
+    for name in nested:  # a module argument (TransformerEncoder's encoder_layer) is built first
+        sub = getattr(spec, name)
+        if sub is not None:
+            kwargs[name] = build_module(engine, sub, device, dtype_name)
     params = _init_params(cls)
     if "device" in params:
         kwargs["device"] = device
@@ -113,10 +118,31 @@ def make_optimizer(engine, spec, modules: dict):
     return getattr(engine.optim, spec.type)(params, **kwargs)
 
 
-def call_node(node, tensors: list, modules: dict):
-    """Run one program node on engine tensors; returns its result."""
+def call_node(
+    node,
+    tensors: list,
+    modules: dict,
+    kwargs: dict | None = None,
+    checkpointed: bool = False,
+    autocast: tuple[str, str | None] | None = None,
+):
+    """Run one program node on engine tensors; returns its result.
+
+    kwargs: a module node's forward arguments (`args`, mask names already resolved to tensors);
+    checkpointed: run the module call under engine.utils.checkpoint (non-reentrant), its
+    recomputation under `autocast` (device type, dtype) as PyTorch's checkpoint restores it.
+    """
     if isinstance(node, ModuleCall):
-        return modules[node.module](*tensors)
+        module = modules[node.module]
+        if checkpointed:
+            from engine.utils.checkpoint import checkpoint
+
+            def run(*ts, **kw):
+                with autocast_region(autocast):  # the recomputation runs as the forward did
+                    return module(*ts, **kw)
+
+            return checkpoint(run, *tensors, use_reentrant=False, **(kwargs or {}))
+        return module(*tensors, **(kwargs or {}))
     opdef = OPS[node.op]
     args = node.args.model_dump(exclude_unset=True)
     return opdef.call(tensors, args, bool(getattr(node, "inplace", False)))
@@ -208,7 +234,7 @@ class Bindings:
 
 
 class NotATensor(TypeError):
-    """A node returned something other than a tensor."""
+    """A node returned something other than a tensor (or than as many tensors as `out` names)."""
 
 
 class ProgramHooks:
@@ -231,28 +257,231 @@ class ProgramHooks:
         wrote any input in place. The result is bound to the node's name right after."""
 
 
-def run_forward(program, bindings: Bindings, modules: dict, hooks: ProgramHooks) -> None:
+@dataclass(frozen=True)
+class ForwardOptions:
+    """The scenario-level training levers a forward program runs with.
+
+    checkpoint_modules: module names whose every call is checkpointed; regions: (first, last)
+    node indexes run as one checkpointed function; autocast: (device type, dtype name or None
+    for the device's default) of the autocast region around the program, or None.
+    """
+
+    checkpoint_modules: frozenset = frozenset()
+    regions: tuple[tuple[int, int], ...] = ()
+    autocast: tuple[str, str | None] | None = None
+
+
+class LeverError(ValueError):
+    """A checkpoint region that names no module or node, or overlaps another."""
+
+    def __init__(self, index: int, message: str):
+        super().__init__(message)
+        self.index = index
+
+
+def forward_options(spec, device: str = "meta") -> ForwardOptions:
+    """The levers of a (substituted) scenario: `checkpoint:` resolved to module names and node
+    ranges, `autocast:` to its device type and dtype. Raises LeverError for a bad region."""
+    ids = {n.id: i for i, n in enumerate(spec.program)}
+    mods, regions = set(), []
+    ckpt = spec.checkpoint
+    for k, region in enumerate(ckpt.active if ckpt is not None else []):
+        first, sep, last = region.partition("..")
+        if not sep:
+            if region in spec.modules:
+                mods.add(region)
+                continue
+            if region in ids:  # one node: a region of one
+                first = last = region
+            else:
+                raise LeverError(
+                    k,
+                    f"expected a module name ({', '.join(spec.modules) or 'none declared'}) or a "
+                    f"node range FIRST..LAST{suggest(region, [*spec.modules, *ids])}, "
+                    f"found {region!r}",
+                )
+        for end in (first, last):
+            if end not in ids:
+                raise LeverError(
+                    k, f"expected a node id in {region!r}{suggest(end, ids)}, found {end!r}"
+                )
+        a, b = ids[first], ids[last]
+        if a > b:
+            raise LeverError(k, f"expected {first!r} to come before {last!r} in the program")
+        for a2, b2 in regions:
+            if a <= b2 and a2 <= b:
+                raise LeverError(
+                    k,
+                    f"expected checkpoint regions apart, found {region!r} overlapping "
+                    f"{spec.program[a2].id}..{spec.program[b2].id}",
+                )
+        regions.append((a, b))
+    ac = spec.autocast
+    autocast = None
+    if ac is not None and ac.active:
+        dev = device.split(":")[0]
+        autocast = (dev if dev in ("cpu", "cuda", "meta") else "cuda", ac.dtype)
+    return ForwardOptions(frozenset(mods), tuple(sorted(regions)), autocast)
+
+
+@contextmanager
+def autocast_region(autocast: tuple[str, str | None] | None) -> Iterator[None]:
+    """engine.autocast(device_type, dtype) around a block, or nothing when `autocast` is None."""
+    if autocast is None:
+        yield
+        return
+    import engine
+    from engine.amp import autocast as engine_autocast
+
+    device_type, dtype = autocast
+    with engine_autocast(device_type, dtype=getattr(engine, dtype) if dtype else None):
+        yield
+
+
+def results(node, out) -> list[tuple[str, Any]]:
+    """(name, tensor) for each name the node binds to its result (a tuple result is bound by
+    position; None values and `_` bind nothing)."""
+    if isinstance(node.out, list):
+        return [(n, v) for n, v in zip(node.out, out, strict=True) if n != "_" and v is not None]
+    return [(node.out_name, out)]
+
+
+def bound_names(program) -> list[str]:
+    """Every name a program binds (what a step releases when it ends)."""
+    return [n for node in program for n in node.out_names]
+
+
+def _check_result(node, out) -> None:
+    multiple = isinstance(node.out, list)
+    if isinstance(out, (tuple, list)) and not multiple:
+        raise NotATensor(
+            f"expected node {node.id!r} to return a tensor, found a tuple of {len(out)} values; "
+            f"bind them with a list: out: [{', '.join(f'y{i}' for i in range(len(out)))}]"
+        )
+    if multiple:
+        if not isinstance(out, (tuple, list)):
+            raise NotATensor(
+                f"expected node {node.id!r} to return {len(node.out)} values for out: "
+                f"[{', '.join(node.out)}], found one {type(out).__name__}"
+            )
+        if len(out) != len(node.out):
+            raise NotATensor(
+                f"expected node {node.id!r} to return {len(node.out)} values for out: "
+                f"[{', '.join(node.out)}], found {len(out)}"
+            )
+        bad = [type(v).__name__ for v in out if v is not None and not _is_tensor(v)]
+        if bad:
+            raise NotATensor(f"expected node {node.id!r} to return tensors, found {bad[0]}")
+        return
+    if not _is_tensor(out):
+        raise NotATensor(
+            f"expected node {node.id!r} to return a tensor, found {type(out).__name__}"
+        )
+
+
+def _module_kwargs(node, values: dict) -> dict:
+    """A module node's `args`, mask arguments resolved from tensor names."""
+    if not isinstance(node, ModuleCall) or not node.args:
+        return {}
+    return {
+        k: (values[v] if isinstance(v, str) and v in values else v) for k, v in node.args.items()
+    }
+
+
+def _tensor_arg_names(node, values: dict) -> list[str]:
+    if not isinstance(node, ModuleCall):
+        return []
+    return [v for v in node.args.values() if isinstance(v, str) and v in values]
+
+
+def _read(bindings: Bindings, node, name: str):
+    if name not in bindings.values:
+        raise NotATensor(
+            f"expected node {node.id!r} to read a tensor, found {name!r} bound to no tensor "
+            f"(its node returned None in its place)"
+        )
+    return bindings.values[name]
+
+
+def _run_node(index, node, bindings, modules, hooks, options, checkpointed: bool) -> None:
+    for name in node.inputs:
+        if name not in bindings.values:
+            continue
+        stale = bindings.stale(node.id, name)
+        if stale is not None:
+            hooks.stale(index, node, stale)
+    tensors = [_read(bindings, node, n) for n in node.inputs]
+    kwargs = _module_kwargs(node, bindings.values)
+    before = bindings.versions(tensors)
+    with hooks.node(index, node, tensors):
+        out = call_node(node, tensors, modules, kwargs, checkpointed, options.autocast)
+        _check_result(node, out)
+        wrote = bindings.note_writes(node.id, tensors, before)
+        hooks.done(index, node, tensors, out, wrote)
+    for name, value in results(node, out):
+        bindings.bind(name, value)
+
+
+def _run_region(program, first: int, last: int, bindings, modules, hooks, options) -> None:
+    """Nodes first..last as one function under engine.utils.checkpoint (non-reentrant): the first
+    call runs them as usual (hooks, bindings); the recomputation in backward reruns them on the
+    tensors they read at the start, in the forward's autocast state, and binds nothing."""
+    from engine.utils.checkpoint import checkpoint
+
+    nodes = program[first : last + 1]
+    made: set[str] = set()
+    outside: dict[str, Any] = {}
+    for node in nodes:
+        for name in [*node.inputs, *_tensor_arg_names(node, bindings.values)]:
+            if name not in made and name in bindings.values:
+                outside.setdefault(name, bindings.values[name])
+        made.update(node.out_names)
+    calls = [0]
+
+    def region():
+        calls[0] += 1
+        if calls[0] == 1:
+            for i, node in enumerate(nodes, start=first):
+                _run_node(i, node, bindings, modules, hooks, options, False)
+            return None
+        local = dict(outside)
+        with autocast_region(options.autocast):
+            for node in nodes:
+                out = call_node(
+                    node, [local[n] for n in node.inputs], modules, _module_kwargs(node, local)
+                )
+                for name, value in results(node, out):
+                    local[name] = value
+        return None
+
+    checkpoint(region, use_reentrant=False)
+
+
+def run_forward(
+    program, bindings: Bindings, modules: dict, hooks: ProgramHooks, options=None
+) -> None:
     """Run a scenario's forward program once: the one interpreter of scenario programs.
 
     Each node reads its inputs from `bindings` (reporting stale reads first), runs, has its
-    in-place writes noted, and binds its result under its name.
+    in-place writes noted, and binds its result under its name (a tuple result under the names
+    of its `out` list). `options` (forward_options) adds the scenario's activation checkpointing
+    and autocast region.
     """
-    for index, node in enumerate(program):
-        for name in node.inputs:
-            stale = bindings.stale(node.id, name)
-            if stale is not None:
-                hooks.stale(index, node, stale)
-        tensors = [bindings.values[n] for n in node.inputs]
-        before = bindings.versions(tensors)
-        with hooks.node(index, node, tensors):
-            out = call_node(node, tensors, modules)
-            if not _is_tensor(out):
-                raise NotATensor(
-                    f"expected node {node.id!r} to return a tensor, found {type(out).__name__}"
-                )
-            wrote = bindings.note_writes(node.id, tensors, before)
-            hooks.done(index, node, tensors, out, wrote)
-        bindings.bind(node.out_name, out)
+    options = options or ForwardOptions()
+    starts = {a: b for a, b in options.regions}
+    with autocast_region(options.autocast):
+        index = 0
+        while index < len(program):
+            if index in starts:
+                _run_region(program, index, starts[index], bindings, modules, hooks, options)
+                index = starts[index] + 1
+                continue
+            node = program[index]
+            checkpointed = (
+                isinstance(node, ModuleCall) and node.module in options.checkpoint_modules
+            )
+            _run_node(index, node, bindings, modules, hooks, options, checkpointed)
+            index += 1
 
 
 def _is_tensor(value) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from engine.ops.registry import Dims, IntOrPair, Reduction  # noqa: F401 - argument types
 
@@ -65,6 +65,17 @@ class ModuleDef:
     build: Callable[[dict], Any] | None = None  # default: engine.nn.<name>(**args)
     doc: str = ""
     children: bool = False  # Sequential: args hold nested module specs
+    optional_inputs: tuple[str, ...] = ()  # tensors forward takes after `inputs` (masks)
+    forward_args: tuple[ForwardArg, ...] = ()  # keyword arguments of forward (a node's `args`)
+    module_args: tuple[str, ...] = ()  # constructor arguments that are nested module specs
+
+    @property
+    def min_inputs(self) -> int:
+        return len(self.inputs)
+
+    @property
+    def max_inputs(self) -> int:
+        return len(self.inputs) + len(self.optional_inputs)
 
 
 # --- ops: the rows of the engine's op table that a scenario may call -----------------------
@@ -97,116 +108,183 @@ def _ops() -> dict[str, OpDef]:
 OPS: dict[str, OpDef] = _ops()
 
 
-# --- modules ----------------------------------------------------------------------------------
+# --- modules: engine.nn's layers, with the arguments of their constructors and forwards ------
+
+# PyTorch's conventions for constructor arguments that the engine's signatures leave unannotated
+# and without a default (torch annotates them as these types).
+_ARG_TYPES: dict[str, Any] = {
+    "kernel_size": IntOrPair,
+    "stride": IntOrPair,
+    "padding": IntOrPair,
+    "dilation": IntOrPair,
+    "output_padding": IntOrPair,
+    "output_size": IntOrPair,
+    "normalized_shape": int | list[int],
+    "embed_dim": int,
+    "num_heads": int,
+    "d_model": int,
+    "nhead": int,
+    "num_layers": int,
+    "num_groups": int,
+    "num_channels": int,
+    "kdim": int,
+    "vdim": int,
+    "eps": float,
+    "max_norm": float,
+    "divisor_override": int,
+    "reduction": Reduction,
+    "approximate": Literal["none", "tanh"],
+    "activation": Literal["relu", "gelu"],
+}
+# Constructor arguments that hold a module (built from a nested module spec).
+_MODULE_ARGS = ("encoder_layer", "decoder_layer", "norm")
+# Constructor arguments a scenario does not set: the scenario's device and dtype apply, and a
+# tensor argument (a loss's class weights) has no YAML spelling.
+_SKIPPED_ARGS = ("self", "device", "dtype", "weight", "pos_weight")
+_JSON_VALUE = int | float | bool | str | list[int] | list[float]
 
 
-def _activation_modules() -> list[ModuleDef]:
-    """engine.nn's activations (issue 10), with PyTorch's arguments; in place each one is free or
-    pays a clone of its input exactly as PyTorch's (engine/ops/activations.py)."""
-    clone = "in place it pays a clone of its input (backward keeps the input)"
-    free = "in place it is free (backward keeps the result)"
-    inplace = Arg("inplace", bool, False)
-    return [
-        ModuleDef("SiLU", (inplace,), doc=f"x * sigmoid(x); {clone}"),
-        ModuleDef("Mish", (inplace,), doc=f"x * tanh(softplus(x)); {clone}"),
-        ModuleDef("Hardswish", (inplace,), doc=f"x * relu6(x + 3) / 6; {clone}"),
-        ModuleDef("Hardsigmoid", (inplace,), doc=f"relu6(x + 3) / 6; {clone}"),
-        ModuleDef("ReLU6", (inplace,), doc=f"min(max(x, 0), 6); {clone}"),
-        ModuleDef(
-            "Hardtanh",
-            (Arg("min_val", float, -1.0), Arg("max_val", float, 1.0), inplace),
-            doc=f"clamp(x, min_val, max_val); {clone}",
-        ),
-        ModuleDef(
-            "Threshold",
-            (Arg("threshold", float), Arg("value", float), inplace),
-            doc=f"x where x > threshold else value; {clone}",
-        ),
-        ModuleDef(
-            "LeakyReLU",
-            (Arg("negative_slope", float, 0.01), inplace),
-            doc=f"x, or negative_slope * x below 0; {free}",
-        ),
-        ModuleDef("ELU", (Arg("alpha", float, 1.0), inplace), doc=f"exponential linear; {free}"),
-        ModuleDef("CELU", (Arg("alpha", float, 1.0), inplace), doc=f"continuous ELU; {free}"),
-        ModuleDef("SELU", (inplace,), doc=f"scaled ELU; {free}"),
-        ModuleDef(
-            "Softplus",
-            (Arg("beta", float, 1.0), Arg("threshold", float, 20.0)),
-            doc="log(1 + exp(beta x)) / beta; no in-place form",
-        ),
-    ]
+@dataclass(frozen=True)
+class ForwardArg:
+    """A keyword argument of a module's forward, set per call with a node's `args:`.
+
+    tensor: the value is the name of a tensor of the program (attn_mask, key_padding_mask).
+    """
+
+    name: str
+    type: Any
+    default: Any = None
+    tensor: bool = False
 
 
-_MODULES: list[ModuleDef] = [
-    ModuleDef(
-        "Linear",
-        (Arg("in_features", int), Arg("out_features", int), Arg("bias", bool, True)),
-        doc="y = x @ W.T + b",
-    ),
-    ModuleDef(
-        "Conv2d",
-        (
-            Arg("in_channels", int),
-            Arg("out_channels", int),
-            Arg("kernel_size", IntOrPair),
-            Arg("stride", IntOrPair, 1),
-            Arg("padding", IntOrPair, 0),
-            Arg("dilation", IntOrPair, 1),
-            Arg("groups", int, 1),
-            Arg("bias", bool, True),
-        ),
-        doc="2-D convolution",
-    ),
-    ModuleDef(
-        "BatchNorm2d",
-        (
-            Arg("num_features", int),
-            Arg("eps", float, 1e-5),
-            Arg("momentum", float, 0.1),
-            Arg("affine", bool, True),
-            Arg("track_running_stats", bool, True),
-        ),
-        doc="batch normalisation over N, H, W",
-    ),
-    ModuleDef(
-        "ReLU", (Arg("inplace", bool, False),), doc="max(x, 0); inplace=True overwrites its input"
-    ),
-    ModuleDef("Sigmoid", (), doc="1 / (1 + exp(-x))"),
-    ModuleDef("Tanh", (), doc="tanh(x)"),
-    ModuleDef("Softmax", (Arg("dim", int | None, None),), doc="softmax along dim"),
-    ModuleDef("Dropout", (Arg("p", float, 0.5), Arg("inplace", bool, False)), doc="random zeroing"),
-    ModuleDef(
-        "MaxPool2d",
-        (
-            Arg("kernel_size", IntOrPair),
-            Arg("stride", IntOrPair | None, None),
-            Arg("padding", IntOrPair, 0),
-        ),
-        doc="2-D max pooling",
-    ),
-    ModuleDef(
-        "AdaptiveAvgPool2d", (Arg("output_size", IntOrPair),), doc="2-D adaptive average pooling"
-    ),
-    ModuleDef("Flatten", (Arg("start_dim", int, 1), Arg("end_dim", int, -1)), doc="flatten dims"),
-    ModuleDef("Identity", (), doc="returns its input"),
-    ModuleDef(
-        "MSELoss",
-        (Arg("reduction", Reduction, "mean"),),
-        inputs=("input", "target"),
-        doc="mean squared error",
-    ),
-    ModuleDef(
-        "CrossEntropyLoss",
-        (Arg("reduction", Reduction, "mean"),),
-        inputs=("input", "target"),
-        doc="cross entropy of logits and class indices",
-    ),
-    ModuleDef("Sequential", (), children=True, doc="the `layers` run one after another"),
-    *_activation_modules(),
-]
+def _is_module_class(obj) -> bool:
+    from engine.nn import Module
 
-MODULES: dict[str, ModuleDef] = {m.name: m for m in _MODULES}
+    return isinstance(obj, type) and issubclass(obj, Module) and obj is not Module
+
+
+def _arg_type(name: str, param, hints: dict) -> Any:
+    import inspect
+
+    default = param.default
+    if name in _ARG_TYPES:
+        t = _ARG_TYPES[name]
+        return t | None if default is None else t
+    if name in hints:
+        return hints[name]
+    if default is inspect.Parameter.empty or default is None:
+        return _JSON_VALUE | None if default is None else _JSON_VALUE
+    if isinstance(default, bool):
+        return bool
+    if isinstance(default, float):
+        return float
+    if isinstance(default, int):
+        return int
+    if isinstance(default, str):
+        return str
+    if isinstance(default, (tuple, list)):
+        return list[int] | list[float]
+    return _JSON_VALUE
+
+
+def _hints(fn) -> dict:
+    import typing
+
+    try:
+        return {k: v for k, v in typing.get_type_hints(fn).items() if k != "return"}
+    except Exception:  # an annotation that cannot be evaluated here: infer from the default
+        return {}
+
+
+def _constructor_args(cls) -> tuple[tuple[Arg, ...], tuple[str, ...]]:
+    """(the scenario arguments of cls.__init__, those that take a nested module spec)."""
+    import inspect
+
+    try:
+        sig = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return (), ()
+    hints = _hints(cls.__init__)
+    args, module_args = [], []
+    for name, p in sig.parameters.items():
+        if name in _SKIPPED_ARGS or name.startswith("_"):
+            continue
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        default = REQUIRED if p.default is inspect.Parameter.empty else p.default
+        if name in _MODULE_ARGS:
+            module_args.append(name)
+            args.append(Arg(name, "ModuleSpec", default))
+            continue
+        args.append(Arg(name, _arg_type(name, p, hints), default))
+    return tuple(args), tuple(module_args)
+
+
+def _forward_args(cls) -> tuple[tuple[str, ...], tuple[str, ...], tuple[ForwardArg, ...]]:
+    """(required tensor inputs, optional tensor inputs, keyword arguments) of cls.forward.
+
+    Parameters without a default are tensor inputs; a parameter defaulting to None is an optional
+    tensor (a mask) unless its name says it is a flag (is_causal, need_weights); the others are
+    keyword arguments typed by their default.
+    """
+    import inspect
+
+    sig = inspect.signature(cls.forward)
+    hints = _hints(cls.forward)
+    inputs, optional, kwargs = [], [], []
+    for name, p in list(sig.parameters.items())[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.default is inspect.Parameter.empty:
+            inputs.append(name)
+        elif p.default is None and not name.startswith(("is_", "need_")):
+            optional.append(name)
+            kwargs.append(ForwardArg(name, str | None, None, tensor=True))
+        else:
+            t = bool | None if p.default is None else _arg_type(name, p, hints)
+            kwargs.append(ForwardArg(name, t, p.default))
+    return tuple(inputs), tuple(optional), tuple(kwargs)
+
+
+def _summary(cls) -> str:
+    doc = (cls.__doc__ or "").strip()
+    if not doc:
+        return f"nn.{cls.__name__}, as PyTorch's"
+    first = doc.split("\n\n")[0].replace("\n", " ")
+    return " ".join(first.split())
+
+
+def _module_def(name: str, cls) -> ModuleDef:
+    if name == "Sequential":  # its modules are the spec's `layers`
+        return ModuleDef(name, (), build=None, doc=_summary(cls), children=True)
+    args, module_args = _constructor_args(cls)
+    inputs, optional, kwargs = _forward_args(cls)
+    return ModuleDef(
+        name,
+        args,
+        inputs=inputs,
+        optional_inputs=optional,
+        forward_args=kwargs,
+        module_args=module_args,
+        doc=_summary(cls),
+    )
+
+
+def _modules() -> dict[str, ModuleDef]:
+    """Every layer engine.nn exports that a program can call (containers without a forward of
+    their own, such as ModuleList, are not node types)."""
+    import engine.nn as nn
+
+    out = {}
+    for name in nn.__all__:
+        cls = getattr(nn, name, None)
+        if not _is_module_class(cls) or cls.forward is nn.Module.forward:
+            continue
+        out[name] = _module_def(name, cls)
+    return out
+
+
+MODULES: dict[str, ModuleDef] = _modules()
 
 OPTIMIZERS: dict[str, tuple[Arg, ...]] = {
     "SGD": (
@@ -233,7 +311,7 @@ OPTIMIZERS: dict[str, tuple[Arg, ...]] = {
 }
 
 INITS = ("rand", "randn", "zeros", "ones", "empty", "full", "arange", "randint")
-DTYPES = ("float16", "float32", "float64", "uint8", "int32", "int64", "bool")
+DTYPES = ("float16", "bfloat16", "float32", "float64", "uint8", "int32", "int64", "bool")
 
 
 def module_kwargs(args: dict) -> dict:
@@ -253,6 +331,97 @@ def suggest(name: str, choices) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def nearest(name: str, choices, n: int = 4) -> list[str]:
+    """The names of `choices` closest to `name`, best first: spelling first, then names that
+    contain it or that it contains (`attention` -> scaled_dot_product_attention)."""
+    import difflib
+
+    choices = list(choices)
+    text = str(name).lower()
+    close = difflib.get_close_matches(text, [c.lower() for c in choices], n=n, cutoff=0.6)
+    by_lower = {c.lower(): c for c in choices}
+    out = [by_lower[c] for c in close]
+    if len(text) >= 3:
+        for c in choices:
+            if len(out) >= n:
+                break
+            if c not in out and (text in c.lower() or c.lower() in text and len(c) >= 3):
+                out.append(c)
+    return out[:n]
+
+
+def did_you_mean(name: str, choices) -> str:
+    """' (did you mean 'relu' or 'relu6'?)' with the nearest names of `choices`, else ''."""
+    close = [repr(c) for c in nearest(name, choices)]
+    if not close:
+        return ""
+    names = close[0] if len(close) == 1 else f"{', '.join(close[:-1])} or {close[-1]}"
+    return f" (did you mean {names}?)"
+
+
+# --- the docs tables (docs/scenarios.md), generated from the catalog ----------------------------
+
+_TABLE_MARK = "<!-- generated by `python -m memprof.scenario.catalog`: {} -->"
+
+
+def _default_text(arg) -> str:
+    if arg.default is REQUIRED:
+        return arg.name
+    return f"{arg.name}={arg.default!r}"
+
+
+def op_table() -> str:
+    """The markdown table of the scenario ops (one row per op of the engine's op table)."""
+    rows = [
+        "| op | tensor inputs ([optional]) | args (default) | in place | what |",
+        "|---|---|---|---|---|",
+    ]
+    for o in OPS.values():
+        ins = ", ".join([*o.inputs, *(f"[{i}]" for i in o.optional_inputs)])
+        if o.variadic:
+            ins = f"{ins}, ... (one or more)" if ins else "tensors, ... (one or more)"
+        args = ", ".join(_default_text(a) for a in o.args) or "-"
+        rows.append(
+            f"| `{o.name}` | {ins or '-'} | {args} | {'yes' if o.inplace else '-'} | {o.doc} |"
+        )
+    return "\n".join(rows)
+
+
+def module_table() -> str:
+    """The markdown table of the scenario module types (one row per layer of engine.nn)."""
+    rows = [
+        "| type | arguments (default) | inputs ([optional]) | forward `args` | what |",
+        "|---|---|---|---|---|",
+    ]
+    for m in MODULES.values():
+        if m.children:
+            args = "layers (a list of module specs)"
+        else:
+            args = ", ".join(
+                f"{a.name} (a module spec)" if a.name in m.module_args else _default_text(a)
+                for a in m.args
+            )
+        ins = ", ".join([*m.inputs, *(f"[{i}]" for i in m.optional_inputs)])
+        fargs = ", ".join(
+            f"{a.name} (a tensor name)" if a.tensor else f"{a.name}={a.default!r}"
+            for a in m.forward_args
+            if a.name not in m.optional_inputs or a.tensor
+        )
+        doc = m.doc.replace("|", "\\|")
+        rows.append(f"| `{m.name}` | {args or '-'} | {ins} | {fargs or '-'} | {doc} |")
+    return "\n".join(rows)
+
+
+def docs_with_tables(text: str) -> str:
+    """docs/scenarios.md with its generated tables replaced by the catalog's."""
+    for what, table in (("modules", module_table()), ("ops", op_table())):
+        mark = _TABLE_MARK.format(what)
+        start = text.index(mark) + len(mark)
+        end = text.index("\n\n", start + 1)
+        text = text[:start] + "\n" + table + text[end:]
+    return text
+
+
 __all__ = [
     "Arg",
     "OpDef",
@@ -264,5 +433,16 @@ __all__ = [
     "DTYPES",
     "REQUIRED",
     "suggest",
+    "nearest",
+    "did_you_mean",
     "module_kwargs",
+    "ForwardArg",
 ]
+
+
+if __name__ == "__main__":  # regenerate the tables of docs/scenarios.md
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
+    docs.write_text(docs_with_tables(docs.read_text()))
+    print(docs)

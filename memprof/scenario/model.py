@@ -165,6 +165,13 @@ def _field_for(arg: Arg):
 def _module_model(mdef) -> type[BaseModel]:
     fields: dict[str, Any] = {"type": (Literal[mdef.name], ...)}
     for arg in mdef.args:
+        if arg.name in mdef.module_args:  # a nested module spec (TransformerEncoder's layer)
+            optional = arg.default is None
+            fields[arg.name] = (
+                "ModuleSpec | None" if optional else "ModuleSpec",
+                Field(None if optional else ..., description="a module spec: {type: ..., ...}"),
+            )
+            continue
         fields[arg.name] = _field_for(arg)
     if mdef.children:
         fields["layers"] = (list["ModuleSpec"], Field(..., min_length=1))
@@ -176,7 +183,7 @@ def _module_model(mdef) -> type[BaseModel]:
 _MODULE_MODELS = {name: _module_model(m) for name, m in MODULES.items()}
 ModuleSpec = Annotated[Union[tuple(_MODULE_MODELS.values())], Field(discriminator="type")]
 for _name, _m in _MODULE_MODELS.items():
-    if MODULES[_name].children:  # `layers: list[ModuleSpec]` refers back to the union
+    if MODULES[_name].children or MODULES[_name].module_args:  # specs nested in the union
         _m.model_rebuild(_types_namespace={"ModuleSpec": ModuleSpec})
 
 
@@ -188,19 +195,36 @@ class NodeBase(Strict):
     inputs: NameList = Field(
         default_factory=list, alias="in", description="tensor names read by the node, in order"
     )
-    out: Name | None = Field(
-        None, description="the name bound to the result (default: the node id)"
+    out: Name | Annotated[list[Name], Field(min_length=1)] | None = Field(
+        None,
+        description="the name bound to the result (default: the node id); a list binds the "
+        "values of a tuple result in order (`out: [y, weights]`), `_` drops one",
     )
 
     @property
     def out_name(self) -> str:
+        """The name of a single result (the first name of a list)."""
+        if isinstance(self.out, list):
+            return self.out[0]
         return self.out or self.id
+
+    @property
+    def out_names(self) -> list[str]:
+        """Every name the node binds (`_` in a list binds nothing)."""
+        if isinstance(self.out, list):
+            return [n for n in self.out if n != "_"]
+        return [self.out or self.id]
 
 
 class ModuleCall(NodeBase):
     """Calls a module declared under `modules:`."""
 
     module: Name
+    args: dict[Name, Any] = Field(
+        default_factory=dict,
+        description="keyword arguments of the module's forward (need_weights: false, "
+        "is_causal: true); a mask argument takes a tensor name",
+    )
 
 
 def _op_node_model(opdef) -> type[BaseModel]:
@@ -355,6 +379,57 @@ class Expectation(Strict):
     )
 
 
+# --- training levers: activation checkpointing and mixed precision ----------------------------
+
+REGION_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.\.[A-Za-z_][A-Za-z0-9_]*)?$"
+Region = Annotated[
+    str,
+    Field(
+        pattern=REGION_PATTERN,
+        description="a module name (each call of it is checkpointed) or a node range FIRST..LAST",
+    ),
+]
+
+
+class CheckpointSpec(Strict):
+    """Activation checkpointing: each region runs under engine.utils.checkpoint.checkpoint
+    (non-reentrant, PyTorch's recommended form): its activations are dropped after forward and
+    recomputed in backward."""
+
+    regions: list[Region] = Field(
+        default_factory=list, description="module names and node ranges FIRST..LAST"
+    )
+    enabled: bool = Field(True, description="false runs the regions normally (for a matrix)")
+
+    @property
+    def active(self) -> list[str]:
+        return list(self.regions) if self.enabled else []
+
+
+def _checkpoint_shorthand(value: Any) -> Any:
+    if isinstance(value, str) and not PARAM_REF_RE.match(value):
+        value = [value]
+    if isinstance(value, list):
+        return {"regions": value}
+    return value
+
+
+class AutocastSpec(Strict):
+    """Mixed precision: the forward program runs under engine.autocast (PyTorch's casting lists
+    and cast cache; meta follows CUDA's lists); backward and the optimizer run outside it."""
+
+    dtype: Literal["float16", "bfloat16", "float32"] | None = Field(
+        None,
+        description="the lower precision (default: the device's, float16 on cuda and meta, "
+        "bfloat16 on cpu); float32 turns autocast off, for a matrix over precisions",
+    )
+    enabled: bool = True
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and self.dtype != "float32"
+
+
 # --- the scenario -----------------------------------------------------------------------------
 
 ParamValue = Any
@@ -385,6 +460,14 @@ class Scenario(Strict):
     ) = Field(None, description="named variants: each maps parameter names to values")
     matrix: dict[Name, Annotated[list[ParamValue], Field(min_length=1)]] | None = Field(
         None, description="every combination of these parameter values is a variant"
+    )
+    checkpoint: Annotated[CheckpointSpec | None, BeforeValidator(_checkpoint_shorthand)] = Field(
+        None,
+        description="activation checkpointing: a list of module names and node ranges "
+        "FIRST..LAST, or {regions: [...], enabled: $ckpt}",
+    )
+    autocast: AutocastSpec | None = Field(
+        None, description="mixed precision for the forward program: {dtype: bfloat16}"
     )
     baseline: str | None = Field(None, description="the variant others are compared against")
     expect: dict[str, Expectation] = Field(

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from memprof.scenario import model as m
-from memprof.scenario.catalog import MODULES, OPS, OPTIMIZERS, nearest, suggest
+from memprof.scenario.catalog import MODULES, OPS, OPTIMIZERS, did_you_mean, nearest, suggest
 from memprof.scenario.loader import Document, Problem
 
 _MISSING = object()
@@ -189,16 +189,13 @@ def _one(doc: Document, data: Any, err: dict) -> Problem:
         tag = ctx.get("tag", value)
         if path[:1] == ("program",):
             op = _get(data, path + ("op",))
-            close = nearest(op, OPS)
-            hint = f"; nearest: {', '.join(close)}" if close else " (`memprof schema` lists them)"
+            hint = did_you_mean(op, OPS) or " (`memprof schema` lists them)"
             return doc.problem(path + ("op",), f"expected a known op{hint}, found {found(op)}")
-        if path[:1] == ("modules",) or len(path) > 2 and path[0] == "modules":
-            close = nearest(tag, MODULES)
-            hint = f"; nearest: {', '.join(close)}" if close else ""
+        if path[:1] == ("modules",):
             return doc.problem(
                 path + ("type",),
-                f"expected a module type of engine.nn such as Linear, LayerNorm or "
-                f"MultiheadAttention{hint}, found {found(tag)}",
+                f"expected a module type such as Linear, Conv2d or "
+                f"ReLU{did_you_mean(tag, MODULES)}, found {found(tag)}",
             )
         if path[:1] == ("phases",) and len(path) == 3:
             return doc.problem(

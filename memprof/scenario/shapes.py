@@ -11,8 +11,10 @@ from memprof.scenario.build import (
     Bindings,
     NotATensor,
     ProgramHooks,
+    bound_names,
     build_module,
     describe_tensor,
+    forward_options,
     make_input,
     module_parameters,
     run_forward,
@@ -67,8 +69,8 @@ def dry_run(variant, doc: Document) -> list[Problem]:
         rounds = 2 if spec.iterations > 1 else 1  # the second round sees what the first wrote
         try:
             for _ in range(rounds):
-                state.drop([n.out_name for n in spec.program])
-                run_forward(spec.program, state, modules, hooks)
+                state.drop(bound_names(spec.program))
+                run_forward(spec.program, state, modules, hooks, forward_options(spec, "meta"))
         except Exception as exc:
             problems = hooks.problems
             if allowed_to_fail:

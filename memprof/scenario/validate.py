@@ -358,7 +358,7 @@ def check_semantics(spec: Scenario, doc: Document, variant_names: list[str]) -> 
     """Problems a pydantic model cannot see: undefined or duplicate names, wrong input counts."""
     problems: list[Problem] = []
     bound: dict[str, tuple] = {}  # tensor name -> path of what bound it
-    later = {n.out_name: ("program", i) for i, n in enumerate(spec.program)}
+    later = {name: ("program", i) for i, n in enumerate(spec.program) for name in n.out_names}
     for name, inp in spec.inputs.items():
         bound[name] = ("inputs", name)
         nbytes = math.prod(inp.shape) * ITEMSIZE[inp.dtype or spec.dtype]
@@ -413,20 +413,22 @@ def check_semantics(spec: Scenario, doc: Document, variant_names: list[str]) -> 
                     )
                 problems.append(doc.problem(ipath, msg))
         problems += _check_call(spec, node, here, doc)
-        out = node.out_name
-        if out in bound:
-            first = doc.position(bound[out], key=bound[out][0] == "inputs")
-            opath = here + ("out",) if node.out else here + ("id",)
-            problems.append(
-                doc.problem(
-                    opath,
-                    f"expected a new tensor name (each name is bound once), "
-                    f"found {out!r}, already bound at line "
-                    f"{first.line if first else '?'}",
+        problems += _check_module_args(spec, node, here, doc, bound)
+        for out in node.out_names:
+            if out in bound:
+                first = doc.position(bound[out], key=bound[out][0] == "inputs")
+                opath = here + ("out",) if node.out else here + ("id",)
+                problems.append(
+                    doc.problem(
+                        opath,
+                        f"expected a new tensor name (each name is bound once), "
+                        f"found {out!r}, already bound at line "
+                        f"{first.line if first else '?'}",
+                    )
                 )
-            )
-        else:
-            bound[out] = here
+            else:
+                bound[out] = here
+    problems += _check_levers(spec, doc)
 
     has_forward = False
     for i, phase in enumerate(spec.phases):
@@ -515,13 +517,15 @@ def _check_call(spec: Scenario, node, here: tuple, doc: Document) -> list[Proble
                     f"found {node.module!r}",
                 )
             ]
-        roles = MODULES[mod.type].inputs
-        if n != len(roles):
+        mdef = MODULES[mod.type]
+        lo, hi = mdef.min_inputs, mdef.max_inputs
+        if not lo <= n <= hi:
+            roles = ", ".join(mdef.inputs + tuple(f"{r} (optional)" for r in mdef.optional_inputs))
+            want = f"{lo}" if hi == lo else f"{lo} to {hi}"
             return [
                 doc.problem(
                     here + ("in",),
-                    f"expected {len(roles)} input tensor(s) for {mod.type} "
-                    f"({', '.join(roles)}), found {n}",
+                    f"expected {want} input tensor(s) for {mod.type} ({roles}), found {n}",
                 )
             ]
         return []
@@ -555,6 +559,84 @@ def _check_call(spec: Scenario, node, here: tuple, doc: Document) -> list[Proble
                     f"args.other for {node.op}, found both",
                 )
             ]
+    return []
+
+
+def _check_module_args(spec: Scenario, node, here: tuple, doc: Document, bound) -> list[Problem]:
+    """A module node's `args` are keyword arguments of the module's forward; a mask argument
+    names a tensor bound before the node."""
+    if not isinstance(node, ModuleCall) or not node.args or node.module not in spec.modules:
+        return []
+    mtype = spec.modules[node.module].type
+    fargs = {a.name: a for a in MODULES[mtype].forward_args}
+    problems = []
+    for key, value in node.args.items():
+        apath = here + ("args", key)
+        arg = fargs.get(key)
+        if arg is None:
+            known = ", ".join(fargs) or "none"
+            problems.append(
+                doc.problem(
+                    apath,
+                    f"expected a keyword argument of {mtype}.forward ({known})"
+                    f"{suggest(key, fargs)}, found {key!r}",
+                    key=True,
+                )
+            )
+        elif arg.tensor and value is not None:
+            if not isinstance(value, str) or value not in bound:
+                problems.append(
+                    doc.problem(
+                        apath,
+                        f"expected the name of a tensor defined before this node for {key}"
+                        f"{suggest(value, bound) if isinstance(value, str) else ''}, found {value!r}",
+                    )
+                )
+        elif not arg.tensor:
+            kinds = _json_kinds(arg.type)
+            if (
+                kinds
+                and not isinstance(value, kinds)
+                or isinstance(value, bool)
+                and bool not in kinds
+            ):
+                problems.append(
+                    doc.problem(
+                        apath,
+                        f"expected {' or '.join(k.__name__ for k in kinds)} for {mtype}.forward's "
+                        f"{key}, found {value!r}",
+                    )
+                )
+    return problems
+
+
+def _json_kinds(t) -> tuple:
+    """The Python types a YAML value may have for an argument typed `t` (empty: anything)."""
+    import types
+    import typing
+
+    args = typing.get_args(t) if isinstance(t, types.UnionType) or typing.get_origin(t) else (t,)
+    kinds = tuple(a for a in args if a in (bool, int, float, str))
+    if float in kinds and int not in kinds:
+        kinds += (int,)
+    return kinds if len(kinds) == len([a for a in args if a is not type(None)]) else ()
+
+
+def _check_levers(spec: Scenario, doc: Document) -> list[Problem]:
+    """`checkpoint:` regions name modules or node ranges that exist, in order, apart."""
+    from memprof.scenario.build import LeverError, forward_options
+
+    try:
+        forward_options(spec)
+    except LeverError as exc:
+        raw = _raw(doc, ("checkpoint",))
+        if isinstance(raw, list):
+            path = ("checkpoint", exc.index)
+        elif isinstance(raw, dict) and isinstance(raw.get("regions"), list):
+            path = ("checkpoint", "regions", exc.index)
+        else:
+            path = ("checkpoint",)
+        return [doc.problem(path, str(exc))]
     return []
 
 

@@ -34,6 +34,9 @@ INPUTS = {
     "bin": {"shape": [2, 3, 5]},
     "bb1": {"shape": [2, 3, 4]},
     "bb2": {"shape": [2, 4, 5]},
+    "seq": {"shape": [2, 3, 4]},
+    "k1": {"shape": [2, 3, 3]},
+    "kt": {"shape": [2, 3, 2, 2]},
 }
 
 # op -> (tensor inputs, args, expected result shape)
@@ -57,6 +60,11 @@ OP_CALLS = {
         )
     },
     "scale": (["x"], {"scale": 2.0}, [2, 4]),
+    # layers of issue 10
+    "conv1d": (["bin", "k1"], {}, [2, 2, 3]),
+    "conv_transpose2d": (["img", "kt"], {}, [1, 3, 7, 7]),
+    "group_norm": (["img"], {"num_groups": 1}, [1, 2, 6, 6]),
+    "rms_norm": (["x"], {"normalized_shape": [4]}, [2, 4]),
     **{n: (["x", "x2"], {}, [2, 4]) for n in ("add", "sub", "mul", "div")},
     "matmul": (["m", "m"], {}, [4, 4]),
     "linear": (["x", "w", "b"], {}, [2, 3]),
@@ -146,6 +154,40 @@ MODULE_CALLS = {
     "Threshold": ({"threshold": 0.5, "value": 0.0, "inplace": True}, ["x"]),
     "LeakyReLU": ({"negative_slope": 0.2, "inplace": True}, ["x"]),
     "Softplus": ({"beta": 2.0}, ["x"]),
+    # every other layer of engine.nn (issue 10); a tuple result binds a list (third item)
+    "AvgPool2d": ({"kernel_size": 2}, ["img"]),
+    "Conv1d": ({"in_channels": 3, "out_channels": 2, "kernel_size": 3}, ["bin"]),
+    "ConvTranspose2d": ({"in_channels": 2, "out_channels": 3, "kernel_size": 2}, ["img"]),
+    "GroupNorm": ({"num_groups": 1, "num_channels": 2}, ["img"]),
+    "RMSNorm": ({"normalized_shape": 4}, ["x"]),
+    "BatchNorm1d": ({"num_features": 4}, ["x"]),
+    "Embedding": ({"num_embeddings": 4, "embedding_dim": 3}, ["labels"]),
+    "GELU": ({"approximate": "tanh"}, ["x"]),
+    "LayerNorm": ({"normalized_shape": 4}, ["x"]),
+    "LogSoftmax": ({"dim": 1}, ["x"]),
+    "NLLLoss": ({}, ["x", "labels"]),
+    "MultiheadAttention": (
+        {"embed_dim": 4, "num_heads": 2, "batch_first": True},
+        ["seq", "seq", "seq"],
+        {"out": ["y", "weights"]},
+    ),
+    "TransformerEncoderLayer": (
+        {"d_model": 4, "nhead": 2, "dim_feedforward": 8, "batch_first": True},
+        ["seq"],
+    ),
+    "TransformerEncoder": (
+        {
+            "encoder_layer": {
+                "type": "TransformerEncoderLayer",
+                "d_model": 4,
+                "nhead": 2,
+                "dim_feedforward": 8,
+                "batch_first": True,
+            },
+            "num_layers": 2,
+        },
+        ["seq"],
+    ),
 }
 
 
@@ -192,10 +234,9 @@ def test_in_place_form_writes_its_input(tmp_path, op):
 
 @pytest.mark.parametrize("mtype", sorted(MODULES))
 def test_module_builds_and_runs(tmp_path, mtype):
-    spec, ins = MODULE_CALLS[mtype]
-    v = run_one(
-        tmp_path, {"id": "r", "module": "m0", "in": ins}, {"m0": {"type": mtype, **spec}}, ins
-    )
+    spec, ins, *extra = MODULE_CALLS[mtype]
+    node = {"id": "r", "module": "m0", "in": ins, **(extra[0] if extra else {})}
+    v = run_one(tmp_path, node, {"m0": {"type": mtype, **spec}}, sorted(set(ins)))
     assert v["status"] == "ok", v["error"]
     assert v["ops"][0]["module"] == "m0" and v["ops"][0]["op"] == mtype
 
