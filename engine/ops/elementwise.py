@@ -692,8 +692,17 @@ class Div(Binary):
             else:
                 (b,) = vals
                 a = None
+            # derivatives.yaml (div_tensor_other_backward first, as DivBackward0 runs them):
+            # other: -grad * ((self / other) / other), its three temporaries alive until the
+            # product is made; self: grad / other
+            gb = None
+            if nb:
+                q = a / b
+                q2 = q / b
+                ng = -g
+                gb = ng * q2
+                del q, q2, ng
             ga = g / b if na else None
-            gb = (-(g * a) / (b * b)) if nb else None
             return self._grads(ga, gb)
         if self.a_t:  # a / scalar
             return self._grads(g / self.scalar_b, None)

@@ -306,6 +306,15 @@ def maximum_backward(m):
     return region
 
 
+def divide_by_column(m):
+    x, w = _leaf(m, (64, 64)), _leaf(m, (64, 1), 1)
+
+    def region():
+        (x / w).sum().backward()
+
+    return region
+
+
 PROGRAMS = {
     "used_twice": used_twice,
     "batched_matmul": batched_matmul,
@@ -328,6 +337,7 @@ PROGRAMS = {
     "cos_backward": cos_backward,
     "where_backward": where_backward,
     "maximum_backward": maximum_backward,
+    "divide_by_column": divide_by_column,
 }
 
 
@@ -460,6 +470,8 @@ def test_mask_gather_charges_the_coordinates_pytorch_makes():
         ("where_backward", F // 4 + F + 4 + 4),
         # per input: grad / 2, the tie mask, where(), the losing mask; x's gradient stays (F)
         ("maximum_backward", F + (F + F // 4 + F + F // 4) + 4 + 4),
+        # the divisor's gradient first: self / other, / other, -grad and their product
+        ("divide_by_column", 4 * F + 4 + 4),
     ],
 )
 def test_backward_temporaries_are_pytorchs(name, expected_peak):
