@@ -196,6 +196,58 @@ def clamp_pow_rms(m):
     return _step(model, _x(m, (32, 64)), _x(m, (32, 64), 1), nn.functional.mse_loss, opt)
 
 
+def inplace_relu_residual(m):
+    nn, F = m.nn, m.nn.functional
+
+    class Res(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.o = nn.Linear(64, 64), nn.Linear(64, 64), nn.Linear(64, 5)
+
+        def forward(self, x):
+            h = self.b(F.relu(self.a(x), inplace=True))
+            h += x
+            return self.o(F.relu_(h))
+
+    model = Res()
+    opt = m.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+    return _step(model, _x(m, (32, 64)), _labels(m, 32, 5), F.cross_entropy, opt)
+
+
+def scale_shift_log_softmax_by_hand(m):
+    nn, F = m.nn, m.nn.functional
+
+    class ScaleShift(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(16, 16)
+            self.scale, self.shift = nn.Parameter(m.ones(1, 16)), nn.Parameter(m.zeros(16))
+
+        def forward(self, x):
+            h = self.lin(x) * self.scale.expand(x.shape[0], 16) + self.shift
+            return (h.exp() / h.exp().sum(1, keepdim=True)).log()
+
+    model = ScaleShift()
+    opt = m.optim.SGD(model.parameters(), lr=0.1)
+    return _step(model, _x(m, (24, 16)), _labels(m, 24, 16), F.nll_loss, opt)
+
+
+def clipped_adam(m):
+    nn, F = m.nn, m.nn.functional
+    model = nn.Sequential(nn.Linear(50, 50), nn.Tanh(), nn.Linear(50, 4))
+    opt = m.optim.Adam(model.parameters(), lr=1e-3)
+    x, t = _x(m, (20, 50)), _labels(m, 20, 4)
+
+    def region():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), t).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    region()
+    return region
+
+
 PROGRAMS = {
     f.__name__: f
     for f in (
@@ -208,6 +260,9 @@ PROGRAMS = {
         tied_embedding,
         unbind_heads,
         clamp_pow_rms,
+        inplace_relu_residual,
+        scale_shift_log_softmax_by_hand,
+        clipped_adam,
     )
 }
 
