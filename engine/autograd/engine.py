@@ -13,7 +13,7 @@ import sys
 
 from engine.allocator import tracked as _tracked
 from engine.allocator.tracked import set_op
-from engine.autograd.function import Function, gradient_edge
+from engine.autograd.function import Function, _round_emulated, gradient_edge
 from engine.autograd.grad_mode import STATE
 from engine.autograd.nodes import AccumulateGrad
 from engine.tensor import Tensor
@@ -172,6 +172,8 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                     want = dtypes[i] if dtypes else None
                     if want is not None and gi._dtype is not want:  # PyTorch's validate_outputs
                         gi = gi.to(want)  # (float32 + bfloat16 under autocast: a bf16 gradient)
+                    elif gi._dtype.emulated:  # bfloat16 held in float32: a bf16 kernel's values
+                        _round_emulated(gi)
                     _accumulate(buf, nr, gi)
                 del gi
                 deps[nxt] -= 1

@@ -140,3 +140,11 @@ def test_training_step_in_bfloat16_on_meta_counts_two_byte_parameters_and_gradie
     model(x).sum().backward()
     assert model.weight.grad.dtype is bf16
     assert model.weight.grad.nbytes == 1024 * 1024 * 2
+
+
+def test_gradients_are_bfloat16_values_too():
+    x = engine.randn(8, 16, dtype=bf16, requires_grad=True)
+    w = engine.randn(4, 16, dtype=bf16, requires_grad=True)
+    (engine.nn.functional.gelu(engine.nn.functional.linear(x, w)) * 3).sum().backward()
+    for g in (x.grad, w.grad):
+        assert g.dtype is bf16 and _is_bf16_values(g.numpy())
