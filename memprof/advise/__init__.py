@@ -65,7 +65,7 @@ def _pick_variant(loaded, name: str | None):
 
 def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> dict[str, Any]:
     from memprof.advise.analysis import REFUTED, verdicts
-    from memprof.advise.proof import difference, run_once, switched
+    from memprof.advise.proof import difference, run_once, run_switched
 
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter() if t0 is None else t0
@@ -83,7 +83,7 @@ def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> di
     alone: dict[str, Any] = {}
     for v in found:
         say(f"re-running with {v.node} in place")
-        res = run_once(switched(variant, [v.node]))
+        res = run_switched(variant, [v.node])
         runs += 1
         alone[v.node] = res
         diff = difference(ref, res)
@@ -150,11 +150,15 @@ def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> di
     }
 
 
-def _order(variant, node_id: str) -> int:
+def _order(variant, cid: str) -> tuple:
+    """Program order of a candidate (a Sequential's layers after their node, in layer order)."""
+    from memprof.advise.proof import parse_id
+
+    nid, path = parse_id(cid)
     for i, node in enumerate(variant.spec.program):
-        if node.id == node_id:
-            return i
-    return len(variant.spec.program)
+        if node.id == nid:
+            return (i, path)
+    return (len(variant.spec.program), path)
 
 
 def _in_order(variant, ids) -> list[str]:
@@ -164,17 +168,17 @@ def _in_order(variant, ids) -> list[str]:
 def _combine(ref, variant, ids: list[str], say):
     """All safe candidates together; if that set fails the proof, the largest prefix-greedy set
     that passes (largest saving first). Returns (nodes, run result, re-runs made)."""
-    from memprof.advise.proof import difference, run_once, switched
+    from memprof.advise.proof import difference, run_switched
 
     if not ids:
         return [], ref, 0
     say(f"re-running with {len(ids)} candidates in place")
-    res = run_once(switched(variant, ids))
+    res = run_switched(variant, ids)
     if difference(ref, res) is None:
         return list(ids), res, 1
     runs, kept, best = 1, [], ref
     for n in ids:
-        trial = run_once(switched(variant, kept + [n]))
+        trial = run_switched(variant, kept + [n])
         runs += 1
         if difference(ref, trial) is None:
             kept.append(n)
@@ -184,7 +188,7 @@ def _combine(ref, variant, ids: list[str], say):
 
 def _fit_budget(ref, variant, combined: list[str], all_res, budget: int, say):
     """The fewest safe candidates (largest saving first) whose re-run peak is within `budget`."""
-    from memprof.advise.proof import difference, run_once, switched
+    from memprof.advise.proof import difference, run_switched
     from memprof.units import format_bytes
 
     info = {"bytes": budget, "met": False, "nodes": [], "peak": ref.peak, "message": ""}
@@ -205,7 +209,7 @@ def _fit_budget(ref, variant, combined: list[str], all_res, budget: int, say):
     for n in combined:
         trial_ids = kept + [n]
         say(f"re-running with {len(trial_ids)} candidates in place for the budget")
-        res = run_once(switched(variant, trial_ids))
+        res = run_switched(variant, trial_ids)
         runs += 1
         if difference(ref, res) is not None:
             continue

@@ -54,10 +54,14 @@ class Operand:
 
 @dataclass
 class NodeFacts:
+    """What one program node, or one layer of a Sequential a node calls (id `node[i]`), did in
+    the first iteration. `index` is its place in the order things ran."""
+
     index: int
     node_id: str
     op: str  # the op name, or the module's type for a module call
     reads: list[tuple[str, int]]  # (name, storage) of each input
+    candidate: bool = False  # runs out of place and has an in-place form
     operand: Operand | None = None
     out_shape: tuple | None = None
     out_dtype: str | None = None
@@ -65,7 +69,8 @@ class NodeFacts:
 
 
 def candidate_op(spec, node) -> str | None:
-    """The op (or module type) of a node that runs out of place but has an in-place form."""
+    """The op (or module type) of a program node that runs out of place but has an in-place
+    form (a Sequential's layers are candidates of their own, `node[i]`)."""
     if isinstance(node, ModuleCall):
         mspec = spec.modules[node.module]
         if getattr(mspec, "inplace", None) is False:
@@ -97,38 +102,126 @@ def _snapshot(t):
 class AdviceRun(_Run):
     """A run of one variant that also records the facts advice needs and the values to compare."""
 
-    def __init__(self, variant):
+    def __init__(self, variant, switch: frozenset = frozenset()):
         super().__init__(variant)
+        self.switch = switch  # (node id, layer path) of module calls to run in place
         self.facts: dict[str, NodeFacts] = {}
         self.values: dict[tuple, Any] = {}
         self._seen_fns: weakref.WeakSet = weakref.WeakSet()
+        self._order = 0
+        self._names: dict[int, str] = {}  # storage -> the name or layer id that made it
+        self._handles: list = []
+
+    def setup(self) -> None:
+        super().setup()
+        for name, mspec in self.spec.modules.items():
+            if getattr(mspec, "layers", None):
+                self._hook_layers(self.modules[name], mspec, ())
+
+    def finish(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        super().finish()
 
     # the forward program's hooks
     @contextmanager
     def node(self, index, node, tensors):
         if self.k == 0:
-            self._before(index, node, tensors)
-        with super().node(index, node, tensors):
-            yield
+            spec = self.spec
+            if isinstance(node, ModuleCall):
+                op = spec.modules[node.module].type
+            else:
+                op = getattr(node, "op", "?")
+            for n, t in zip(node.inputs, tensors, strict=True):
+                self._names.setdefault(storage_key(t), n)
+            self._record(node.id, op, candidate_op(spec, node) is not None, node.inputs, tensors)
+        switched = [self._module_at(node, path) for nid, path in self.switch if nid == node.id]
+        before = [m.inplace for m in switched]
+        for m in switched:
+            m.inplace = True
+        try:
+            with super().node(index, node, tensors):
+                yield
+        finally:
+            for m, value in zip(switched, before, strict=True):
+                m.inplace = value
 
-    def _before(self, index, node, tensors) -> None:
-        spec = self.spec
-        op = (
-            spec.modules[node.module].type
-            if isinstance(node, ModuleCall)
-            else getattr(node, "op", "?")
-        )
+    def _module_at(self, node, path: tuple):
+        module = self.modules[node.module]
+        for i in path:
+            module = module[i]
+        return module
+
+    def done(self, index, node, tensors, out, wrote) -> None:
+        super().done(index, node, tensors, out, wrote)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        outs = [o for o in outs if o is not None]
+        if self.k == 0 and outs:
+            self._record_result(node.id, outs)
+            for name, o in zip(
+                node.out_names if hasattr(node, "out_names") else [node.out_name],
+                outs,
+                strict=False,
+            ):
+                self._names[storage_key(o)] = name
+        for i, o in enumerate(outs):
+            self.values[("node", self.k, node.id if i == 0 else f"{node.id}[{i}]")] = _snapshot(o)
+
+    # the layers of Sequential modules, one fact each (`node[i]`, nested `node[i][j]`)
+    def _hook_layers(self, module, mspec, path: tuple) -> None:
+        for i, cspec in enumerate(mspec.layers):
+            child, where = module[i], path + (i,)
+            if getattr(cspec, "layers", None):
+                self._hook_layers(child, cspec, where)
+                continue
+            self._handles.append(
+                child.register_forward_pre_hook(
+                    lambda _m, args, w=where, c=cspec: self._layer_before(w, c, args)
+                )
+            )
+            self._handles.append(
+                child.register_forward_hook(
+                    lambda _m, _args, out, w=where: self._layer_after(w, out)
+                )
+            )
+
+    def _layer_id(self, where: tuple) -> str | None:
+        node = self.current_node
+        if self.k != 0 or not node or node.startswith("<"):
+            return None
+        return node + "".join(f"[{i}]" for i in where)
+
+    def _layer_before(self, where, cspec, args) -> None:
+        fid = self._layer_id(where)
+        tensors = [a for a in args if isinstance(a, self.engine.Tensor)][:1]
+        if fid is None or not tensors:
+            return
+        names = [self._names.get(storage_key(tensors[0]), "its input")]
+        self._record(fid, cspec.type, getattr(cspec, "inplace", None) is False, names, tensors)
+
+    def _layer_after(self, where, out) -> None:
+        fid = self._layer_id(where)
+        if fid is None or fid not in self.facts or not isinstance(out, self.engine.Tensor):
+            return
+        self._record_result(fid, [out])
+        self._names[storage_key(out)] = f"{fid}'s result"
+
+    # recording
+    def _record(self, fid: str, op: str, candidate: bool, names, tensors) -> None:
         facts = NodeFacts(
-            index,
-            node.id,
+            self._order,
+            fid,
             op,
-            [(n, storage_key(t)) for n, t in zip(node.inputs, tensors, strict=True)],
+            [(n, storage_key(t)) for n, t in zip(names, tensors, strict=True)],
+            candidate,
         )
+        self._order += 1
         if tensors:
             t = tensors[0]
             base = t._base
             facts.operand = Operand(
-                name=node.inputs[0],
+                name=names[0],
                 storage=storage_key(t),
                 version=t._version,
                 shape=tuple(t.shape),
@@ -140,24 +233,18 @@ class AdviceRun(_Run):
                     st == 0 and sz > 1 for st, sz in zip(t.stride(), t.shape, strict=False)
                 ),
             )
-        self.facts[node.id] = facts
+        self.facts[fid] = facts
 
-    def done(self, index, node, tensors, out, wrote) -> None:
-        super().done(index, node, tensors, out, wrote)
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        outs = [o for o in outs if o is not None]
-        if self.k == 0 and outs:
-            facts = self.facts[node.id]
-            facts.out_shape = tuple(outs[0].shape)
-            facts.out_dtype = str(outs[0].dtype).replace("engine.", "")
-            for o in outs:
-                for fn in self._new_grad_fns(o.grad_fn):
-                    for saved in getattr(fn, "saved", None) or ():
-                        storage = getattr(saved, "storage", None)
-                        if storage is not None:
-                            facts.saves.append((_storage_id(storage), saved.version, fn.name()))
-        for i, o in enumerate(outs):
-            self.values[("node", self.k, node.id if i == 0 else f"{node.id}[{i}]")] = _snapshot(o)
+    def _record_result(self, fid: str, outs: list) -> None:
+        facts = self.facts[fid]
+        facts.out_shape = tuple(outs[0].shape)
+        facts.out_dtype = str(outs[0].dtype).replace("engine.", "")
+        for o in outs:
+            for fn in self._new_grad_fns(o.grad_fn):
+                for saved in getattr(fn, "saved", None) or ():
+                    storage = getattr(saved, "storage", None)
+                    if storage is not None:
+                        facts.saves.append((_storage_id(storage), saved.version, fn.name()))
 
     def _new_grad_fns(self, fn) -> list:
         """The autograd nodes reachable from `fn` that no earlier program node made."""
@@ -211,25 +298,23 @@ class Verdict:
 
 
 def verdicts(spec, facts: dict[str, NodeFacts], state: dict[int, str], inputs: dict[int, str]):
-    """The verdict of every candidate node, in program order (from one recorded run)."""
+    """The verdict of every candidate (program nodes and Sequential layers), in the order they
+    ran (from one recorded run)."""
     has_backward = any(hasattr(p, "backward") for p in spec.phases)
     ordered = sorted(facts.values(), key=lambda f: f.index)
-    out: list[Verdict] = []
-    for node in spec.program:
-        op = candidate_op(spec, node)
-        f = facts.get(node.id)
-        if op is None or f is None or f.operand is None:
-            continue
-        out.append(_verdict(spec, node, op, f, ordered, state, inputs, has_backward))
-    return out
+    return [
+        _verdict(spec, f, ordered, state, inputs, has_backward)
+        for f in ordered
+        if f.candidate and f.operand is not None
+    ]
 
 
-def _verdict(spec, node, op, f: NodeFacts, ordered, state, inputs, has_backward) -> Verdict:
-    o = f.operand
+def _verdict(spec, f: NodeFacts, ordered, state, inputs, has_backward) -> Verdict:
+    o, me, op = f.operand, f.node_id, f.op
     own_clone = o.nbytes if any(s[0] == o.storage for s in f.saves) else 0
 
     def unsafe(kind: str, text: str, involves=()) -> Verdict:
-        return Verdict(node.id, op, "unsafe", f"{kind}: {text}", list(involves), 0, kind)
+        return Verdict(me, op, "unsafe", f"{kind}: {text}", list(involves), 0, kind)
 
     if o.leaf_requires_grad:
         return unsafe(
@@ -262,27 +347,23 @@ def _verdict(spec, node, op, f: NodeFacts, ordered, state, inputs, has_backward)
         )
     if o.self_overlap:
         return unsafe(SHAPE, f"{o.name} overlaps itself (an expanded view)")
-    readers = [
-        g.node_id
-        for g in ordered
-        if g.index > f.index and any(sid == o.storage for _, sid in g.reads)
-    ]
+    later = [g for g in ordered if g.index > f.index and not _inside(g.node_id, me)]
+    readers = [g.node_id for g in later if any(sid == o.storage for _, sid in g.reads)]
     if readers:
         names = sorted(
-            {n for g in ordered if g.node_id in readers for n, s in g.reads if s == o.storage}
+            {n for g in later if g.node_id in readers for n, s in g.reads if s == o.storage}
         )
         what = o.name if names == [o.name] else f"{o.name} (as {', '.join(names)})"
         return unsafe(
             STALE,
-            f"node {readers[0]} reads {what} after {node.id}; in place it would see "
-            f"{node.id}'s result",
+            f"node {readers[0]} reads {what} after {me}; in place it would see {me}'s result",
             readers,
         )
     if has_backward:
         savers = [
             (g.node_id, fn, version)
             for g in ordered
-            if g.index < f.index
+            if g.index < f.index and not _inside(me, g.node_id)
             for sid, version, fn in g.saves
             if sid == o.storage and version == o.version
         ]
@@ -297,7 +378,12 @@ def _verdict(spec, node, op, f: NodeFacts, ordered, state, inputs, has_backward)
     text = "nothing reads or keeps the operand afterwards"
     if own_clone:
         text += f"; backward needs {o.name}, so autograd keeps a clone of it"
-    return Verdict(node.id, op, "safe", text, [], own_clone, "safe")
+    return Verdict(me, op, "safe", text, [], own_clone, "safe")
+
+
+def _inside(inner: str, outer: str) -> bool:
+    """Whether fact `inner` is a layer of the Sequential call `outer` (`h[1]` inside `h`)."""
+    return inner.startswith(outer + "[")
 
 
 def _as(name: str, owner: str) -> str:

@@ -8,6 +8,7 @@ engine's version counters (a write over a saved tensor fails backward) and stale
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,44 +40,60 @@ class RunResult:
         )
 
 
-def switched(variant, node_ids) -> Any:
-    """A copy of `variant` with the given nodes switched to their in-place form.
+_ID = re.compile(r"^(.+?)((?:\[\d+\])*)$")
 
-    A module call switches its module's `inplace`; a module other nodes also call (and that stay
-    out of place) is copied for the switched node, so each node switches alone.
+
+def parse_id(cid: str) -> tuple[str, tuple[int, ...]]:
+    """`h` -> ("h", ()); `features[1]` -> ("features", (1,)); a layer of a Sequential call."""
+    m = _ID.match(cid)
+    path = tuple(int(i) for i in re.findall(r"\[(\d+)\]", m.group(2)))
+    return m.group(1), path
+
+
+def layer_spec(module_spec, path: tuple[int, ...]):
+    for i in path:
+        module_spec = module_spec.layers[i]
+    return module_spec
+
+
+def switched(variant, node_ids) -> tuple[Any, frozenset]:
+    """`variant` with the given candidates switched to their in-place form: a copy whose op nodes
+    have `inplace: true`, and the module calls to switch while the run goes, as
+    (node id, layer path) pairs. A module call is switched by setting the engine module's
+    `inplace` for that node's call only, so a module other nodes also call (a ReLU used twice, a
+    Sequential with parameters) stays one module with the same parameters.
     """
     from memprof.scenario import Variant
 
-    ids = set(node_ids)
     spec = variant.spec.model_copy(deep=True)
-    users: dict[str, list[str]] = {}
-    for node in spec.program:
+    by_id = {node.id: node for node in spec.program}
+    modules = set()
+    for cid in node_ids:
+        nid, path = parse_id(cid)
+        node = by_id[nid]
         if isinstance(node, ModuleCall):
-            users.setdefault(node.module, []).append(node.id)
-    for node in spec.program:
-        if node.id not in ids:
-            continue
-        if isinstance(node, ModuleCall):
-            name = node.module
-            if not set(users[name]) <= ids:
-                copy_name = f"{name}__{node.id}"
-                spec.modules[copy_name] = spec.modules[name].model_copy(deep=True)
-                node.module = name = copy_name
-            spec.modules[name].inplace = True
+            modules.add((nid, path))
         else:
             node.inplace = True
-    return Variant(variant.name, dict(variant.params), spec, None)
+    return Variant(variant.name, dict(variant.params), spec, None), frozenset(modules)
 
 
-def run_once(variant) -> RunResult:
-    """Run a variant through the runner, recording the facts and values advice needs."""
+def run_switched(variant, node_ids) -> RunResult:
+    """Run `variant` with the candidates `node_ids` in place."""
+    copy, modules = switched(variant, node_ids)
+    return run_once(copy, modules)
+
+
+def run_once(variant, modules: frozenset = frozenset()) -> RunResult:
+    """Run a variant through the runner, recording the facts and values advice needs; `modules`:
+    (node id, layer path) of module calls to run in place (see `switched`)."""
     from memprof.runner import _RUN_LOCK
     from memprof.runner.execute import _failed_entry, _measure, _serialisable
 
     with _RUN_LOCK:
         run = None
         try:
-            run = AdviceRun(variant)
+            run = AdviceRun(variant, modules)
             run.prepare()
             entry = _serialisable(_measure(run, None))
             if entry["status"] == "ok":

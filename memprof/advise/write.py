@@ -16,6 +16,7 @@ import io
 import os
 from typing import Any
 
+from memprof.advise.proof import layer_spec, parse_id
 from memprof.errors import InvalidInput
 from memprof.scenario.model import ModuleCall
 
@@ -32,9 +33,12 @@ def _yaml():
     return y
 
 
-def advised_text(path: str, variant_name: str, nodes: list[str]) -> str:
+def advised_text(path: str, variant_name: str, nodes: list[str]) -> tuple[str, list[str]]:
     """The text of the scenario at `path` with variant `advised`: `variant_name` with `nodes` in
-    place. Raises InvalidInput when the file cannot take the variant."""
+    place; and a note for each node left out. A node whose module other nodes also call is
+    switched in a copy of the module made for it, unless the module has parameters or buffers
+    (a copy would have its own): that node is left out. Raises InvalidInput when the file cannot
+    take the variant."""
     from ruamel.yaml.comments import CommentedMap
 
     from memprof.scenario import load_scenario
@@ -57,7 +61,8 @@ def advised_text(path: str, variant_name: str, nodes: list[str]) -> str:
     specs = {v.name: v.spec for v in loaded.variants}
     chosen = specs[variant_name]
     index = {n.id: i for i, n in enumerate(chosen.program)}
-    ids = [n for n in nodes if n in index]
+    parsed = [parse_id(n) for n in nodes]
+    parsed = [(nid, path) for nid, path in parsed if nid in index]
     callers: dict[str, list[str]] = {}
     for n in chosen.program:
         if isinstance(n, ModuleCall):
@@ -66,23 +71,44 @@ def advised_text(path: str, variant_name: str, nodes: list[str]) -> str:
     # the places to switch: (path into the data, a name for a new parameter, value per variant)
     targets: list[tuple[tuple, str, dict[str, Any]]] = []
     done_modules: set[str] = set()
-    for nid in ids:
+    whole = {nid for nid, path in parsed if not path}
+    copies: dict[str, str] = {}
+    notes: list[str] = []
+    for nid, path in parsed:
         i = index[nid]
         node = chosen.program[i]
         if isinstance(node, ModuleCall):
             module = node.module
+            shared = len(callers[module]) > 1 and (path or not set(callers[module]) <= whole)
+            if shared and _has_state(chosen.modules[module], chosen.dtype):
+                others = ", ".join(n for n in callers[module] if n != nid)
+                notes.append(
+                    f"{nid}{''.join(f'[{j}]' for j in path)} is not in variant {ADVISED}: module "
+                    f"{module} is also called by {others} and has parameters, which a copy for "
+                    f"{nid} would not share; set its inplace by hand"
+                )
+                continue
+            if path:  # a layer of a Sequential: in the node's own copy if others call it
+                values = {
+                    name: bool(layer_spec(s.modules[module], path).inplace)
+                    for name, s in specs.items()
+                }
+                if len(callers[module]) > 1:
+                    if nid not in copies:
+                        copies[nid] = _copy_module(data, module, nid, i)
+                    module = copies[nid]
+                where = ("modules", module) + sum((("layers", j) for j in path), ()) + ("inplace",)
+                suffix = "_".join(str(j) for j in path)
+                targets.append((where, f"advise_{nid}_{suffix}", values))
+                continue
             if module in done_modules:
                 continue
             values = {name: bool(s.modules[module].inplace) for name, s in specs.items()}
-            if set(callers[module]) <= set(ids):
+            if set(callers[module]) <= whole:
                 done_modules.add(module)
                 targets.append((("modules", module, "inplace"), f"advise_{module}", values))
             else:
-                copy_name = _free_name(data["modules"], f"{module}_{nid}")
-                mods = data["modules"]
-                pos = list(mods).index(module) + 1
-                mods.insert(pos, copy_name, copy.deepcopy(mods[module]))
-                data["program"][i]["module"] = copy_name
+                copy_name = _copy_module(data, module, nid, i)
                 targets.append((("modules", copy_name, "inplace"), f"advise_{nid}", values))
         else:
             values = {
@@ -128,14 +154,15 @@ def advised_text(path: str, variant_name: str, nodes: list[str]) -> str:
     variants[ADVISED] = advised
     out = io.StringIO()
     y.dump(data, out)
-    return out.getvalue()
+    return out.getvalue(), notes
 
 
-def write_advised(path: str, variant_name: str, nodes: list[str], out_path: str) -> None:
-    """Write `advised_text` to `out_path` and check that the result loads as a scenario."""
+def write_advised(path: str, variant_name: str, nodes: list[str], out_path: str) -> list[str]:
+    """Write `advised_text` to `out_path`, check that the result loads as a scenario, and return
+    the notes on nodes left out."""
     from memprof.scenario import load_scenario
 
-    text = advised_text(path, variant_name, nodes)
+    text, notes = advised_text(path, variant_name, nodes)
     tmp = f"{out_path}.tmp{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
@@ -147,6 +174,28 @@ def write_advised(path: str, variant_name: str, nodes: list[str], out_path: str)
         if os.path.exists(tmp):
             os.unlink(tmp)
     load_scenario(out_path, variants=[ADVISED], check_shapes=False)
+    return notes
+
+
+def _has_state(module_spec, dtype: str) -> bool:
+    """Whether a module (a Sequential: any layer) has parameters or buffers (built on meta)."""
+    import engine
+    from memprof.scenario.build import build_module
+
+    module = build_module(engine, module_spec, "meta", dtype)
+    if any(True for _ in module.parameters()):
+        return True
+    buffers = getattr(module, "buffers", None)
+    return buffers is not None and any(True for _ in buffers())
+
+
+def _copy_module(data, module: str, nid: str, index: int) -> str:
+    """Copy module `module` as `<module>_<node>` right after it; node `index` calls the copy."""
+    mods = data["modules"]
+    copy_name = _free_name(mods, f"{module}_{nid}")
+    mods.insert(list(mods).index(module) + 1, copy_name, copy.deepcopy(mods[module]))
+    data["program"][index]["module"] = copy_name
+    return copy_name
 
 
 def _param_name(raw: Any) -> str | None:

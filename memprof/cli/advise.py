@@ -102,7 +102,9 @@ def advise(
     if write is not None:
         from memprof.advise.write import write_advised
 
-        write_advised(str(scenario), result["variant"], result["switched"], str(write))
+        notes = write_advised(str(scenario), result["variant"], result["switched"], str(write))
+        for note in notes:
+            typer.echo(f"note: {note}", err=True)
         if not to_stdout:
             typer.echo(
                 f"wrote {write} (variant advised: {', '.join(result['switched']) or 'no change'})"

@@ -210,7 +210,8 @@ def test_a_module_called_twice_switches_for_one_node_only(tmp_path):
     out = tmp_path / "out.yaml"
     from memprof.advise.write import advised_text
 
-    text = advised_text(str(path), "default", advice["switched"])
+    text, notes = advised_text(str(path), "default", advice["switched"])
+    assert notes == []
     out.write_text(text)
     assert "# called by h1 and h2" in text and "# a ReLU module called twice" in text
     assert "act_h1: {type: ReLU, inplace: $advise_h1}" in text
@@ -318,3 +319,54 @@ def test_an_input_written_in_place_is_safe_only_when_no_later_iteration_reads_it
     assert got["a"]["kind"] == kind
     assert got["a"]["proven"]  # safe: equal values; input: the second iteration's a differs
     assert got["b"]["kind"] == "safe"  # mul_(a, a): nothing reads a afterwards
+
+
+def test_the_layers_of_a_sequential_are_candidates_of_their_own(tmp_path):
+    path = HERE / "sequential.yaml"
+    advice = advise(path)
+    got = {n: (c["kind"], c["involves"]) for n, c in _by_node(advice).items()}
+    assert got == {
+        "f[1]": ("safe", []),
+        "f[3]": ("safe", []),
+        "g[0]": ("stale read", ["s"]),
+        "g[1]": ("saved for backward", ["g[0]"]),
+        "s": ("saved for backward", ["g[1]"]),
+    }
+    assert all(c["proven"] for c in advice["candidates"])
+    assert advice["switched"] == ["f[1]", "f[3]"]
+    out = tmp_path / "out.yaml"
+    from memprof.advise.write import write_advised
+
+    write_advised(str(path), "default", advice["switched"], str(out))
+    text = out.read_text()
+    assert "- {type: ReLU, inplace: $advise_f_1}" in text
+    assert "# conv-relu-conv-relu-pool" in text
+    report = run_scenario(out)
+    peaks = {v["name"]: v["peak_allocated_bytes"] for v in report["variants"]}
+    assert peaks == {"default": advice["peak_before"], "advised": advice["peak_after"]}
+
+
+def test_a_layer_of_a_sequential_called_twice_switches_for_one_node_only(tmp_path):
+    """The same module (the same parameters) runs in place at one call only; --write cannot say
+    that in YAML for a module with parameters, and says so instead of writing a copy."""
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\ninputs:\n  x: {shape: [4, 8], init: randn}\n"
+        "modules:\n  blk: {type: Sequential, layers: [{type: Linear, in_features: 8, "
+        "out_features: 8}, {type: ReLU}]}\n"
+        "program:\n  - {id: a, module: blk, in: x}\n  - {id: b, module: blk, in: a}\n"
+        "  - {id: y, op: add, in: [a, b]}\n"
+    )
+    advice = advise(path)
+    # a[1] overwrites blk's Linear output inside a; b[1] likewise inside b: nothing else reads them
+    assert {n: c["kind"] for n, c in _by_node(advice).items()} == {
+        "a[1]": "safe",
+        "b[1]": "safe",
+        "y": "safe",
+    }
+    assert all(c["proven"] for c in advice["candidates"])
+    from memprof.advise.write import advised_text
+
+    text, notes = advised_text(str(path), "default", ["a[1]"])
+    assert notes and "module blk is also called by b and has parameters" in notes[0]
+    assert "blk_a" not in text
