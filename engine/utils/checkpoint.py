@@ -80,11 +80,57 @@ def _set_rng_state(state) -> None:
     get_generator().bit_generator.state = state
 
 
+def _autocast_state():
+    """The autocast region active at the first run (PyTorch reruns under the same one)."""
+    from engine.amp import autocast_mode
+
+    s = autocast_mode.STATE
+    return (s.device_type, s.dtype, s.cache_enabled) if s.active else None
+
+
+def _sdpa_backends():
+    from engine.ops import attention
+
+    return attention.CHOICE.backends
+
+
+class _Rerun:
+    """The first run's autocast region and attention backends, around the recomputation (a
+    backward outside `with autocast(...)` / `with sdpa_kernel(...)` must recompute the same
+    tensors)."""
+
+    def __init__(self, autocast_state, backends):
+        self.autocast_state, self.backends = autocast_state, backends
+
+    def __enter__(self):
+        from engine.ops import attention
+
+        self._prev = attention.CHOICE.backends
+        attention.CHOICE.backends = self.backends
+        self._amp = None
+        if self.autocast_state is not None:
+            from engine.amp import autocast
+
+            device_type, dtype, cache_enabled = self.autocast_state
+            self._amp = autocast(device_type, dtype=dtype, cache_enabled=cache_enabled)
+            self._amp.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        from engine.ops import attention
+
+        if self._amp is not None:
+            self._amp.__exit__(*exc)
+        attention.CHOICE.backends = self._prev
+        return False
+
+
 class _Frame:
     """One checkpointed call: how to rerun it, and the tensors a rerun recovered."""
 
     def __init__(self, fn, args, kwargs, rng_state, determinism_check):
         self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.autocast, self.backends = _autocast_state(), _sdpa_backends()
         self.rng_state = rng_state
         self.check = determinism_check != "none"
         self.holders: list = []  # weak references, in pack order
@@ -140,7 +186,12 @@ class _Frame:
             fork = _RngState()  # torch.random.fork_rng stashes the current state: 5056 bytes
             _set_rng_state(self.rng_state.state)
         try:
-            with enable_grad(), saved_tensors_hooks(pack, unpack), context(checkpoint="recompute"):
+            with (
+                enable_grad(),
+                _Rerun(self.autocast, self.backends),
+                saved_tensors_hooks(pack, unpack),
+                context(checkpoint="recompute"),
+            ):
                 try:
                     self.fn(*self.args, **self.kwargs)
                 except _StopRecomputation:
@@ -167,6 +218,7 @@ class CheckpointFunction(Function):
 
     def forward(self, *args, out=None, fn=None, rng_state=None):
         self.fn, self.rng_state = fn, rng_state
+        self.autocast, self.backends = _autocast_state(), _sdpa_backends()
         self.inputs = args
         with no_grad():
             outputs = fn(*args)
@@ -196,7 +248,11 @@ class CheckpointFunction(Function):
             fork = _RngState()  # torch.random.fork_rng stashes the current state: 5056 bytes
             _set_rng_state(self.rng_state.state)
         try:
-            with enable_grad(), context(checkpoint="recompute"):
+            with (
+                enable_grad(),
+                _Rerun(self.autocast, self.backends),
+                context(checkpoint="recompute"),
+            ):
                 outputs = self.fn(*inputs)
         finally:
             _set_rng_state(current)

@@ -226,3 +226,29 @@ def test_no_warning_with_use_reentrant_given():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         checkpoint(lambda t: t.sin(), engine.randn(3, requires_grad=True), use_reentrant=False)
+
+
+@pytest.mark.parametrize("backend", ["MATH", "FLASH_ATTENTION"])
+@pytest.mark.parametrize("amp", [False, True])
+def test_rerun_uses_the_first_runs_autocast_and_attention_backend(backend, amp):
+    # Given a checkpointed attention block run inside autocast / sdpa_kernel, backward outside
+    # both: the recomputation must make the same tensors (PyTorch restores autocast too).
+    from engine.nn.attention import SDPBackend, sdpa_kernel
+
+    engine.manual_seed(0)
+    mha = engine.nn.MultiheadAttention(8, 2, batch_first=True)
+    x = engine.randn(2, 4, 8, requires_grad=True)
+    mask = engine.ones(4, 4, dtype=engine.bool)
+
+    def block(h):
+        return mha(h, h, h, attn_mask=mask, is_causal=True, need_weights=False)[0]
+
+    grads = []
+    for ck in (False, True):
+        x.grad = None
+        with sdpa_kernel(SDPBackend[backend]):
+            with engine.autocast("cpu", dtype=engine.bfloat16, enabled=amp):
+                y = checkpoint(block, x, use_reentrant=False) if ck else block(x)
+        y.float().sum().backward()
+        grads.append(x.grad.numpy().copy())
+    np.testing.assert_array_equal(grads[0], grads[1])
