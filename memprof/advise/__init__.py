@@ -105,11 +105,9 @@ def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> di
                 row["clone_bytes"] = res.clone_bytes(v.node)
                 row["saving_bytes"] = ref.peak - res.peak
                 row["reserved_saving_bytes"] = ref.peak_reserved - res.peak_reserved
-                if row["clone_bytes"]:
-                    row["reason"] = (
-                        "nothing reads or keeps the operand afterwards; autograd keeps a clone "
-                        "of it for backward"
-                    )
+                row["reason"] = "nothing reads or keeps the operand afterwards"
+                if row["clone_bytes"]:  # as measured in place, not as the out-of-place form saved
+                    row["reason"] += "; in place, autograd keeps a clone of it for backward"
             else:
                 text, nodes = diff
                 row.update(verdict="unsafe", kind=REFUTED, involves=nodes, proven=True)

@@ -370,3 +370,18 @@ def test_a_layer_of_a_sequential_called_twice_switches_for_one_node_only(tmp_pat
     text, notes = advised_text(str(path), "default", ["a[1]"])
     assert notes and "module blk is also called by b and has parameters" in notes[0]
     assert "blk_a" not in text
+
+
+@pytest.mark.parametrize("act, clone", [("LeakyReLU", 0), ("SiLU", 16 * MiB)])
+def test_clone_bytes_are_measured_in_place(act, clone):
+    """Out of place LeakyReLU keeps its input, in place its result (free); SiLU keeps its input
+    either way, so in place it clones it: the figure and the reason come from the re-run."""
+    advice = advise(
+        ROOT / "scenarios/activation_inplace.yaml",
+        variant=f"act={act},inplace=false",
+        device="meta",
+    )
+    a = _by_node(advice)["a"]
+    assert (a["verdict"], a["clone_bytes"]) == ("safe", clone)
+    assert ("clone" in a["reason"]) == bool(clone)
+    assert a["saving_bytes"] == 16 * MiB - clone
