@@ -200,11 +200,16 @@ def _run_batch(files: list[Path], memprof: Memprof, tally: Tally, *, device: str
         for f in files:
             _run_batch([f], memprof, tally, device=device)
         return
-    elif inv.rc == 2 and len(files) > 1:  # one file refused (e.g. `values` on meta): run the rest
+    elif inv.rc == 2 and len(files) > 1:  # a file refused (e.g. `values` on meta): run the rest
         shutil.rmtree(runs, ignore_errors=True)
         out.unlink(missing_ok=True)
-        for f in files:
-            _run_batch([f], memprof, tally, device=device)
+        refused = [f for f in files if f"{f}:" in inv.output]
+        rest = [f for f in files if f not in refused]
+        if refused and rest:
+            _run_batch(rest, memprof, tally, device=device)
+        else:
+            for f in files:
+                _run_batch([f], memprof, tally, device=device)
         return
     tally.failures += problems
     if inv.rc in (0, 1):
@@ -265,7 +270,6 @@ def check_reports(files: list[Path], memprof: Memprof, base: Path) -> Tally:
         for args in (
             ["report", str(f), "--html", str(html), "--trace", str(trace)],
             ["compare", str(base), str(f)],
-            ["compare", str(f), str(f)],
         ):
             inv = memprof(args, tally)
             failure = judge(inv, [str(f)])
