@@ -17,6 +17,7 @@ is not implemented"); scatter_reduce has one for sum, mean, amax and amin here.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
@@ -516,18 +517,64 @@ class MaskedScatter(Function):
         (mask,) = self.saved_tensors
         nf = self.next_functions
         gx = g.masked_fill(mask, 0.0) if nf[0] is not None else None
-        gs = None
-        if nf[2] is not None:
-            # masked_scatter_backward: g's masked values in order, zero-padded to source's size
-            gs = kernels.zeros(self.src_shape, g._dtype, g._device)
-            if _live(g._device):
-                xp = kernels.xp_of(g)
-                vals = g._data[xp.broadcast_to(mask._data, g.shape)]
-                gs._data.reshape(-1)[: vals.size] = vals
+        gs = _masked_scatter_backward(g, mask, self.src_shape) if nf[2] is not None else None
         return (gx, None, gs)
 
     def name(self):
         return "MaskedScatterBackward0"
+
+
+_GRAIN_SIZE = 32768  # at::internal::GRAIN_SIZE
+
+
+def _masked_scatter_backward(g: Tensor, mask: Tensor, src_shape) -> Tensor:
+    """PyTorch's masked_scatter_backward: g.masked_select(mask), then zeros and a cat up to the
+    source's size. masked_select's CPU kernel counts the mask (a 0-d and a mask-sized int64
+    temporary) and, unless it takes its serial path (fewer than 32768 elements, or one thread,
+    with g and the mask contiguous and of one shape), builds an int64 copy of the mask and its
+    prefix sum; all of these are charged here too."""
+    dev, dt = g._device, g._dtype
+    live = _live(dev)
+    xp = kernels.xp_of(g) if live else None
+    shape = tuple(np.broadcast_shapes(g.shape, mask.shape))
+    if live:
+        m = xp.broadcast_to(mask._data, shape)
+        k = int(m.sum())
+    else:
+        raise RuntimeError(
+            "masked_scatter's backward reads the mask's values (how many are True), which a "
+            "meta tensor does not have"
+        )
+    total = kernels.empty((), dtypes.int64, dev)  # the count of the mask
+    count = kernels.empty(shape, dtypes.int64, dev)
+    del count, total
+    serial = (
+        (math.prod(shape) < _GRAIN_SIZE or kernels.get_num_threads() == 1)
+        and g.shape == shape
+        and mask.shape == shape
+        and g.is_contiguous()
+        and mask.is_contiguous()
+    )
+    selected = kernels.empty((k,), dt, dev)
+    buffers = (
+        ()
+        if serial
+        else (
+            kernels.empty(shape, dtypes.int64, dev),  # the mask as int64
+            kernels.empty(shape, dtypes.int64, dev),  # its prefix sum
+        )
+    )
+    selected._data[...] = xp.broadcast_to(g._data, shape)[m]
+    del buffers
+    n = int(np.prod(src_shape))
+    if n > k:
+        zeros = kernels.zeros((n - k,), dt, dev)
+        full = kernels.empty((n,), dt, dev)
+        full._data[:k] = selected._data
+        full._data[k:] = zeros._data
+        del zeros, selected
+        selected = full
+    return selected.view(src_shape)
 
 
 def masked_scatter(input, mask, source):

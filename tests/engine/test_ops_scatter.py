@@ -258,9 +258,11 @@ def test_forward_memory_matches_torch_profiler(torch, name):
     assert got == want == (R * C * 4 if not name.endswith("_") else 0)
 
 
-# masked_scatter_ is left out: torch's backward runs masked_select, whose int64 prefix-sum
-# buffers (2 x 8 bytes per element) the engine does not reproduce.
-@pytest.mark.parametrize("name", ["scatter_", "scatter_add_", "index_add_", "index_copy_", "put_"])
+# masked_scatter_'s backward runs masked_select, whose CPU kernel's int64 temporaries (the
+# mask's count, its int64 copy and prefix sum) the engine charges as well
+@pytest.mark.parametrize(
+    "name", ["scatter_", "scatter_add_", "index_add_", "index_copy_", "put_", "masked_scatter_"]
+)
 def test_step_memory_matches_torch_profiler(torch, name):
     want = torch_peak(_mem_program(torch, name, True))
     got = engine_peak(_mem_program(engine, name, True))
@@ -354,3 +356,21 @@ def test_excluded_self_equal_to_the_result_takes_no_share():
     out.backward(engine.ones(2))
     np.testing.assert_array_equal(src.grad.numpy(), [1.0, 0.0])
     np.testing.assert_array_equal(s.grad.numpy(), [0.0, 1.0])
+
+
+@pytest.mark.parametrize("name", ["masked_scatter", "masked_scatter_broadcast_mask"])
+def test_masked_scatter_small_step_memory_matches_torch_profiler(torch, name):
+    """Below 32768 elements with a same-shape mask masked_select takes its serial path (no int64
+    copies); a broadcast mask takes the prefix-sum path at any size."""
+    fn, arrays = CASES[name]
+
+    def program(m):
+        ts = [m.tensor(a.astype(np.float32), requires_grad=True) for a in arrays]
+
+        def region():
+            y = fn(m, *ts)
+            y.backward(m.ones(y.shape))
+
+        return region
+
+    assert engine_peak(program(engine)) == torch_peak(program(torch))
