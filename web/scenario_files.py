@@ -38,9 +38,12 @@ class ScenarioFolder:
         root = self.root.resolve()
         found = []
         for path in scenario_paths(root):
-            resolved = path.resolve()
-            if resolved.is_relative_to(root):
-                found.append(self._read(path.relative_to(root).as_posix(), resolved))
+            try:
+                resolved = path.resolve()
+                if resolved.is_relative_to(root):
+                    found.append(self._read(path.relative_to(root).as_posix(), resolved))
+            except (OSError, RuntimeError):  # deleted meanwhile, or a symlink loop: not listed
+                continue
         return found
 
     def find(self, key: str) -> ScenarioFile | None:
