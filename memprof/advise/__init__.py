@@ -32,16 +32,12 @@ def advise(
     budget: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """The advice for one variant of a YAML scenario (default: its baseline), as the JSON of
-    `memprof advise --json`. Raises InvalidInput for a bad scenario or one advice cannot run."""
+    """The advice for one variant of a YAML or Python scenario (default: its baseline), as the
+    JSON of `memprof advise --json`. Raises InvalidInput for a bad scenario or one advice cannot
+    run."""
     from memprof.scenario import load_scenario
 
     path = str(path)
-    if path.lower().endswith(".py"):
-        raise InvalidInput(
-            f"{path}: memprof advise reads YAML scenarios; a Python scenario's program is "
-            "Python code it cannot switch node by node (write the program as a YAML scenario)"
-        )
     t0 = time.perf_counter()
     loaded = load_scenario(path, device=device)
     chosen = _pick_variant(loaded, variant)
@@ -63,27 +59,58 @@ def _pick_variant(loaded, name: str | None):
     )
 
 
-def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> dict[str, Any]:
-    from memprof.advise.analysis import REFUTED, verdicts
-    from memprof.advise.proof import difference, run_once, run_switched
+class _ScenarioRuns:
+    """How advice runs a YAML scenario's variant: recorded, and with candidates switched."""
 
+    def __init__(self, variant):
+        self.variant = variant
+
+    def record(self):
+        from memprof.advise.proof import run_once
+
+        return run_once(self.variant)
+
+    def switched(self, ids):
+        from memprof.advise.proof import run_switched
+
+        return run_switched(self.variant, ids)
+
+    def verdicts(self, ref):
+        from memprof.advise.analysis import verdicts
+
+        return verdicts(self.variant.spec, ref.facts, ref.state, ref.inputs)
+
+    def order(self, cid: str) -> tuple:
+        return _order(self.variant, cid)
+
+
+def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> dict[str, Any]:
+    from memprof.advise.analysis import REFUTED
+    from memprof.advise.proof import difference
+
+    if getattr(loaded, "definition", None) is not None:  # a Python scenario file
+        from memprof.advise.python import PythonRuns
+
+        runs_of = PythonRuns(loaded, variant)
+    else:
+        runs_of = _ScenarioRuns(variant)
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter() if t0 is None else t0
     say(f"recording {variant.name}")
-    ref = run_once(variant)
+    ref = runs_of.record()
     if ref.entry["status"] != "ok":
         err = ref.entry.get("error") or {}
         raise InvalidInput(
             f"{loaded.path}: variant {variant.name} fails before any switch "
             f"({err.get('type')}: {err.get('message')}); advise needs a run that succeeds"
         )
-    found = verdicts(variant.spec, ref.facts, ref.state, ref.inputs)
+    found = runs_of.verdicts(ref)
     runs = 1
     rows: list[dict[str, Any]] = []
     alone: dict[str, Any] = {}
     for v in found:
         say(f"re-running with {v.node} in place")
-        res = run_switched(variant, [v.node])
+        res = runs_of.switched([v.node])
         runs += 1
         alone[v.node] = res
         diff = difference(ref, res)
@@ -120,13 +147,13 @@ def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> di
 
     safe = sorted(
         (r for r in rows if r["verdict"] == "safe"),
-        key=lambda r: (-r["saving_bytes"], _order(variant, r["node"])),
+        key=lambda r: (-r["saving_bytes"], runs_of.order(r["node"])),
     )
-    combined, after, extra = _combine(ref, variant, [r["node"] for r in safe], say)
+    combined, after, extra = _combine(ref, runs_of, [r["node"] for r in safe], say)
     runs += extra
     budget_info = None
     if budget is not None:
-        budget_info, after, extra = _fit_budget(ref, variant, combined, after, budget, say)
+        budget_info, after, extra = _fit_budget(ref, runs_of, combined, after, budget, say)
         runs += extra
     return {
         "scenario": loaded.name,
@@ -139,9 +166,7 @@ def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> di
         "proof": "versions" if ref.entry["device"] == "meta" else "bitwise",
         "peak_reserved_before": ref.peak_reserved,
         "peak_reserved_after": after.peak_reserved,
-        "switched": [
-            n for n in _in_order(variant, budget_info["nodes"] if budget_info else combined)
-        ],
+        "switched": _in_order(runs_of, budget_info["nodes"] if budget_info else combined),
         "budget": budget_info,
         "runs": runs,
         "duration_s": round(time.perf_counter() - t0, 3),
@@ -159,24 +184,24 @@ def _order(variant, cid: str) -> tuple:
     return (len(variant.spec.program), path)
 
 
-def _in_order(variant, ids) -> list[str]:
-    return sorted(ids, key=lambda n: _order(variant, n))
+def _in_order(runs_of, ids) -> list[str]:
+    return sorted(ids, key=runs_of.order)
 
 
-def _combine(ref, variant, ids: list[str], say):
+def _combine(ref, runs_of, ids: list[str], say):
     """All safe candidates together; if that set fails the proof, the largest prefix-greedy set
     that passes (largest saving first). Returns (nodes, run result, re-runs made)."""
-    from memprof.advise.proof import difference, run_switched
+    from memprof.advise.proof import difference
 
     if not ids:
         return [], ref, 0
     say(f"re-running with {len(ids)} candidates in place")
-    res = run_switched(variant, ids)
+    res = runs_of.switched(ids)
     if difference(ref, res) is None:
         return list(ids), res, 1
     runs, kept, best = 1, [], ref
     for n in ids:
-        trial = run_switched(variant, kept + [n])
+        trial = runs_of.switched(kept + [n])
         runs += 1
         if difference(ref, trial) is None:
             kept.append(n)
@@ -184,9 +209,9 @@ def _combine(ref, variant, ids: list[str], say):
     return kept, best, runs
 
 
-def _fit_budget(ref, variant, combined: list[str], all_res, budget: int, say):
+def _fit_budget(ref, runs_of, combined: list[str], all_res, budget: int, say):
     """The fewest safe candidates (largest saving first) whose re-run peak is within `budget`."""
-    from memprof.advise.proof import difference, run_switched
+    from memprof.advise.proof import difference
     from memprof.units import format_bytes
 
     info = {"bytes": budget, "met": False, "nodes": [], "peak": ref.peak, "message": ""}
@@ -207,7 +232,7 @@ def _fit_budget(ref, variant, combined: list[str], all_res, budget: int, say):
     for n in combined:
         trial_ids = kept + [n]
         say(f"re-running with {len(trial_ids)} candidates in place for the budget")
-        res = run_switched(variant, trial_ids)
+        res = runs_of.switched(trial_ids)
         runs += 1
         if difference(ref, res) is not None:
             continue
@@ -215,7 +240,7 @@ def _fit_budget(ref, variant, combined: list[str], all_res, budget: int, say):
         if res.peak <= budget:
             info.update(
                 met=True,
-                nodes=_in_order(variant, kept),
+                nodes=_in_order(runs_of, kept),
                 peak=res.peak,
                 message=(
                     f"{len(kept)} of {len(combined)} safe candidates bring the peak to "

@@ -99,6 +99,61 @@ def _snapshot(t):
     return np.array(data, copy=True)
 
 
+def make_facts(order: int, fid: str, op: str, candidate: bool, names, tensors) -> NodeFacts:
+    """The facts of a node (or layer, or module call) about to run on `tensors`."""
+    facts = NodeFacts(
+        order,
+        fid,
+        op,
+        [(n, storage_key(t)) for n, t in zip(names, tensors, strict=True)],
+        candidate,
+    )
+    if tensors:
+        t = tensors[0]
+        base = t._base
+        facts.operand = Operand(
+            name=names[0],
+            storage=storage_key(t),
+            version=t._version,
+            shape=tuple(t.shape),
+            dtype=str(t.dtype).replace("engine.", ""),
+            nbytes=t.numel() * t.element_size(),
+            leaf_requires_grad=bool(t.requires_grad and t.grad_fn is None),
+            view_of_leaf=bool(base is not None and base.requires_grad and base.grad_fn is None),
+            self_overlap=any(
+                st == 0 and sz > 1 for st, sz in zip(t.stride(), t.shape, strict=False)
+            ),
+        )
+    return facts
+
+
+def record_result(facts: NodeFacts, outs: list, seen: weakref.WeakSet) -> None:
+    """The result's shape and dtype, and what the autograd nodes the call made saved."""
+    facts.out_shape = tuple(outs[0].shape)
+    facts.out_dtype = str(outs[0].dtype).replace("engine.", "")
+    for o in outs:
+        for fn in new_grad_fns(o.grad_fn, seen):
+            for saved in getattr(fn, "saved", None) or ():
+                storage = getattr(saved, "storage", None)
+                if storage is not None:
+                    facts.saves.append((_storage_id(storage), saved.version, fn.name()))
+
+
+def new_grad_fns(fn, seen: weakref.WeakSet) -> list:
+    """The autograd nodes reachable from `fn` not in `seen` (added to it): what one call made."""
+    found, stack = [], [fn]
+    while stack:
+        f = stack.pop()
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        found.append(f)
+        for edge in getattr(f, "next_functions", None) or ():
+            if edge is not None:
+                stack.append(edge[0])
+    return found
+
+
 class AdviceRun(_Run):
     """A run of one variant that also records the facts advice needs and the values to compare."""
 
@@ -209,56 +264,11 @@ class AdviceRun(_Run):
 
     # recording
     def _record(self, fid: str, op: str, candidate: bool, names, tensors) -> None:
-        facts = NodeFacts(
-            self._order,
-            fid,
-            op,
-            [(n, storage_key(t)) for n, t in zip(names, tensors, strict=True)],
-            candidate,
-        )
+        self.facts[fid] = make_facts(self._order, fid, op, candidate, names, tensors)
         self._order += 1
-        if tensors:
-            t = tensors[0]
-            base = t._base
-            facts.operand = Operand(
-                name=names[0],
-                storage=storage_key(t),
-                version=t._version,
-                shape=tuple(t.shape),
-                dtype=str(t.dtype).replace("engine.", ""),
-                nbytes=t.numel() * t.element_size(),
-                leaf_requires_grad=bool(t.requires_grad and t.grad_fn is None),
-                view_of_leaf=bool(base is not None and base.requires_grad and base.grad_fn is None),
-                self_overlap=any(
-                    st == 0 and sz > 1 for st, sz in zip(t.stride(), t.shape, strict=False)
-                ),
-            )
-        self.facts[fid] = facts
 
     def _record_result(self, fid: str, outs: list) -> None:
-        facts = self.facts[fid]
-        facts.out_shape = tuple(outs[0].shape)
-        facts.out_dtype = str(outs[0].dtype).replace("engine.", "")
-        for o in outs:
-            for fn in self._new_grad_fns(o.grad_fn):
-                for saved in getattr(fn, "saved", None) or ():
-                    storage = getattr(saved, "storage", None)
-                    if storage is not None:
-                        facts.saves.append((_storage_id(storage), saved.version, fn.name()))
-
-    def _new_grad_fns(self, fn) -> list:
-        """The autograd nodes reachable from `fn` that no earlier program node made."""
-        found, stack = [], [fn]
-        while stack:
-            f = stack.pop()
-            if f is None or f in self._seen_fns:
-                continue
-            self._seen_fns.add(f)
-            found.append(f)
-            for edge in getattr(f, "next_functions", None) or ():
-                if edge is not None:
-                    stack.append(edge[0])
-        return found
+        record_result(self.facts[fid], outs, self._seen_fns)
 
     def backward(self, k, phase) -> None:
         super().backward(k, phase)

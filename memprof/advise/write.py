@@ -43,6 +43,8 @@ def advised_text(path: str, variant_name: str, nodes: list[str]) -> tuple[str, l
 
     from memprof.scenario import load_scenario
 
+    if str(path).lower().endswith(".py"):
+        raise InvalidInput(f"{path}: --write edits YAML scenarios, not Python ones")
     loaded = load_scenario(path, check_shapes=False)
     with open(path, encoding="utf-8") as fh:
         text = fh.read()

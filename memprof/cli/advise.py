@@ -9,7 +9,13 @@ import typer
 
 
 def advise(
-    scenario: Annotated[Path, typer.Argument(help="A scenario YAML file.", show_default=False)],
+    scenario: Annotated[
+        Path,
+        typer.Argument(
+            help="A scenario: a YAML file, or a Python file with an @memprof.scenario function.",
+            show_default=False,
+        ),
+    ],
     variant: Annotated[
         str | None,
         typer.Option(
@@ -80,6 +86,11 @@ def advise(
             raise InvalidInput(f"--budget: {exc}") from None
     if device is not None and device not in ("cpu", "cuda", "meta", "auto"):
         raise InvalidInput(f"--device: expected cpu, cuda, meta or auto, found {device!r}")
+    if write is not None and str(scenario).lower().endswith(".py"):
+        raise InvalidInput(
+            f"--write: {scenario} is a Python scenario; --write edits YAML scenarios (switch the "
+            "advised modules' inplace in the code)"
+        )
     to_stdout = json_out == "-"
     err = make_console(stderr=True)
     progress = None if to_stdout else (lambda msg: err.print(f"[dim]{msg}[/]"))

@@ -286,12 +286,64 @@ def test_bad_input_is_a_message_and_exit_2(args, message, monkeypatch):
     assert "Traceback" not in result.output
 
 
-def test_python_scenarios_are_refused_with_a_reason(tmp_path):
-    py = tmp_path / "s.py"
-    py.write_text("import memprof\n")
-    result = CliRunner().invoke(app, ["advise", str(py)])
-    assert result.exit_code == 2
-    assert "reads YAML scenarios" in result.output
+PYTHON_SCENARIO = """\
+import engine
+import memprof
+
+
+@memprof.scenario(variants={"default": {}}, device="cpu")
+def step():
+    conv1 = engine.nn.Conv2d(2, 2, 3, padding=1)
+    relu = engine.nn.ReLU()
+    conv2 = engine.nn.Conv2d(2, 2, 3, padding=1)
+    act = engine.nn.ReLU()
+    x = engine.randn(1, 2, 3, 4)
+    for _ in range(2):
+        x1 = conv1(x)
+        h = relu(x1)  # conv2 reads x1 next: stale read
+        y = conv2(x1)
+        z = act(y + h)  # the add keeps nothing: safe
+        w = x1 * 2.0 if PLAIN else x1.detach()  # plain code reading x1 (no module call)
+        (z + w).sum().backward()
+"""
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_python_scenarios_advise_module_calls(tmp_path, plain):
+    path = tmp_path / "step.py"
+    path.write_text(f"PLAIN = {plain}\n" + PYTHON_SCENARIO)
+    advice = advise(path)
+    got = {n: (c["kind"], c["involves"], c["proven"]) for n, c in _by_node(advice).items()}
+    # each call is a node (the loop's second: @2); relu's stale read names the conv2 call
+    assert got["relu"] == ("stale read", ["conv2"], True)
+    assert got["relu@2"] == ("stale read", ["conv2@2"], True)
+    assert got["act"][0] == got["act@2"][0] == "safe"
+    assert advice["switched"] == ["act", "act@2"]
+    assert advice["peak_after"] <= advice["peak_before"]
+
+
+def test_python_plain_code_reads_are_caught_by_the_proof(tmp_path):
+    """x1 * 2.0 after the ReLU is plain code: the verdict cannot see it, the re-run does."""
+    path = tmp_path / "plain.py"
+    path.write_text(
+        "import engine\nimport memprof\n\n\n"
+        '@memprof.scenario(variants={"default": {}}, device="cpu")\n'
+        "def plain():\n"
+        "    conv1 = engine.nn.Conv2d(2, 2, 3, padding=1)\n"
+        "    relu = engine.nn.ReLU()\n"
+        "    x1 = conv1(engine.randn(1, 2, 3, 4))\n"
+        "    h = relu(x1)\n"
+        "    (x1 * 2.0 + h).sum().backward()\n"
+    )
+    (relu,) = advise(path)["candidates"]
+    assert (relu["verdict"], relu["kind"], relu["proven"]) == (
+        "unsafe",
+        "refuted by the re-run",
+        True,
+    )
+    assert "conv1.weight.grad" in relu["reason"]
+    result = CliRunner().invoke(app, ["advise", str(path), "--write", str(tmp_path / "o.yaml")])
+    assert result.exit_code == 2 and "--write edits YAML scenarios" in result.output
 
 
 def test_write_refuses_a_matrix_scenario(tmp_path):

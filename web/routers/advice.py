@@ -92,8 +92,6 @@ def post_advice(
         raise HTTPException(
             404, f"no scenario {scenario_name!r} in the scenarios folder to advise from"
         )
-    if str(scenario.path).lower().endswith(".py"):
-        raise HTTPException(422, f"{scenario.id}: advice reads YAML scenarios only")
     device = None if jobs.real_devices else "meta"
     try:
         result = advise(scenario.path, variant=name, device=device)
