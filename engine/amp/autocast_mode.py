@@ -72,11 +72,10 @@ LISTS = {"cuda": (CUDA_LOWER, CUDA_FP32), "cpu": (CPU_LOWER, CPU_FP32)}
 _PRIMITIVES = {
     "engine.ops.nn.linear.Linear": "linear",
     "engine.ops.linalg.Matmul": "matmul",
+    "engine.ops.contract.Baddbmm": "baddbmm",
+    "engine.ops.conv_transpose.ConvTranspose2d": "conv_transpose2d",
+    "engine.ops.group_norm.GroupNorm": "group_norm",
     "engine.ops.nn.conv.Conv2d": "conv2d",
-    "engine.ops.nn.conv.Conv1d": "conv1d",
-    "engine.ops.nn.conv.ConvTranspose2d": "conv_transpose2d",
-    "engine.ops.convolution.Conv1d": "conv1d",
-    "engine.ops.convolution.ConvTranspose2d": "conv_transpose2d",
     "engine.ops.reduce.Softmax": "softmax",
     "engine.ops.reduce.LogSoftmax": "log_softmax",
     "engine.ops.reduce.Sum": "sum",
@@ -86,8 +85,6 @@ _PRIMITIVES = {
     "engine.ops.elementwise.PowTensor": "pow",
     "engine.ops.activations.Softplus": "softplus",
     "engine.ops.nn.norm.LayerNorm": "layer_norm",
-    "engine.ops.nn.norm.GroupNorm": "group_norm",
-    "engine.ops.normalization.GroupNorm": "group_norm",
     "engine.ops.nn.loss.MseLoss": "mse_loss",
     "engine.ops.nn.loss.NllLoss": "nll_loss",
 }

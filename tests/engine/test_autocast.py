@@ -292,3 +292,34 @@ def test_grad_scaler_keeps_two_scalars_and_unscales_in_place():
     ptr = model.weight.grad.data_ptr()
     scaler.step(opt)
     assert model.weight.grad.data_ptr() == ptr
+
+
+@pytest.mark.parametrize(
+    "name, call, expected",
+    [
+        ("baddbmm", lambda a, b: engine.baddbmm(a, b, b.transpose(1, 2)), "low"),
+        (
+            "conv_transpose2d",
+            lambda a, b: engine.nn.functional.conv_transpose2d(a[None], b[:, None]),
+            "low",
+        ),
+        ("group_norm", lambda a, b: engine.nn.functional.group_norm(a.half(), 1), "float32"),
+    ],
+)
+def test_more_primitives_follow_the_cuda_lists(name, call, expected):
+    a = engine.empty(2, 3, 3, device="meta")
+    b = engine.empty(2, 3, 3, device="meta")
+    with autocast("cuda", dtype=engine.bfloat16):
+        y = call(a, b)
+    assert y.dtype is (engine.bfloat16 if expected == "low" else engine.float32), name
+
+
+def test_every_primitive_named_in_the_policy_table_exists():
+    # the table names classes by module path: a class that moved must be renamed there too
+    import importlib
+
+    from engine.amp.autocast_mode import _PRIMITIVES
+
+    for path in _PRIMITIVES:
+        module, _, cls = path.rpartition(".")
+        assert hasattr(importlib.import_module(module), cls), path
