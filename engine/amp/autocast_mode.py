@@ -51,7 +51,7 @@ CUDA_FP32 = frozenset(
     hinge_embedding_loss kl_div l1_loss smooth_l1_loss huber_loss mse_loss margin_ranking_loss
     multilabel_margin_loss soft_margin_loss triplet_margin_loss multi_margin_loss
     binary_cross_entropy_with_logits dist pdist cdist renorm logsumexp sum prod cumprod cumsum
-    linalg_vector_norm norm softmax log_softmax cross_entropy""".split()
+    linalg_vector_norm norm softmax log_softmax""".split()
 )
 CPU_LOWER = frozenset(
     """conv1d conv2d conv3d bmm mm linalg_vecdot baddbmm addmm addbmm linear _convolution
@@ -158,6 +158,13 @@ def _cast(t, to):
     if cacheable:
         STATE.cache[id(t)] = (weakref.ref(t), c)
     return c
+
+
+def policy(name: str) -> str | None:
+    """The policy op `name` runs under now: LOWER, FP32, or None (outside a region too)."""
+    if not STATE.active or STATE.suspended:
+        return None
+    return _policy(name)
 
 
 def cast_inputs(name: str, args):

@@ -323,3 +323,24 @@ def test_every_primitive_named_in_the_policy_table_exists():
     for path in _PRIMITIVES:
         module, _, cls = path.rpartition(".")
         assert hasattr(importlib.import_module(module), cls), path
+
+
+@needs_torch
+@pytest.mark.torch
+def test_cross_entropy_under_cpu_autocast_matches_torch_profiler():
+    def program(m):
+        m.manual_seed(0)
+        lin = m.nn.Linear(128, 1000)
+        x = m.tensor(np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32))
+        y = m.tensor(np.random.default_rng(1).integers(0, 1000, 64))
+
+        def region():
+            with m.autocast("cpu", dtype=m.bfloat16):
+                loss = m.nn.functional.cross_entropy(lin(x), y)
+            assert loss.dtype == m.float32
+            loss.backward()
+
+        return region
+
+    e, t = engine_peak(program(engine)), torch_peak(program(torch))
+    assert abs(e - t) <= SCALAR_SLACK, (e, t)
