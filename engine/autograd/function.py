@@ -1,8 +1,15 @@
 """Function: the base of every primitive, and how a call records history.
 
-A primitive subclasses Function and writes `forward` and `backward` side by side. It declares
-what backward keeps: `retain_inputs` (indices of tensor arguments) and `retain_output`. The
-instance created for a call *is* the graph node (like PyTorch's ctx / Chainer's FunctionNode).
+A primitive subclasses Function and writes `forward` and `backward` side by side. The instance
+created for a call *is* the graph node (like PyTorch's ctx / Chainer's FunctionNode).
+
+What backward keeps goes through one path, `SavedTensor`: the inputs and output an op declares
+(`retain_inputs` / `to_save`, `retain_output`; Function.apply saves them) and the buffers its
+forward makes (masks, indices, statistics: `self.save(name=tensor)`, read back with
+`self.kept(name)`). Every saved tensor is tagged `saved_for_backward` in the allocator, goes
+through saved_tensors_hooks when they are active, is version-checked when unpacked (as PyTorch's
+SavedVariable), and is released by `release_saved` when the node has run (or dies with the graph).
+An op keeps no other reference to a tensor or array past its forward.
 
 `Function.apply(*args, out=None, op=...)` runs the checks PyTorch runs before the kernel
 (leaf and view rules for in-place writes), clones an input that an in-place op overwrites but
@@ -204,11 +211,44 @@ class Function:
 
     @property
     def saved_tensors(self) -> tuple:
+        """The declared inputs/output, in order (retain_inputs / to_save, then retain_output)."""
         return tuple(s.unpack() for s in self.saved)
 
+    def save(self, **buffers: Tensor | None) -> None:
+        """Keep tensors made in forward (masks, indices, statistics) for backward, by name.
+
+        They are held as the declared ones are (SavedTensor: tagged saved_for_backward,
+        version-checked on use, released with the node); `kept(name)` gives them back.
+        """
+        named = self.__dict__.get("_named")
+        if named is None:
+            named = self._named = {}
+        me = weakref.ref(self)
+        for key, t in buffers.items():
+            named[key] = None if t is None else SavedTensor(t, t._grad_fn or me, t._output_nr)
+
+    def kept(self, key: str) -> Tensor | None:
+        """A buffer kept by `save` (None when it was saved as None)."""
+        named = self.__dict__.get("_named")
+        if named is None or key not in named:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved "
+                "tensors after they have already been freed). Specify retain_graph=True if you "
+                "need to backward through the graph a second time."
+            )
+        s = named[key]
+        return None if s is None else s.unpack()
+
     def release_saved(self) -> None:
+        """Drop everything kept for backward (the engine calls it once the node has run)."""
         for s in self.saved:
             s.release()
+        named = self.__dict__.get("_named")
+        if named:
+            for s in named.values():
+                if s is not None:
+                    s.release()
+            named.clear()
 
     def __repr__(self) -> str:
         return f"<{self.name()} object>"

@@ -347,13 +347,17 @@ class PowScalar(Unary):
         return (g * scaled,)
 
 
+_SAVED = object()  # marks an argument kept as a SavedTensor
+
+
 class Clamp(Function):
     """clamp(x, min, max): bounds are numbers, 0-d or broadcastable tensors, or None."""
 
     def forward(self, x, lo, hi, out=None):
         if lo is None and hi is None:
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
-        self.bounds = (lo, hi)
+        # a tensor bound is kept by to_save (a SavedTensor), not here: marked _SAVED
+        self.bounds = tuple(_SAVED if isinstance(b, Tensor) else b for b in (lo, hi))
         self.x_shape = x.shape
         bound_t = [b for b in (lo, hi) if isinstance(b, Tensor)]
         if bound_t:
@@ -398,7 +402,7 @@ class Clamp(Function):
         # PyTorch's clamp_backward / clamp_backward_min_max (derivatives.yaml)
         saved = list(self.saved_tensors)
         x = saved.pop(0)
-        lo, hi = (saved.pop(0) if isinstance(b, Tensor) else b for b in self.bounds)
+        lo, hi = (saved.pop(0) if b is _SAVED else b for b in self.bounds)
         nf = iter(self.next_functions)
         inside = upper = None
         if lo is not None:
@@ -818,7 +822,6 @@ class Where(Function):
             "where", cond.shape, x.shape if self.x_t else (), y.shape if self.y_t else ()
         )
         dtype = result_type(x, y)
-        self.cond = cond
         self.shapes = (x.shape if self.x_t else None, y.shape if self.y_t else None)
         r = result_buffer(out, shape, dtype, dev, "where")
         if dev.type != "meta":

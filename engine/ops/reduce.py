@@ -168,11 +168,11 @@ class MaxDim(Function):
                 xd, vd, idd = xd.reshape(1), vd.reshape(1), idd.reshape(1)
             getattr(xp, self.reducer)(xd, axis=d, keepdims=keepdim or not x.ndim, out=vd)
             getattr(xp, "arg" + self.reducer)(xd, axis=d, keepdims=keepdim or not x.ndim, out=idd)
-        self.indices = idx
+        self.save(indices=idx)
         return MaxResult(vals, idx)
 
     def backward(self, g, g_idx=None):
-        idx = self.indices
+        idx = self.kept("indices")
         out = kernels.zeros(self.in_shape, g._dtype, g._device)
         if g._device.type != "meta":
             xp = kernels.xp_of(g)
@@ -183,9 +183,6 @@ class MaxDim(Function):
                 ik, gk = xp.expand_dims(ik, self.dim), xp.expand_dims(gk, self.dim)
             xp.put_along_axis(od, ik, gk, axis=self.dim)
         return (out,)
-
-    def release_saved(self):
-        self.indices = None
 
 
 class MinDim(MaxDim):

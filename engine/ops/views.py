@@ -246,21 +246,16 @@ class _KeepsIndex:
     coordinates wherever the kernel gathers or scatters through it; the engine charges the same
     temporary (`_coordinates`), freed when the kernel returns."""
 
-    index_saved: tuple = ()
+    index_saved: tuple = ()  # positions in `index` of the tensors kept by save()
 
     def _keep_index(self, index, recording: bool) -> None:
         items = index if isinstance(index, tuple) else (index,)
         self.index = _np_index(index)
         if recording:
-            from engine.autograd.function import SavedTensor
-
-            self.index_saved = tuple(
-                (pos, SavedTensor(t, t._grad_fn, t._output_nr))
-                for pos, t in enumerate(items)
-                if isinstance(t, Tensor)
-            )
+            self.index_saved = tuple(pos for pos, t in enumerate(items) if isinstance(t, Tensor))
+            self.save(**{f"index{pos}": items[pos] for pos in self.index_saved})
             plain = list(self.index)
-            for pos, _ in self.index_saved:
+            for pos in self.index_saved:
                 plain[pos] = None
             self.index = tuple(plain)
 
@@ -268,8 +263,8 @@ class _KeepsIndex:
         if not self.index_saved:
             return self.index
         index = list(self.index)
-        for pos, saved in self.index_saved:
-            index[pos] = saved.unpack()._data
+        for pos in self.index_saved:
+            index[pos] = self.kept(f"index{pos}")._data
         return tuple(index)
 
     def _coordinates(self, index, device):
@@ -280,11 +275,6 @@ class _KeepsIndex:
                 n = int(np.count_nonzero(i)) if device.type == "cpu" else int(i.sum())
                 held.append(kernels.empty((n, i.ndim), dtypes.int64, device))
         return held
-
-    def release_saved(self) -> None:
-        super().release_saved()
-        for _, saved in self.index_saved:
-            saved.release()
 
 
 def _recording(*args) -> bool:

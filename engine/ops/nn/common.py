@@ -7,7 +7,6 @@ import math
 import numpy as np
 
 from engine import kernels
-from engine.autograd import function as _function
 from engine.autograd.function import Function
 from engine.ops.views import view_array
 from engine.tensor import Tensor
@@ -58,44 +57,6 @@ def _work(shape, dtype, dev):
         return kernels.xp_of_device(dev).empty(shape, dtype=dtype.np), None
     t = kernels.empty(shape, dtype, dev)
     return t._data, t
-
-
-def _keep(node: Function, **tensors) -> None:
-    """Keep buffers made in forward (masks, indices, statistics) for backward, tagged as saved."""
-    for key, t in tensors.items():
-        if (
-            _function.SAVED_TENSORS_HOOKS
-        ):  # saved_tensors_hooks (checkpointing): the hook keeps it, or not
-            setattr(node, key, _function.SavedTensor(t, None))
-            continue
-        setattr(node, key, t)
-        alloc = t._storage.allocator
-        if alloc is not None and alloc.observers:
-            alloc.tag(t._storage.id, "saved_for_backward", True)
-    node._kept = tuple(node.__dict__.get("_kept", ())) + tuple(tensors)
-
-
-class _KeepsBuffers(Function):
-    """A primitive that keeps buffers of its own (not its arguments) for backward."""
-
-    _kept: tuple = ()
-
-    def release_saved(self) -> None:
-        super().release_saved()
-        for key in self._kept:
-            setattr(self, key, None)
-
-    def kept(self, key: str) -> Tensor:
-        t = getattr(self, key, None)
-        if t is not None and type(t) is not Tensor and hasattr(t, "unpack"):
-            return t.unpack()  # packed by a saved_tensors_hooks pack hook
-        if t is None:
-            raise RuntimeError(
-                "Trying to backward through the graph a second time (or directly access saved "
-                "tensors after they have already been freed). Specify retain_graph=True if you "
-                "need to backward through the graph a second time."
-            )
-        return t
 
 
 def _pair(v, name="value"):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from engine import kernels
+from engine.autograd.function import Function
 from engine.ops.common import result_buffer
-from engine.ops.nn.common import _keep, _KeepsBuffers, _live
+from engine.ops.nn.common import _live
 
 
-class Dropout(_KeepsBuffers):
+class Dropout(Function):
     """y = x * noise, noise = bernoulli(1 - p) / (1 - p) (PyTorch's CPU `_dropout_impl`)."""
 
     def forward(self, x, out=None, p=0.5, generator=None):
@@ -30,7 +31,7 @@ class Dropout(_KeepsBuffers):
                 kernels.ufunc(np.multiply, x._data, noise._data, out=y._data)
             else:
                 xp.multiply(x._data, noise._data, out=y._data)
-        _keep(self, noise=noise)
+        self.save(noise=noise)
         return y
 
     def backward(self, g):

@@ -12,8 +12,6 @@ from engine.ops.common import broadcast_shape, device_of, result_buffer, result_
 from engine.ops.elementwise import _uf
 from engine.ops.nn.common import (
     _first_element,
-    _keep,
-    _KeepsBuffers,
     _live,
     _needs,
     _reshaped,
@@ -89,7 +87,7 @@ class MseLoss(Function):
         return "MseLossBackward0"
 
 
-class NllLoss(_KeepsBuffers):
+class NllLoss(Function):
     """nll_loss(log_probs [N, C, *], target [N, *]) with weight, ignore_index and reduction."""
 
     def to_save(self, tensors):
@@ -142,7 +140,7 @@ class NllLoss(_KeepsBuffers):
                 y._data[...] = s
             del picked, pkeep, idx, wts, owners, keep
         if reduction != "none":
-            _keep(self, total_weight=total)
+            self.save(total_weight=total)
         return y
 
     def _index(self, xp, target, weight, dev, dt):
@@ -234,17 +232,6 @@ def cross_entropy(
     label_smoothing: float = 0.0,
 ) -> Tensor:
     """Cross-entropy of logits `input` [N, C, *] against class indices or class probabilities."""
-    from engine.amp import autocast_mode
-
-    if autocast_mode.STATE.active and autocast_mode.policy("cross_entropy") is not None:
-        # autocast's CPU list runs cross_entropy as one float32 op (its CUDA list casts inside)
-        # (the caller's logits stay alive until the call returns, as torch's C++ call keeps them)
-        cast, cast_weight = autocast_mode.cast_inputs("cross_entropy", (input, weight))
-        with autocast_mode.suspended():
-            return cross_entropy(
-                cast, target, cast_weight, size_average, ignore_index, reduce, reduction,
-                label_smoothing,
-            )  # fmt: skip
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")

@@ -7,8 +7,9 @@ import math
 import numpy as np
 
 from engine import kernels
+from engine.autograd.function import Function
 from engine.ops.common import result_buffer
-from engine.ops.nn.common import _SCRATCH, _keep, _KeepsBuffers, _live, _needs, _reshaped
+from engine.ops.nn.common import _SCRATCH, _live, _needs, _reshaped
 
 
 def _channel_sums(xp, a3, b3=None):
@@ -42,7 +43,7 @@ def _centered_dot(xp, g3, x3, mean):
     return acc
 
 
-class BatchNorm(_KeepsBuffers):
+class BatchNorm(Function):
     """native_batch_norm: output plus save_mean / save_invstd [C]; running stats updated in place."""
 
     def prepare(self, *args):
@@ -108,7 +109,7 @@ class BatchNorm(_KeepsBuffers):
             if bias is not None:
                 xp.add(y3, bias._data[:, None], out=y3)
             del keep
-        _keep(self, mean=mean, invstd=invstd)
+        self.save(mean=mean, invstd=invstd)
         return y
 
     def to_save(self, tensors):
@@ -170,7 +171,7 @@ class BatchNorm(_KeepsBuffers):
         return "NativeBatchNormBackward0"
 
 
-class LayerNorm(_KeepsBuffers):
+class LayerNorm(Function):
     """native_layer_norm over the trailing dims: output plus mean / rstd per row."""
 
     def prepare(self, *args):
@@ -207,7 +208,7 @@ class LayerNorm(_KeepsBuffers):
             if bias is not None:
                 xp.add(y2, bias._data.reshape(-1), out=y2)
             del keep
-        _keep(self, mean=mean, rstd=rstd)
+        self.save(mean=mean, rstd=rstd)
         return y
 
     def to_save(self, tensors):

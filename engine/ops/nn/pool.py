@@ -7,7 +7,7 @@ import numpy as np
 from engine import dtypes, kernels
 from engine.autograd.function import Function
 from engine.ops.common import result_buffer
-from engine.ops.nn.common import _keep, _KeepsBuffers, _live, _pair, _reshaped, _sl, _span
+from engine.ops.nn.common import _live, _pair, _reshaped, _sl, _span
 
 
 def pool_out_size(size, k, s, p, d, ceil_mode):
@@ -82,7 +82,7 @@ def _max_offsets(xp, geo):
     return out
 
 
-class MaxPool2d(_KeepsBuffers):
+class MaxPool2d(Function):
     """max_pool2d_with_indices: (values, int64 flat indices into H*W); gradient to the argmax."""
 
     num_outputs = 2
@@ -123,7 +123,7 @@ class MaxPool2d(_KeepsBuffers):
                     xp.copyto(yr, v, where=m)
                     xp.copyto(i3[p0:p1, lh:hh, lw:hw], flat, where=m)
             del keep
-        _keep(self, indices=idx)
+        self.save(indices=idx)
         return y, idx
 
     def backward(self, g, g_idx=None):

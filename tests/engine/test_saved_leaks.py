@@ -1,0 +1,320 @@
+"""The leak walk: every op of the table, run forward and backward, keeps nothing afterwards.
+
+For each row of the op table (engine/ops/registry.py) the op is called on small float64 leaves
+that require grad (in-place rows on a non-leaf copy), `sum()` of its floating outputs is
+backpropagated, and then:
+- no node of its graph may still hold a tensor, an array or an unreleased SavedTensor (what an op
+  keeps goes through Function.save / the declared retain_inputs, released when the node runs);
+- once the outputs and the leaves' .grad are dropped, memory_allocated() is back where it was
+  before the call (PyTorch frees saved tensors, masks and indices with the graph).
+
+A row is called with the first argument pattern that works (`PATTERNS`), or its entry in
+`CALLS`; rows that cannot take part say why in `NOT_WALKED`. A new row that fits none fails
+`test_every_row_is_walked` until it gets an entry.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import engine
+from engine.autograd.function import Function, SavedTensor
+from engine.memory import memory_allocated
+from engine.ops import registry
+from engine.tensor import Tensor
+
+SHAPE = (3, 4)
+
+
+def _leaf(*shape, lo=0.5, hi=1.5):
+    rng = np.random.default_rng(sum(shape) + len(shape))
+    a = rng.uniform(lo, hi, size=shape or SHAPE)
+    return engine.tensor(a, dtype=engine.float64, requires_grad=True)
+
+
+def _idx(*values):
+    return engine.tensor(list(values), dtype=engine.int64)
+
+
+# Generic patterns, tried in order: (leaf shapes, extra arguments after the tensors)
+PATTERNS = [
+    ((SHAPE,), ()),
+    ((SHAPE, SHAPE), ()),
+    ((SHAPE,), (1,)),
+    ((SHAPE,), (0.5,)),
+    ((SHAPE, SHAPE, SHAPE), ()),
+    (((4, 4), (4, 4)), ()),
+]
+
+# Rows no pattern fits: a call on leaves (made by the lambda's first argument, `L`).
+CALLS = {
+    "clamp": lambda L: engine.clamp(L(), L() * 0.0 + 0.8, L() * 0.0 + 1.2),
+    "clamp_": lambda L: engine.clamp_(L() * 1.0, 0.8, 1.2),
+    "clip": lambda L: engine.clip(L(), L() * 0.0 + 0.8, 1.2),
+    "clip_": lambda L: engine.clip_(L() * 1.0, 0.8, 1.2),
+    "where": lambda L: engine.where(L() > 1.0, L(), L()),
+    "masked_fill": lambda L: engine.masked_fill(L(), L() > 1.0, 0.0),
+    "masked_fill_": lambda L: engine.masked_fill_(L() * 1.0, L() > 1.0, 0.0),
+    "max": lambda L: engine.max(L(), 1).values,
+    "min": lambda L: engine.min(L(), 1).values,
+    "amax": lambda L: engine.amax(L(), 1),
+    "amin": lambda L: engine.amin(L(), 1),
+    "reshape": lambda L: engine.reshape(L(), 4, 3),
+    "view": lambda L: L().view(4, 3),
+    "permute": lambda L: engine.permute(L(), 1, 0),
+    "transpose": lambda L: engine.transpose(L(), 0, 1),
+    "swapaxes": lambda L: engine.swapaxes(L(), 0, 1),
+    "transpose_": lambda L: (L() * 1.0).transpose_(0, 1),
+    "t_": lambda L: (L() * 1.0).t_(),
+    "expand": lambda L: L(1, 4).expand(3, 4),
+    "broadcast_to": lambda L: engine.broadcast_to(L(1, 4), (3, 4)),
+    "split": lambda L: engine.split(L(), 2),
+    "chunk": lambda L: engine.chunk(L(), 2),
+    "unbind": lambda L: engine.unbind(L()),
+    "copy_": lambda L: (L() * 1.0).copy_(L()),
+    "fill_": lambda L: (L() * 1.0)[0].fill_(2.0),
+    "zero_": lambda L: (L() * 1.0)[:, 1].zero_(),
+    "__getitem__": lambda L: L()[_idx(0, 2)],
+    "__setitem__": lambda L: _setitem(L),
+    "view_as": lambda L: L().view_as(L(4, 3)),
+    "reshape_as": lambda L: L().reshape_as(L(4, 3)),
+    "expand_as": lambda L: L(1, 4).expand_as(L()),
+    "index_select": lambda L: engine.index_select(L(), 0, _idx(0, 2)),
+    "gather": lambda L: engine.gather(L(), 1, _idx(0, 1, 3).reshape(1, 3).expand(3, 3)),
+    "take": lambda L: engine.take(L(), _idx(0, 5)),
+    "embedding": lambda L: engine.nn.functional.embedding(_idx(0, 2), L()),
+    "conv2d": lambda L: engine.conv2d(L(1, 2, 5, 5), L(3, 2, 3, 3), L(3)),
+    "conv1d": lambda L: engine.nn.functional.conv1d(L(1, 2, 5), L(3, 2, 3), L(3)),
+    "conv_transpose2d": lambda L: engine.nn.functional.conv_transpose2d(
+        L(1, 2, 3, 3), L(2, 3, 2, 2), L(3)
+    ),
+    "rms_norm": lambda L: engine.nn.functional.rms_norm(L(), (4,), L(4)),
+    "max_pool2d": lambda L: engine.max_pool2d(L(1, 2, 4, 4), 2),
+    "avg_pool2d": lambda L: engine.avg_pool2d(L(1, 2, 4, 4), 2),
+    "adaptive_avg_pool2d": lambda L: engine.adaptive_avg_pool2d(L(1, 2, 4, 4), 1),
+    "linear": lambda L: engine.nn.functional.linear(L(), L(2, 4), L(2)),
+    "mse_loss": lambda L: engine.nn.functional.mse_loss(L(), L()),
+    "nll_loss": lambda L: engine.nn.functional.nll_loss(L().log_softmax(1), _idx(0, 1, 3)),
+    "cross_entropy": lambda L: engine.nn.functional.cross_entropy(L(), _idx(0, 1, 3)),
+    "dropout": lambda L: engine.dropout(L(), 0.5, True),
+    "batch_norm": lambda L: engine.nn.functional.batch_norm(
+        L(2, 3, 2, 2), None, None, L(3), L(3), training=True
+    ),
+    "layer_norm": lambda L: engine.nn.functional.layer_norm(L(), (4,), L(4), L(4)),
+    "lerp": lambda L: engine.lerp(L(), L(), L()),
+    "lerp_": lambda L: (L() * 1.0).lerp_(L(), 0.3),
+    "scaled_dot_product_attention": lambda L: engine.nn.functional.scaled_dot_product_attention(
+        L(1, 2, 3, 4), L(1, 2, 3, 4), L(1, 2, 3, 4)
+    ),
+    "einsum": lambda L: engine.einsum("ij,kj->ik", L(), L()),
+    "baddbmm": lambda L: engine.baddbmm(L(2, 3, 3), L(2, 3, 4), L(2, 4, 3)),
+    "baddbmm_": lambda L: (L(2, 3, 3) * 1.0).baddbmm_(L(2, 3, 4), L(2, 4, 3)),
+    "scatter": lambda L: engine.scatter(L(), 1, _idx(0, 1).reshape(1, 2), L(1, 2)),
+    "scatter_": lambda L: (L() * 1.0).scatter_(1, _idx(0, 1).reshape(1, 2), L(1, 2)),
+    "scatter_add": lambda L: engine.scatter_add(L(), 1, _idx(0, 1).reshape(1, 2), L(1, 2)),
+    "scatter_add_": lambda L: (L() * 1.0).scatter_add_(1, _idx(0, 1).reshape(1, 2), L(1, 2)),
+    "scatter_reduce": lambda L: engine.scatter_reduce(
+        L(), 1, _idx(0, 1).reshape(1, 2), L(1, 2), "sum"
+    ),
+    "scatter_reduce_": lambda L: (L() * 1.0).scatter_reduce_(
+        1, _idx(0, 1).reshape(1, 2), L(1, 2), "sum"
+    ),
+    "index_add": lambda L: engine.index_add(L(), 0, _idx(0, 2), L(2, 4)),
+    "index_add_": lambda L: (L() * 1.0).index_add_(0, _idx(0, 2), L(2, 4)),
+    "index_copy": lambda L: engine.index_copy(L(), 0, _idx(0, 2), L(2, 4)),
+    "index_copy_": lambda L: (L() * 1.0).index_copy_(0, _idx(0, 2), L(2, 4)),
+    "index_fill": lambda L: engine.index_fill(L(), 0, _idx(0, 2), 1.0),
+    "index_fill_": lambda L: (L() * 1.0).index_fill_(0, _idx(0, 2), 1.0),
+    "masked_scatter": lambda L: engine.masked_scatter(L(), L() > 1.0, L()),
+    "masked_scatter_": lambda L: (L() * 1.0).masked_scatter_(L() > 1.0, L()),
+    "put": lambda L: engine.put(L(), _idx(0, 5), L(2)),
+    "put_": lambda L: (L() * 1.0).put_(_idx(0, 5), L(2)),
+    "cat": lambda L: engine.cat([L(), L()]),
+    "concat": lambda L: engine.concat([L(), L()]),
+    "concatenate": lambda L: engine.concatenate([L(), L()]),
+    "stack": lambda L: engine.stack([L(), L()]),
+    "hstack": lambda L: engine.hstack([L(), L()]),
+    "vstack": lambda L: engine.vstack([L(), L()]),
+    "repeat": lambda L: L().repeat(2, 1),
+    "flip": lambda L: engine.flip(L(), (0,)),
+    "roll": lambda L: engine.roll(L(), 1, 0),
+    "pad": lambda L: engine.nn.functional.pad(L(), (1, 1)),
+    "var": lambda L: engine.var(L(), 1),
+    "std": lambda L: engine.std(L(), 1),
+    "threshold": lambda L: engine.threshold(L(), 1.0, 0.0),
+    "threshold_": lambda L: engine.threshold_(L() * 1.0, 1.0, 0.0),
+    "pow": lambda L: engine.pow(L(), 3),
+    "pow_": lambda L: engine.pow_(L() * 1.0, 3),
+    "__pow__": lambda L: L() ** 3,
+    "__ipow__": lambda L: _ipow(L),
+    "__ifloordiv__": lambda L: _ifloordiv(L),
+}
+
+
+def _setitem(L):
+    y = L() * 1.0
+    y[y < 1.0] = 0.0
+    return y
+
+
+def _ifloordiv(L):
+    y = L() * 1.0
+    y //= 2.0
+    return y
+
+
+def _ipow(L):
+    y = L() * 1.0
+    y **= 2
+    return y
+
+
+NOT_WALKED = {
+    # no graph: casts and device moves of a tensor that does not change dtype or device are
+    # the tensor itself; the others are copies walked by `clone`
+    **dict.fromkeys(("to", "float", "double", "half", "bfloat16", "int", "long", "bool"), "cast"),
+    **dict.fromkeys(("cpu", "cuda", "type_as"), "cast or device move"),
+    "detach": "out of the graph",
+    "detach_": "out of the graph",
+    "argmax": "integer result",
+    **dict.fromkeys(
+        ("new_empty", "new_zeros", "new_ones", "new_full", "randint", "randint_like"),
+        "a new tensor, no graph",
+    ),
+    **dict.fromkeys(("normal_", "uniform_", "bernoulli_", "bernoulli"), "random fill"),
+    "one_hot": "integer input",
+    "t": "walked through transpose; t() of a 2-D tensor",
+    "__setitem__": None,  # walked (CALLS)
+}
+NOT_WALKED = {k: v for k, v in NOT_WALKED.items() if v is not None}
+
+
+def _held(obj, path="node", seen=None) -> list[str]:
+    """What a node still references that keeps memory: tensors, arrays, unreleased saves."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, Tensor):
+        return [path]
+    if isinstance(obj, np.ndarray):
+        return [path] if obj.size > 1 or obj.base is not None else []
+    if isinstance(obj, SavedTensor):
+        live = obj.storage is not None or getattr(obj, "packed", None) is not None
+        return [path + " (SavedTensor)"] if live else []
+    if isinstance(obj, (list, tuple)):
+        return [h for i, v in enumerate(obj) for h in _held(v, f"{path}[{i}]", seen)]
+    if isinstance(obj, dict):
+        return [h for k, v in obj.items() for h in _held(v, f"{path}[{k!r}]", seen)]
+    return []
+
+
+def _node_fields(node: Function):
+    fields = dict(getattr(node, "__dict__", {}))
+    for cls in type(node).__mro__:
+        for slot in getattr(cls, "__slots__", ()):
+            if hasattr(node, slot):
+                fields[slot] = getattr(node, slot)
+    for skip in ("next_functions", "variable", "fn"):  # edges; AccumulateGrad's leaf
+        fields.pop(skip, None)
+    return fields
+
+
+def _graph(roots) -> list[Function]:
+    nodes, stack, seen = [], [r for r in roots if r is not None], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        nodes.append(n)
+        inner = getattr(n, "fn", None)
+        if isinstance(inner, Function):
+            stack.append(inner)
+        stack.extend(e[0] for e in n.next_functions if e is not None)
+    return nodes
+
+
+def _call(row, leaves):
+    def L(*shape):
+        t = _leaf(*shape)
+        leaves.append(t)
+        return t
+
+    if row.name in CALLS:
+        return CALLS[row.name](L)
+    inplace = row.name.endswith("_") and not row.name.startswith("__")
+    inplace = inplace or row.name in ("__iadd__", "__isub__", "__imul__", "__itruediv__")
+    errors = []
+    for shapes, extra in PATTERNS:
+        del leaves[:]
+        ts = [L(*s) for s in shapes]
+        if inplace:
+            ts[0] = ts[0] * 1.0
+        try:
+            return row.fn(*ts, *extra)
+        except Exception as exc:  # noqa: BLE001 - the next pattern may fit
+            errors.append(f"{shapes}+{extra}: {exc}")
+    raise AssertionError(
+        f"{row.name}: no argument pattern fits; add it to CALLS\n" + "\n".join(errors)
+    )
+
+
+def _outputs(result) -> list[Tensor]:
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    return [t for t in items if isinstance(t, Tensor) and t.requires_grad]
+
+
+WALKED = [r.name for r in registry.rows() if r.name not in NOT_WALKED]
+
+
+def test_every_row_is_walked_or_says_why():
+    names = {r.name for r in registry.rows()}
+    assert set(NOT_WALKED) <= names, set(NOT_WALKED) - names
+    assert set(CALLS) <= names, set(CALLS) - names
+
+
+@pytest.mark.parametrize("name", WALKED)
+def test_nothing_is_held_after_backward(name):
+    row = registry.get(name)
+    start = memory_allocated()
+    leaves: list[Tensor] = []
+    result = _call(row, leaves)
+    outs = _outputs(result)
+    held = []
+    if outs:
+        nodes = _graph([o.grad_fn for o in outs])
+        loss = outs[0].sum()
+        for o in outs[1:]:
+            loss = loss + o.sum()
+        loss.backward()
+        del loss
+        for n in nodes:
+            held += [f"{n.name()}: {h}" for h in _held(_node_fields(n))]
+        del nodes
+    del result, outs
+    for t in leaves:
+        t.grad = None
+    leaves_bytes = sum(t.nbytes for t in leaves)
+    if memory_allocated() - start != leaves_bytes:
+        gc.collect()  # (reference cycles are no leak: collected, they must free everything)
+    assert not held, f"{name}: still held after backward: {held}"
+    assert memory_allocated() - start == leaves_bytes, (
+        f"{name}: {memory_allocated() - start - leaves_bytes} bytes still charged after backward"
+    )
+
+
+def test_where_on_a_million_elements_leaves_nothing_charged():
+    """The issue's figure: where's mask used to outlive backward (1 MB charged); PyTorch frees it."""
+    gc.collect()
+    start = memory_allocated()
+    x = engine.rand(1_000_000, requires_grad=True)
+    y = engine.where(x > 0.5, x, 0.0)
+    y.sum().backward()
+    del y
+    x.grad = None
+    gc.collect()
+    assert memory_allocated() - start == 4_000_000  # x itself, nothing else
