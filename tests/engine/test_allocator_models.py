@@ -742,3 +742,19 @@ def test_random_workload_keeps_counters_consistent(name):
     model.empty_cache()
     assert model.allocated_bytes == model.reserved_bytes == model.requested_bytes == 0
     assert model.segments() == []
+
+
+def test_the_caching_model_rounds_with_round_size(monkeypatch):
+    """round_size is the code malloc runs (no inlined twin that the tests above would miss)."""
+    from engine.allocator.models import caching
+
+    calls = []
+
+    def spy(nbytes):
+        calls.append(nbytes)
+        return round_size(nbytes)
+
+    monkeypatch.setattr(caching, "round_size", spy)
+    model = CachingModel("cuda")
+    block = model.malloc(1000)
+    assert calls == [1000] and block.size == 1024

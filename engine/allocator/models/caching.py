@@ -12,6 +12,7 @@ from engine.allocator.models.base import (
     Block,
     _block_dict,
     _Stats,
+    round_size,
     segment_size,
 )
 
@@ -84,7 +85,7 @@ class CachingModel(AccountingModel):
             if nbytes == 0:
                 return _CachedBlock(0, 0, "small", 0, None, None, None, False)
             raise ValueError(f"cannot allocate a negative number of bytes ({nbytes})")
-        size = 512 if nbytes < 512 else (nbytes + 511) // 512 * 512  # round_size(), inlined
+        size = round_size(nbytes)
         if size <= SMALL_SIZE:
             pool, free_list, stats = "small", self._free_small, self._small
         else:
