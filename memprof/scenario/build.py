@@ -263,12 +263,14 @@ class ForwardOptions:
 
     checkpoint_modules: module names whose every call is checkpointed; regions: (first, last)
     node indexes run as one checkpointed function; autocast: (device type, dtype name or None
-    for the device's default) of the autocast region around the program, or None.
+    for the device's default) of the autocast region around the program, or None; needed:
+    names read after the forward program (the loss, observed values), which a region keeps.
     """
 
     checkpoint_modules: frozenset = frozenset()
     regions: tuple[tuple[int, int], ...] = ()
     autocast: tuple[str, str | None] | None = None
+    needed: frozenset = frozenset()
 
 
 class LeverError(ValueError):
@@ -321,7 +323,10 @@ def forward_options(spec, device: str = "meta") -> ForwardOptions:
     if ac is not None and ac.active:
         dev = device.split(":")[0]
         autocast = (dev if dev in ("cpu", "cuda", "meta") else "cuda", ac.dtype)
-    return ForwardOptions(frozenset(mods), tuple(sorted(regions)), autocast)
+    needed = {p.backward for p in spec.phases if hasattr(p, "backward")}
+    for exp in spec.expect.values():
+        needed.update(k.split(".")[0] for k in exp.values or {})
+    return ForwardOptions(frozenset(mods), tuple(sorted(regions)), autocast, frozenset(needed))
 
 
 @contextmanager
@@ -394,13 +399,33 @@ def _tensor_arg_names(node, values: dict) -> list[str]:
     return [v for v in node.args.values() if isinstance(v, str) and v in values]
 
 
-def _read(bindings: Bindings, node, name: str):
-    if name not in bindings.values:
+def parameter(modules: dict, ref: str):
+    """The parameter `MODULE.PARAM` names (`wte.weight`, `block.attn.in_proj_weight`)."""
+    mname, _, pname = ref.partition(".")
+    module = modules.get(mname)
+    if module is None:
         raise NotATensor(
-            f"expected node {node.id!r} to read a tensor, found {name!r} bound to no tensor "
-            f"(its node returned None in its place)"
+            f"expected a module's parameter, found {ref!r}: no module {mname!r}"
+            f"{suggest(mname, modules)}"
         )
-    return bindings.values[name]
+    params = dict(module.named_parameters())
+    if pname not in params:
+        raise NotATensor(
+            f"expected a parameter of module {mname} ({', '.join(params) or 'it has none'})"
+            f"{suggest(pname, params)}, found {pname!r}"
+        )
+    return params[pname]
+
+
+def _lookup(values: dict, modules: dict, node, name: str):
+    if name in values:
+        return values[name]
+    if "." in name:
+        return parameter(modules, name)
+    raise NotATensor(
+        f"expected node {node.id!r} to read a tensor, found {name!r} bound to no tensor "
+        f"(its node returned None in its place)"
+    )
 
 
 def _run_node(index, node, bindings, modules, hooks, options, checkpointed: bool) -> None:
@@ -410,7 +435,7 @@ def _run_node(index, node, bindings, modules, hooks, options, checkpointed: bool
         stale = bindings.stale(node.id, name)
         if stale is not None:
             hooks.stale(index, node, stale)
-    tensors = [_read(bindings, node, n) for n in node.inputs]
+    tensors = [_lookup(bindings.values, modules, node, n) for n in node.inputs]
     kwargs = _module_kwargs(node, bindings.values)
     before = bindings.versions(tensors)
     with hooks.node(index, node, tensors):
@@ -425,7 +450,11 @@ def _run_node(index, node, bindings, modules, hooks, options, checkpointed: bool
 def _run_region(program, first: int, last: int, bindings, modules, hooks, options) -> None:
     """Nodes first..last as one function under engine.utils.checkpoint (non-reentrant): the first
     call runs them as usual (hooks, bindings); the recomputation in backward reruns them on the
-    tensors they read at the start, in the forward's autocast state, and binds nothing."""
+    tensors they read at the start, in the forward's autocast state, and binds nothing.
+
+    The region is a function: the names it binds that nothing after it reads (its locals) are
+    released when it returns, so that only what it returns and what backward needs stay alive,
+    as when PyTorch code checkpoints a block."""
     from engine.utils.checkpoint import checkpoint
 
     nodes = program[first : last + 1]
@@ -443,12 +472,20 @@ def _run_region(program, first: int, last: int, bindings, modules, hooks, option
         if calls[0] == 1:
             for i, node in enumerate(nodes, start=first):
                 _run_node(i, node, bindings, modules, hooks, options, False)
+            read_later = set(options.needed)
+            for node in program[last + 1 :]:
+                read_later.update(node.inputs)
+                read_later.update(_tensor_arg_names(node, bindings.values))
+            bindings.drop([n for n in made if n not in read_later])
             return None
         local = dict(outside)
         with autocast_region(options.autocast):
             for node in nodes:
                 out = call_node(
-                    node, [local[n] for n in node.inputs], modules, _module_kwargs(node, local)
+                    node,
+                    [_lookup(local, modules, node, n) for n in node.inputs],
+                    modules,
+                    _module_kwargs(node, local),
                 )
                 for name, value in results(node, out):
                     local[name] = value

@@ -127,6 +127,22 @@ NameList = Annotated[
     ),
 ]
 
+# a tensor a node reads: a name of the program, or a module's parameter (`wte.weight`: a tied head)
+TENSOR_REF_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$"
+TensorRef = Annotated[str, Field(pattern=TENSOR_REF_PATTERN)]
+TensorRefList = Annotated[
+    list[TensorRef],
+    BeforeValidator(_one_or_many),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": TENSOR_REF_PATTERN},
+                {"type": "array", "items": {"type": "string", "pattern": TENSOR_REF_PATTERN}},
+            ],
+        }
+    ),
+]
+
 
 # --- inputs -----------------------------------------------------------------------------------
 
@@ -192,8 +208,10 @@ for _name, _m in _MODULE_MODELS.items():
 
 class NodeBase(Strict):
     id: Name = Field(description="the node's name, used in reports and warnings")
-    inputs: NameList = Field(
-        default_factory=list, alias="in", description="tensor names read by the node, in order"
+    inputs: TensorRefList = Field(
+        default_factory=list,
+        alias="in",
+        description="tensor names read by the node, in order; MODULE.PARAM reads a parameter",
     )
     out: Name | Annotated[list[Name], Field(min_length=1)] | None = Field(
         None,

@@ -18,6 +18,7 @@ PATTERN_RULES = {
     m.SCENARIO_NAME_PATTERN: "a name of letters, digits, _, - and . (not starting with - or .)",
     m.VARIANT_NAME_PATTERN: "a variant name of letters, digits and _ . , = + -",
     m.OBSERVED_PATTERN: "a tensor name, or NAME.grad",
+    m.TENSOR_REF_PATTERN: "a tensor name, or MODULE.PARAM (a module's parameter)",
 }
 
 
