@@ -88,6 +88,13 @@ def test_without_backward_saved_verdicts_turn_safe_and_the_others_stay():
     assert got["sn"]["clone_bytes"] == 2048 and got["sn"]["proven"]
 
 
+def test_relu_of_an_input_a_conv_saved_is_unsafe_for_what_the_conv_saved():
+    got = _by_node(advise(MIXED, variant="train_once"))
+    assert (got["xr"]["kind"], got["xr"]["involves"]) == ("saved for backward", ["c0"])
+    assert "node c0's ConvolutionBackward0 keeps x (at version 0)" in got["xr"]["reason"]
+    assert got["xr"]["proven"]  # in place, backward raises the version error
+
+
 def test_relu_seed_out_of_place_advises_act_safe_saving_exactly_64_mib():
     # on meta: the same bytes as cpu (exact allocator), proven by versions and stale reads
     advice = advise(ROOT / "scenarios/relu.yaml", variant="out_of_place", device="meta")
