@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memprof import __version__
 from memprof.reports.html import TEMPLATES_DIR, plotly_js_path, template_environment
+from memprof.reports.store import clean_orphans
 from web.cache import RunCache, UnreadableReport
 from web.jobs import JobManager
 from web.routers import advice, history, jobs, pages, runs, scenarios, timeline
@@ -61,6 +62,7 @@ def create_app(
     (default: half the machine's memory).
     """
     cache = RunCache(runs_dir)
+    clean_orphans(runs_dir)  # .tmp files of writers killed mid-write
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):

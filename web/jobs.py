@@ -7,6 +7,7 @@ failed (`error` set). While it runs, the runner's progress callback updates `pro
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -191,7 +192,10 @@ class JobManager:
                 )
             if self.memory_limit is not None:
                 limit = min(spec.memory_limit or self.memory_limit, self.memory_limit)
-                v.spec = spec.model_copy(update={"memory_limit": limit})
+                if hasattr(spec, "model_copy"):  # a YAML scenario's pydantic spec
+                    v.spec = spec.model_copy(update={"memory_limit": limit})
+                else:  # a Python scenario's dataclass spec
+                    v.spec = dataclasses.replace(spec, memory_limit=limit)
 
     def _public(self, message: str, job: Job) -> str:
         """A job message without the server's absolute paths."""
