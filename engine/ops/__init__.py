@@ -693,7 +693,13 @@ def to(input, *args, dtype=None, device=None, copy=False, non_blocking=False):
     return V.Cast.apply(input, op="to", dtype=dt, device=dev)
 
 
-@_export("split")
+@_export(
+    "split",
+    scenario=Scenario(
+        args=(("split_size_or_sections", int | list[int], REQUIRED, ""), ("dim", int, 0, "")),
+        doc="views of the pieces along dim (one node: bind them with out: [a, b, ...])",
+    ),
+)
 def split(input, split_size_or_sections, dim=0):
     from engine.tensor import _wrap_dim
 
@@ -712,13 +718,24 @@ def split(input, split_size_or_sections, dim=0):
     return V.SplitViews.apply(input, op="split", dim=d, sizes=tuple(sizes))
 
 
-@_export("chunk")
+@_export(
+    "chunk",
+    scenario=Scenario(
+        args=(("chunks", int, REQUIRED, ""), ("dim", int, 0, "")),
+        doc="`chunks` views along dim (bind them with out: [a, b, ...])",
+    ),
+)
 def chunk(input, chunks, dim=0):
     n = input.shape[dim]
     return split(input, -(-n // chunks), dim)
 
 
-@_export("unbind")
+@_export(
+    "unbind",
+    scenario=Scenario(
+        args=(("dim", int, 0, ""),), doc="the slices along dim as views (out: [a, b, ...])"
+    ),
+)
 def unbind(input, dim=0):
     from engine.tensor import _wrap_dim
 

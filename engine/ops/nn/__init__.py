@@ -108,7 +108,15 @@ register(
     "gather", gather, method=lambda self, dim, index: gather(self, dim, index), functional=False
 )
 register(
-    "index_select", index_select, method=lambda self, dim, index: index_select(self, dim, index)
+    "index_select",
+    index_select,
+    method=lambda self, dim, index: index_select(self, dim, index),
+    scenario=Scenario(
+        inputs=("input", "index"),
+        args=(("dim", int, REQUIRED, ""),),
+        doc="the entries of `index` (int64) along dim, copied",
+        call=lambda ts, args, inplace: index_select(ts[0], args["dim"], ts[1]),
+    ),
 )
 register("embedding", embedding, function=False, functional=True)
 register("dropout", lambda input, p, train: dropout(input, p, train), functional=dropout)
