@@ -719,6 +719,8 @@ class PowTensor(Binary):
     ufunc = np.power
 
     def to_save(self, tensors):
+        # PowBackward1 saves self, exponent and, when the exponent needs a gradient, the result
+        self.retain_output = len(tensors) == 2 and tensors[1].requires_grad
         return tuple(range(len(tensors)))
 
     def forward(self, a, b, out=None):
@@ -732,6 +734,9 @@ class PowTensor(Binary):
         vals = list(self.saved_tensors)
         a = vals.pop(0) if self.a_t else self.scalar_a
         b = vals.pop(0) if self.b_t else self.scalar_b
+        if self.a_t and self.b_t:
+            y = vals[0] if vals else None  # the result, kept when the exponent needs a grad
+            return self._grads(*self._tensor_grads(g, a, b, y, na, nb))
         ga = g * b * (a ** (b - 1)) if na else None
         if nb:
             y = a**b
@@ -740,6 +745,26 @@ class PowTensor(Binary):
         else:
             gb = None
         return self._grads(ga, gb)
+
+    @staticmethod
+    def _tensor_grads(g, a, b, y, na, nb):
+        """derivatives.yaml's pow_backward_exponent, then pow_backward_self (PowBackward1 runs
+        them in that order), each with its temporaries alive to the end of its statement."""
+        gb = ga = None
+        if nb:
+            cond = (a == 0).logical_and(b >= 0)
+            la = a.log()
+            rl = y * la
+            gb = g * Where.apply(cond, 0.0, rl)
+            del cond, la, rl
+        if na:
+            e1 = b - 1
+            p = a**e1
+            scaled = b * p
+            gp = g * scaled
+            ga = Where.apply(b == 0.0, 0.0, gp)
+            del e1, p, scaled, gp
+        return ga, gb
 
 
 class Maximum(Binary):

@@ -315,6 +315,15 @@ def divide_by_column(m):
     return region
 
 
+def pow_tensor_exponent(m):
+    x, w = _leaf(m, (64, 64)), _leaf(m, (64, 64), 1)
+
+    def region():
+        x.abs().pow(w).sum().backward()
+
+    return region
+
+
 PROGRAMS = {
     "used_twice": used_twice,
     "batched_matmul": batched_matmul,
@@ -338,6 +347,7 @@ PROGRAMS = {
     "where_backward": where_backward,
     "maximum_backward": maximum_backward,
     "divide_by_column": divide_by_column,
+    "pow_tensor_exponent": pow_tensor_exponent,
 }
 
 
@@ -472,6 +482,10 @@ def test_mask_gather_charges_the_coordinates_pytorch_makes():
         ("maximum_backward", F + (F + F // 4 + F + F // 4) + 4 + 4),
         # the divisor's gradient first: self / other, / other, -grad and their product
         ("divide_by_column", 4 * F + 4 + 4),
+        # |x| and the result (kept: the exponent needs it), the exponent's gradient (F), then
+        # pow_backward_self's exponent - 1, pow, exponent * that, grad * that, its
+        # exponent == 0 mask and the where(): 5F + F/4 at once
+        ("pow_tensor_exponent", F + F + F + 5 * F + F // 4 + 4 + 4),
     ],
 )
 def test_backward_temporaries_are_pytorchs(name, expected_peak):
