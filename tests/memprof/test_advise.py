@@ -444,3 +444,22 @@ def test_clone_bytes_are_measured_in_place(act, clone):
     assert (a["verdict"], a["clone_bytes"]) == ("safe", clone)
     assert ("clone" in a["reason"]) == bool(clone)
     assert a["saving_bytes"] == 16 * MiB - clone
+
+
+def test_shape_and_dtype_verdicts(tmp_path):
+    path = tmp_path / "shapes.yaml"
+    path.write_text(
+        "name: shapes\ninputs:\n  b: {shape: [4, 1], init: randn}\n"
+        "  x: {shape: [4, 8], init: randn}\n"
+        "  i: {shape: [4, 8], init: randint, high: 5, dtype: int64}\n"
+        "program:\n"
+        "  - {id: b2, op: mul, in: b, args: {other: 2.0}}\n"
+        "  - {id: s, op: add, in: [b2, x]}\n"  # broadcast: [4, 1] cannot hold [4, 8]
+        "  - {id: p, op: mul, in: [i, x]}\n"  # promotion: int64 cannot hold float32
+    )
+    got = _by_node(advise(path))
+    assert got["b2"]["kind"] == "safe"
+    assert got["s"]["kind"] == got["p"]["kind"] == "shape or dtype"
+    assert "[4, 8] float32, the operand b2 [4, 1] float32" in got["s"]["reason"]
+    assert "the operand i [4, 8] int64" in got["p"]["reason"]
+    assert got["s"]["proven"] and got["p"]["proven"]  # in place, the engine refuses both
