@@ -463,3 +463,18 @@ def test_shape_and_dtype_verdicts(tmp_path):
     assert "[4, 8] float32, the operand b2 [4, 1] float32" in got["s"]["reason"]
     assert "the operand i [4, 8] int64" in got["p"]["reason"]
     assert got["s"]["proven"] and got["p"]["proven"]  # in place, the engine refuses both
+
+
+def test_an_operand_that_overlaps_itself_is_unsafe(tmp_path):
+    path = tmp_path / "overlap.py"
+    path.write_text(
+        "import engine\nimport memprof\n\n\n"
+        '@memprof.scenario(variants={"default": {}}, device="cpu")\n'
+        "def overlap():\n"
+        "    act = engine.nn.ReLU()\n"
+        "    act(engine.randn(4, 1).expand(4, 8))\n"
+    )
+    (act,) = advise(path)["candidates"]
+    assert (act["kind"], act["verdict"]) == ("shape or dtype", "unsafe")
+    assert "overlaps itself (an expanded view)" in act["reason"]
+    assert act["proven"]  # the engine refuses an in-place write into an expanded view
