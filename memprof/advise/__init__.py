@@ -6,7 +6,8 @@ saves (docs/advise.md; the JSON is described in docs/report-format.md, "Advice")
 [('act', 'safe', 67108864)]
 
 1. one run of the variant records what each node read, what each autograd node saved (and at
-   which version) and every value (memprof/advise/analysis.py); each candidate gets a verdict;
+   which version) and every value (memprof/advise/analysis.py; a Python scenario's module calls:
+   memprof/advise/python.py); each candidate gets a verdict;
 2. each candidate is re-run switched alone, then the safe ones together (memprof/advise/proof.py):
    a safe verdict stands only if the re-run reproduces every value bitwise; its measured change
    of peak allocated (and reserved) bytes is its saving;
@@ -107,12 +108,10 @@ def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> di
     found = runs_of.verdicts(ref)
     runs = 1
     rows: list[dict[str, Any]] = []
-    alone: dict[str, Any] = {}
     for v in found:
         say(f"re-running with {v.node} in place")
         res = runs_of.switched([v.node])
         runs += 1
-        alone[v.node] = res
         diff = difference(ref, res)
         row = {
             "node": v.node,
