@@ -78,8 +78,13 @@ def variants(report):
     return {v["name"]: v for v in report["variants"]}
 
 
+# the model zoo (issue 10) pins its peaks in its files; tests/memprof/test_zoo.py runs it
+ZOO = ("gpt2_small.yaml", "resnet50.yaml", "vit_b16.yaml", "unet_block.yaml")
+
+
 def test_every_shipped_scenario_is_covered():
-    assert sorted(p.name for p in scenario_paths(ROOT / "scenarios")) == sorted(EXPECTED)
+    shipped = sorted(p.name for p in scenario_paths(ROOT / "scenarios") if p.name not in ZOO)
+    assert shipped == sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

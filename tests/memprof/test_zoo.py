@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 import engine
 from memprof.runner import run_scenario
@@ -218,3 +219,64 @@ def test_small_gpt_step_matches_pytorch_profiler(torch, small_gpt, inplace, ckpt
     want = torch_region(_torch_step(torch, inputs, modules, inplace, ckpt, precision, 2))
     assert abs(got[0] - want[0]) <= SLACK, f"peak: engine {got[0]}, torch {want[0]}"
     assert abs(got[1] - want[1]) <= SLACK, f"live at end: engine {got[1]}, torch {want[1]}"
+
+
+# --- the shipped zoo -----------------------------------------------------------------------------
+
+# the variants each test runs: every one where the scenario runs in about a second or two, else a
+# reduced matrix (the lever extremes); `memprof run scenarios/X.yaml` runs them all
+RUN = {
+    "resnet50.yaml": None,
+    "unet_block.yaml": None,
+    "vit_b16.yaml": [
+        "batch=8,inplace=false,ckpt=false,precision=float32",
+        "batch=8,inplace=true,ckpt=true,precision=bfloat16",
+    ],
+    "gpt2_small.yaml": [
+        "batch=1,inplace=false,ckpt=false,precision=float32",
+        "batch=4,inplace=true,ckpt=true,precision=bfloat16",
+    ],
+}
+
+
+def _shipped(fname):
+    return yaml.safe_load((ROOT / "scenarios" / fname).read_text())
+
+
+@pytest.mark.parametrize("fname", sorted(RUN))
+def test_shipped_zoo_file_is_the_generated_program(fname):
+    # regenerate with: python scripts/make_zoo.py (expectations pinned from a run)
+    shipped = _shipped(fname)
+    expect = shipped.pop("expect")
+    assert shipped == yaml.safe_load(ZOO.dump(ZOO.MODELS[fname]()))
+    loaded = load_scenario(ROOT / "scenarios" / fname, check_shapes=False)
+    variants = [v.name for v in loaded.variants]
+    assert sorted(expect) == sorted(variants)  # every variant's peak is pinned
+    assert all({"peak_allocated", "peak_reserved"} <= set(e) for e in expect.values())
+
+
+@pytest.mark.parametrize("fname", sorted(RUN))
+def test_zoo_scenario_runs_and_meets_its_expectations(fname):
+    report = run_scenario(ROOT / "scenarios" / fname, variants=RUN[fname])
+    assert report["status"] == "ok"
+    for v in report["variants"]:
+        assert v["status"] == "ok", v["error"]
+        failed = [e["message"] for e in v["expectations"] if not e["passed"]]
+        assert failed == [], v["name"]
+        assert {e["metric"] for e in v["expectations"]} >= {"peak_allocated", "peak_reserved"}
+
+
+def test_zoo_levers_pay_off_in_the_pinned_peaks():
+    """What each lever buys, read from the pinned peaks: ReLU(inplace=True) saves memory in
+    ResNet-50; checkpointing and bf16 autocast lower GPT-2 small's peak; in place lowers it too."""
+    gpt = {k: v["peak_allocated"] for k, v in _shipped("gpt2_small.yaml")["expect"].items()}
+    plain = gpt["batch=4,inplace=false,ckpt=false,precision=float32"]
+    assert gpt["batch=4,inplace=false,ckpt=true,precision=float32"] < plain
+    assert gpt["batch=4,inplace=false,ckpt=false,precision=bfloat16"] < plain
+    assert gpt["batch=4,inplace=true,ckpt=false,precision=float32"] < plain
+    assert gpt["batch=4,inplace=true,ckpt=true,precision=bfloat16"] < min(
+        gpt["batch=4,inplace=false,ckpt=true,precision=bfloat16"], plain
+    )
+    assert gpt["batch=1,inplace=false,ckpt=false,precision=float32"] < plain
+    resnet = {k: v["peak_allocated"] for k, v in _shipped("resnet50.yaml")["expect"].items()}
+    assert resnet["batch=32,inplace=true"] < resnet["batch=32,inplace=false"]
