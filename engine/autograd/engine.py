@@ -156,7 +156,10 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                 node.next_functions = edges
             if not retain_graph:
                 node.release_saved()
-            for i, edge in enumerate(edges):
+            # edge_order: the order PyTorch's node lists its inputs in, when the engine's
+            # arguments come in another (Linear: AddmmBackward0's self=bias, mat1, mat2)
+            for i in getattr(node, "edge_order", None) or range(len(edges)):
+                edge = edges[i]
                 if edge is None:
                     continue
                 nxt, nr = edge
