@@ -338,15 +338,13 @@ def nearest(name: str, choices, n: int = 4) -> list[str]:
 
     choices = list(choices)
     text = str(name).lower()
-    close = difflib.get_close_matches(text, [c.lower() for c in choices], n=n, cutoff=0.6)
     by_lower = {c.lower(): c for c in choices}
-    out = [by_lower[c] for c in close]
-    if len(text) >= 3:
-        for c in choices:
-            if len(out) >= n:
-                break
-            if c not in out and (text in c.lower() or c.lower() in text and len(c) >= 3):
-                out.append(c)
+    out = []
+    if len(text) >= 3:  # names that contain it, or that it contains
+        out = [c for c in choices if text in c.lower() or (c.lower() in text and len(c) >= 3)]
+        out.sort(key=lambda c: -difflib.SequenceMatcher(None, text, c.lower()).ratio())
+    close = difflib.get_close_matches(text, list(by_lower), n=n, cutoff=0.6)
+    out += [by_lower[c] for c in close if by_lower[c] not in out]
     return out[:n]
 
 
