@@ -229,3 +229,20 @@ expect:
     [saved] = runs.glob("*.json")
     [row] = json.loads(saved.read_text())["variants"][0]["expectations"]
     assert row["passed"] is False and row["actual"] == ["nan", "nan"]  # (min, max)
+
+
+def test_a_huge_conv_stride_validates_quickly(tmp_path):
+    """Found by the fuzzer: a Conv2d stride of 2**63 - 1 made the meta dry run loop once per
+    stride step (torch takes it at once: one output position)."""
+    text = """\
+name: conv-stride
+inputs:
+  x: {shape: [1, 2, 5, 7]}
+modules:
+  conv: {type: Conv2d, in_channels: 2, out_channels: 3, kernel_size: 3, stride: 9223372036854775807, padding: 1}
+program:
+  - {id: y, module: conv, in: x}
+"""
+    res, _, took = validate(tmp_path, text)
+    assert res.exit_code == 0, res.output
+    assert took < 10

@@ -116,6 +116,10 @@ class Conv2d(Function):
                 f"size: ({dh * (kh - 1) + 1} x {dw * (kw - 1) + 1}). Kernel size can't be greater "
                 "than actual input size"
             )
+        # A stride past the padded extent leaves one output position: any such stride gives
+        # the same result, and the kernels' buffers and loops grow with the stride (torch takes
+        # stride=2**63-1 in no time), so clamp it.
+        sh, sw = min(sh, max(h + pt + pb, 1)), min(sw, max(w + pl + pr, 1))
         self.geom = (n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups)
         self.x_shape, self.w_shape, self.has_bias = x.shape, weight.shape, bias is not None
         dev = device_of(x, weight, bias)
