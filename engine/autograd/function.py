@@ -194,6 +194,7 @@ class Function:
     num_outputs = 1
     input_dtypes: tuple | None = None  # the dtypes of the tensor arguments, edge by edge
     inplace_view = False  # an in-place op that changes only metadata (t_, transpose_)
+    writes_overlap = False  # may write into an expanded tensor (fill_ / zero_, as PyTorch)
 
     next_functions: tuple = ()
     saved: list
@@ -254,34 +255,9 @@ class Function:
         return f"<{self.name()} object>"
 
     # --- recording a call ----------------------------------------------------------------------
-    @classmethod
-    def apply(cls, *args, out: Tensor | None = None, op: str | None = None, **attrs):
-        if _AUTOCAST.active:  # inside engine.autocast: the op's casting policy
-            args = _autocast.for_primitive(cls, args) or args
-        node = _new(cls)
-        if out is not None:
-            check_inplace(out)
-        if STATE.enabled and cls.differentiable:
-            for a in args:
-                if isinstance(a, Tensor) and a.requires_grad:
-                    return node._record(args, out, op or cls.__name__, attrs)
-        # No history to record: the lean path every op takes under no_grad or without grads.
-        if _tracked.observed:
-            result = node._forward_named(op or cls.__name__, args, out, attrs)
-        elif attrs:
-            result = node.forward(*args, out=out, **attrs)
-        elif out is None:  # forward's out defaults to None: a call without keywords is cheaper
-            result = node.forward(*args)
-        else:
-            result = node.forward(*args, out=out)
-        if out is not None:
-            out._storage.version += 1
-        if isinstance(result, Tensor):
-            if result._dtype.emulated and (result._base is None or out is not None):
-                _round_emulated(result)  # (a view shows values that are rounded already)
-        elif type(result) is tuple:
-            _round_emulated(*result)
-        return result
+    # apply(*args, out=None, op=None, **attrs) is generated from _APPLY_TEMPLATE below, once for
+    # any number of arguments and once per arity that a family of small ops uses (Unary: 1,
+    # Binary: 2, `apply = specialised_apply(n)`): one protocol, one text, no hand-made copies.
 
     def _forward_named(self, op, args, out, attrs):
         """forward, with the allocator's events inside it attributed to `op`."""
@@ -371,6 +347,119 @@ class Function:
         if out._base is not None:
             out._grad_fn_version = out._storage.version
         return result
+
+
+# The dispatcher. `{params}` are the call's positional parameters and `{args}` the tuple of them:
+# "*args" / "args" for Function.apply, "a0, a1" / "(a0, a1)" for a specialised one (packing and
+# unpacking *args costs a noticeable part of a small op).
+_APPLY_TEMPLATE = """
+def apply(cls, {params}, out=None, op=None, **attrs):
+    if _AUTOCAST.active:  # inside engine.autocast: the op's casting policy
+        cast = _autocast.for_primitive(cls, {args})
+        if cast is not None:
+            {unpack} = cast
+    if out is not None:
+        check_write(cls, {args}, out, op)
+    if STATE.enabled and cls.differentiable:
+{record}
+    # No history to record: the lean path every op takes under no_grad or without grads.
+    node = _new(cls)
+    if attrs or _tracked.observed:
+        result = node._forward_named(op or cls.__name__, {args}, out, attrs)
+    elif out is None:  # forward's out defaults to None: a call without keywords is cheaper
+        result = node.forward({call})
+    else:
+        result = node.forward({call}, out=out)
+    if out is not None:
+        out._storage.version += 1
+    if type(result) is Tensor:
+        if result._dtype.emulated and (result._base is None or out is not None):
+            _round_emulated(result)  # (a view shows values that are rounded already)
+    elif type(result) is tuple:
+        _round_emulated(*result)
+    return result
+"""
+
+
+def _generate_apply(arity: int | None):
+    if arity is None:
+        fields = dict(
+            params="*args",
+            args="args",
+            unpack="args",
+            call="*args",
+            record=(
+                "        for a in args:\n"
+                "            if isinstance(a, Tensor) and a.requires_grad:\n"
+                "                return _new(cls)._record(args, out, op or cls.__name__, attrs)"
+            ),
+        )
+    else:
+        names = [f"a{i}" for i in range(arity)]
+        fields = dict(
+            params=", ".join(names),
+            args="(" + ", ".join(names) + ",)",
+            unpack="(" + ", ".join(names) + ",)",
+            call=", ".join(names),
+            record=(
+                "        if "
+                + " or ".join(f"isinstance({n}, Tensor) and {n}.requires_grad" for n in names)
+                + ":\n"
+                + "            return _new(cls)._record("
+                + "("
+                + ", ".join(names)
+                + ",), out, op or cls.__name__, attrs)"
+            ),
+        )
+    namespace = {}
+    exec(_APPLY_TEMPLATE.format(**fields), globals(), namespace)  # noqa: S102 - our own template
+    return classmethod(namespace["apply"])
+
+
+_SPECIALISED: dict[int, classmethod] = {}
+
+
+def specialised_apply(arity: int) -> classmethod:
+    """Function.apply for ops that always take `arity` positional arguments (same protocol)."""
+    fn = _SPECIALISED.get(arity)
+    if fn is None:
+        fn = _SPECIALISED[arity] = _generate_apply(arity)
+    return fn
+
+
+Function.apply = _generate_apply(None)
+
+
+OUT_GRAD_MSG = (
+    "{}(): functions with out=... arguments don't support automatic differentiation, but one of "
+    "the arguments requires grad."
+)
+OVERLAP_MSG = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single "
+    "memory location. Please clone() the tensor before performing the operation."
+)
+
+
+def check_write(cls, args, out: Tensor, op) -> None:
+    """PyTorch's checks before a kernel writes into `out` (in place, or an explicit out=)."""
+    if out is args[0]:
+        pass  # in place (the usual case)
+    elif not any(a is out for a in args):  # out= a tensor that is not an operand
+        if (
+            STATE.enabled
+            and cls.differentiable
+            and (out.requires_grad or any(isinstance(a, Tensor) and a.requires_grad for a in args))
+        ):
+            raise RuntimeError(OUT_GRAD_MSG.format((op or cls.__name__.lower()).rstrip("_")))
+    check_inplace(out)
+    strides = out._data.strides
+    if 0 in strides and not cls.writes_overlap and _overlaps(out._data.shape, strides):
+        raise RuntimeError(OVERLAP_MSG)
+
+
+def _overlaps(shape, strides) -> bool:
+    """Internal overlap as PyTorch detects it: a dimension of size > 1 with stride 0 (expand)."""
+    return any(st == 0 and n > 1 for n, st in zip(shape, strides, strict=True))
 
 
 def _round_emulated(*tensors) -> None:

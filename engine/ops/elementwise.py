@@ -11,9 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine import dtypes, kernels
-from engine.allocator import tracked as _tracked
-from engine.autograd.function import Function, check_inplace
-from engine.autograd.grad_mode import STATE
+from engine.autograd.function import Function, specialised_apply
 from engine.kernels import PARALLEL_MIN_ELEMS
 from engine.ops.common import (
     broadcast_shape,
@@ -41,24 +39,7 @@ class Unary(Function):
     float_only = True
     bool_error: str | None = None
 
-    @classmethod
-    def apply(cls, x, out=None, op=None, **attrs):
-        # Function.apply with the operand spelled out, step for step: packing and unpacking
-        # its generic *args/**attrs costs a noticeable part of a small op.
-        if out is not None:
-            check_inplace(out)
-        if STATE.enabled and cls.differentiable and isinstance(x, Tensor) and x.requires_grad:
-            return _new(cls)._record((x,), out, op or cls.__name__, attrs)
-        node = _new(cls)
-        if attrs or _tracked.observed:
-            result = node._forward_named(op or cls.__name__, (x,), out, attrs)
-        elif out is None:
-            return node.forward(x)
-        else:
-            result = node.forward(x, out)
-        if out is not None:
-            out._storage.version += 1
-        return result
+    apply = specialised_apply(1)  # Function.apply for one operand
 
     def forward(self, x, out=None):
         dtype = x._dtype
@@ -451,32 +432,7 @@ class Binary(Function):
     float_result = False
     scalar = None  # the Python number operand, when one is
 
-    @classmethod
-    def apply(cls, a, b, out=None, op=None, **attrs):
-        # Function.apply with the operands spelled out, as Unary.apply.
-        if out is not None:
-            check_inplace(out)
-        if (
-            STATE.enabled
-            and cls.differentiable
-            and (
-                isinstance(a, Tensor)
-                and a.requires_grad
-                or isinstance(b, Tensor)
-                and b.requires_grad
-            )
-        ):
-            return _new(cls)._record((a, b), out, op or cls.__name__, attrs)
-        node = _new(cls)
-        if attrs or _tracked.observed:
-            result = node._forward_named(op or cls.__name__, (a, b), out, attrs)
-        elif out is None:
-            return node.forward(a, b)
-        else:
-            result = node.forward(a, b, out)
-        if out is not None:
-            out._storage.version += 1
-        return result
+    apply = specialised_apply(2)  # Function.apply for two operands
 
     def prepare(self, a, b, *rest):
         # What backward reads, noted only when history is recorded (forward runs without it).

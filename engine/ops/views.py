@@ -392,6 +392,8 @@ class Copy(Function):
 
 
 class Fill(Function):
+    writes_overlap = True  # fill_ / zero_ of an expanded tensor: allowed by PyTorch
+
     def forward(self, dst, value, out=None):
         self.v_t = isinstance(value, Tensor)
         if self.v_t and value.ndim:
