@@ -94,6 +94,7 @@ for _fn in (_f_relu, _f_sigmoid, _f_tanh, _f_softmax, _f_log_softmax):
 
 neg = _unary("neg", E.Neg)
 exp = _unary("exp", E.Exp)
+reciprocal = _unary("reciprocal", E.Reciprocal)
 log = _unary("log", E.Log)
 sqrt = _unary("sqrt", E.Sqrt)
 sin = _unary("sin", E.Sin)
@@ -801,7 +802,8 @@ def _register_methods() -> None:
         __rmul__=mul,
         __imul__=mul_,
         __truediv__=div,
-        __rtruediv__=lambda self, o: E.Div.apply(o, self, op="rdiv"),
+        # number / tensor is self.reciprocal() * number in PyTorch (the reciprocal is kept)
+        __rtruediv__=lambda self, o: mul(reciprocal(self), o),
         __itruediv__=lambda self, o: div_(self, o),
         __floordiv__=lambda self, o: div(self, o, rounding_mode="floor"),
         __rfloordiv__=lambda self, o: E.Div.apply(o, self, op="rfloordiv", rounding_mode="floor"),

@@ -126,6 +126,21 @@ class Exp(Unary):
         return (g * y,)
 
 
+class Reciprocal(Unary):
+    """1 / x; keeps its result (derivatives.yaml: -grad * (result * result))."""
+
+    retain_output = True
+
+    def kernel(self, xp, x, y):
+        _uf(xp, np.reciprocal, x, out=y, dtype=y.dtype)  # computed in the result's float dtype
+
+    def backward(self, g):
+        (y,) = self.saved_tensors
+        sq = y * y
+        ng = -g
+        return (ng * sq,)
+
+
 class Log(Unary):
     retain_inputs = (0,)
 

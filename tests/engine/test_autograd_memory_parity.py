@@ -324,6 +324,15 @@ def pow_tensor_exponent(m):
     return region
 
 
+def number_over_tensor(m):
+    x = _leaf(m, (64, 64))
+
+    def region():
+        (1 / x).sum().backward()
+
+    return region
+
+
 PROGRAMS = {
     "used_twice": used_twice,
     "batched_matmul": batched_matmul,
@@ -348,6 +357,7 @@ PROGRAMS = {
     "maximum_backward": maximum_backward,
     "divide_by_column": divide_by_column,
     "pow_tensor_exponent": pow_tensor_exponent,
+    "number_over_tensor": number_over_tensor,
 }
 
 
@@ -486,6 +496,9 @@ def test_mask_gather_charges_the_coordinates_pytorch_makes():
         # pow_backward_self's exponent - 1, pow, exponent * that, grad * that, its
         # exponent == 0 mask and the where(): 5F + F/4 at once
         ("pow_tensor_exponent", F + F + F + 5 * F + F // 4 + 4 + 4),
+        # 1 / x is x.reciprocal() * 1: the reciprocal is kept; backward: grad * 1, then
+        # -grad * (result * result) with its two temporaries
+        ("number_over_tensor", F + F + 3 * F + 4),
     ],
 )
 def test_backward_temporaries_are_pytorchs(name, expected_peak):
