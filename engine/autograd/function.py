@@ -358,8 +358,12 @@ def apply(cls, {params}, out=None, op=None, **attrs):
         cast = _autocast.for_primitive(cls, {args})
         if cast is not None:
             {unpack} = cast
-    if out is not None:
-        check_write(cls, {args}, out, op)
+    if out is not None:  # PyTorch's checks before a write (inline: in-place ops are small)
+        if out is not {first}:
+            check_out(cls, {args}, out, op)
+        check_inplace(out)
+        if out._base is not None and 0 in out._data.strides and not cls.writes_overlap:
+            check_overlap(out)  # (only a view can overlap itself: expand, broadcast_to)
     if STATE.enabled and cls.differentiable:
 {record}
     # No history to record: the lean path every op takes under no_grad or without grads.
@@ -385,6 +389,7 @@ def _generate_apply(arity: int | None):
     if arity is None:
         fields = dict(
             params="*args",
+            first="(args[0] if args else None)",
             args="args",
             unpack="args",
             call="*args",
@@ -398,6 +403,7 @@ def _generate_apply(arity: int | None):
         names = [f"a{i}" for i in range(arity)]
         fields = dict(
             params=", ".join(names),
+            first="a0",
             args="(" + ", ".join(names) + ",)",
             unpack="(" + ", ".join(names) + ",)",
             call=", ".join(names),
@@ -440,26 +446,24 @@ OVERLAP_MSG = (
 )
 
 
-def check_write(cls, args, out: Tensor, op) -> None:
-    """PyTorch's checks before a kernel writes into `out` (in place, or an explicit out=)."""
-    if out is args[0]:
-        pass  # in place (the usual case)
-    elif not any(a is out for a in args):  # out= a tensor that is not an operand
-        if (
-            STATE.enabled
-            and cls.differentiable
-            and (out.requires_grad or any(isinstance(a, Tensor) and a.requires_grad for a in args))
-        ):
-            raise RuntimeError(OUT_GRAD_MSG.format((op or cls.__name__.lower()).rstrip("_")))
-    check_inplace(out)
-    strides = out._data.strides
-    if 0 in strides and not cls.writes_overlap and _overlaps(out._data.shape, strides):
-        raise RuntimeError(OVERLAP_MSG)
+def check_out(cls, args, out: Tensor, op) -> None:
+    """`out` is not the first operand: an explicit out= (unless another operand is `out`), which
+    PyTorch refuses when autograd would have to record it."""
+    if any(a is out for a in args):
+        return
+    if (
+        STATE.enabled
+        and cls.differentiable
+        and (out.requires_grad or any(isinstance(a, Tensor) and a.requires_grad for a in args))
+    ):
+        raise RuntimeError(OUT_GRAD_MSG.format((op or cls.__name__.lower()).rstrip("_")))
 
 
-def _overlaps(shape, strides) -> bool:
+def check_overlap(out: Tensor) -> None:
     """Internal overlap as PyTorch detects it: a dimension of size > 1 with stride 0 (expand)."""
-    return any(st == 0 and n > 1 for n, st in zip(shape, strides, strict=True))
+    a = out._data
+    if any(st == 0 and n > 1 for n, st in zip(a.shape, a.strides, strict=True)):
+        raise RuntimeError(OVERLAP_MSG)
 
 
 def _round_emulated(*tensors) -> None:
