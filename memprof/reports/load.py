@@ -16,6 +16,7 @@ traceback or a broken index.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import ValidationError
@@ -89,6 +90,12 @@ def _check_consistency(report: dict[str, Any], source: str) -> None:
         for col in ("bytes", "requested", "allocated", "reserved", "seq", "storage"):
             if any(not -INT64 <= x < INT64 for x in tl[col]):
                 _fail(source, f"{where}.timeline.{col}", "expected 64-bit integers, found larger")
+        _times(source, f"{where}.timeline.time_s", tl["time_s"])
+        _times(source, f"{where}.duration_s", [v["duration_s"], v["program_duration_s"]])
+        for j, p in enumerate(v["phases"]):
+            _times(source, f"{where}.phases[{j}]", [p["start_s"], p["end_s"]])
+        for j, op in enumerate(v["ops"]):
+            _times(source, f"{where}.ops[{j}]", [op["duration_s"], op.get("start_s") or 0.0])
         for field in (
             "peak_allocated_bytes",
             "peak_reserved_bytes",
@@ -116,12 +123,32 @@ def _check_consistency(report: dict[str, Any], source: str) -> None:
     if baseline is not None and baseline not in names:
         _fail(source, "baseline_variant", f"expected a variant name, found {baseline!r}")
     for j, row in enumerate(report["comparison"]["rows"]):
+        numbers = [row.get(k) for k in _COMPARISON_FLOATS if row.get(k) is not None]
+        _times(source, f"comparison.rows[{j}]", numbers, "a finite number")
         if row["variant"] not in names:
             _fail(
                 source,
                 f"comparison.rows[{j}].variant",
                 f"expected a variant name, found {row['variant']!r}",
             )
+
+
+MAX_SECONDS = 1e12  # ~30,000 years: past it a time cannot be a run's (and overflows ns)
+_COMPARISON_FLOATS = (
+    "ratio",
+    "saving_pct",
+    "duration_s",
+    "program_duration_s",
+    "program_duration_ratio",
+)
+
+
+def _times(source: str, field: str, values, what: str = "a time in seconds") -> None:
+    """Times are finite and of a run's size (Python's json reads NaN and Infinity, and 1e308
+    seconds overflows every nanosecond clock)."""
+    for x in values:
+        if not (isinstance(x, (int, float)) and math.isfinite(x) and abs(x) <= MAX_SECONDS):
+            _fail(source, field, f"expected {what} (finite, at most {MAX_SECONDS:g}), found {x!r}")
 
 
 def _fail(source: str, field: str | None, message: str):

@@ -53,6 +53,9 @@ CASES = [
     (_set(("comparison", "rows", 0, "variant"), "zz"), "comparison.rows[0].variant"),
     (_set(("variants",), {}), "variants: expected a list"),
     (_set(("schema_version",), 2), "schema_version 2"),
+    (_set(("variants", 0, "timeline", "time_s"), [0.0, 1e308]), "variants[0].timeline.time_s"),
+    (_set(("variants", 0, "duration_s"), float("nan")), "variants[0].duration_s"),
+    (_set(("comparison", "rows", 0, "duration_s"), float("inf")), "comparison.rows[0]"),
 ]
 
 
@@ -65,7 +68,7 @@ def test_report_and_compare_name_the_unreadable_field(tmp_path, change, field):
     good = tmp_path / "good.json"
     good.write_text(json.dumps(make_report({"a": 100, "b": 200})))
     for args in (
-        ["report", str(path), "--html", str(tmp_path / "r.html")],
+        ["report", str(path), "--html", str(tmp_path / "r.html"), "--trace", str(tmp_path / "t")],
         ["compare", str(good), str(path)],
     ):
         res = runner.invoke(app, args)
