@@ -100,19 +100,20 @@ def gpt_step(repeat: int) -> dict:
         alloc.reset()
         return elapsed
 
-    bare_s, recorded_s, events = [], [], 0
+    bare_s, recorded = [], []
     for _ in range(repeat):
         bare_s.append(bare())
         t0 = time.perf_counter()
         entry = run_variant(variant)
-        recorded_s.append(time.perf_counter() - t0)
+        recorded.append((time.perf_counter() - t0, entry["program_duration_s"]))
         events = entry["num_allocs"] + entry["num_frees"]
         peak = entry["peak_allocated_bytes"]
+    total, program = min(recorded)
     return {
         "bare_s": min(bare_s),
-        "recorded_s": min(recorded_s),
-        "ratio": min(recorded_s) / min(bare_s),
-        "program_s": entry["program_duration_s"],
+        "recorded_s": total,
+        "ratio": total / min(bare_s),
+        "program_s": program,
         "events": events,
         "peak_allocated_bytes": peak,
         "nodes": len(spec.program),
@@ -142,7 +143,7 @@ def main() -> None:
     print(
         f"  run_variant, events recorded    {g['recorded_s'] * 1000:9.1f} ms  ({g['ratio']:.2f}x)"
     )
-    print(f"    of which the program          {g['program_s'] * 1000:9.1f} ms")
+    print(f"    of which the program steps    {g['program_s'] * 1000:9.1f} ms  (the rest: setup)")
     print(f"  {g['events']} allocation events recorded")
     print(f"  peak allocated {g['peak_allocated_bytes']} bytes")
     if args.json:
