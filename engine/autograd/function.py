@@ -20,6 +20,8 @@ node into the graph (CopySlices when the write went through a view).
 from __future__ import annotations
 
 import itertools
+import linecache
+import os
 import weakref
 
 from engine.allocator import tracked as _tracked
@@ -31,6 +33,7 @@ from engine.tensor import Tensor
 _sequence = itertools.count()
 _AUTOCAST = _autocast.STATE
 _MAX_SEQ = 1 << 62
+_HERE = os.path.dirname(os.path.abspath(__file__))
 _new = object.__new__
 
 
@@ -417,8 +420,13 @@ def _generate_apply(arity: int | None):
                 + ",), out, op or cls.__name__, attrs)"
             ),
         )
+    source = _APPLY_TEMPLATE.format(**fields)
+    # A file name inside engine/ (profilers skip the engine's frames by their folder), with the
+    # source in linecache so that tracebacks show the generated lines.
+    filename = os.path.join(_HERE, f"<apply: {'any' if arity is None else arity} args>")
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace = {}
-    exec(_APPLY_TEMPLATE.format(**fields), globals(), namespace)  # noqa: S102 - our own template
+    exec(compile(source, filename, "exec"), globals(), namespace)  # noqa: S102 - our template
     return classmethod(namespace["apply"])
 
 
