@@ -36,6 +36,7 @@ INPUTS = {
     "bb2": {"shape": [2, 4, 5]},
     "seq": {"shape": [2, 3, 4]},
     "k1": {"shape": [2, 3, 3]},
+    "gidx": {"shape": [2, 4], "init": "randint", "high": 4, "dtype": "int64"},
     "kt": {"shape": [2, 3, 2, 2]},
 }
 
@@ -70,6 +71,13 @@ OP_CALLS = {
     "chunk": (["x"], {"chunks": 2, "dim": 1}, [[2, 2], [2, 2]]),
     "unbind": (["x"], {}, [[4], [4]]),
     "index_select": (["x", "perm"], {"dim": 1}, [2, 2]),
+    # functional forms of layers
+    "avg_pool2d": (["img"], {"kernel_size": 2}, [1, 2, 3, 3]),
+    "gather": (["x", "gidx"], {"dim": 1}, [2, 4]),
+    "embedding": (["labels", "m"], {}, [2, 4]),
+    "dropout": (["x"], {"p": 0.5}, [2, 4]),
+    "layer_norm": (["x"], {"normalized_shape": 4}, [2, 4]),
+    "gelu": (["x"], {"approximate": "tanh"}, [2, 4]),
     **{n: (["x", "x2"], {}, [2, 4]) for n in ("add", "sub", "mul", "div")},
     "matmul": (["m", "m"], {}, [4, 4]),
     "linear": (["x", "w", "b"], {}, [2, 3]),

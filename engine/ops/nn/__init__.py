@@ -72,7 +72,19 @@ register(
         doc="2-D max pooling",
     ),
 )
-register("avg_pool2d", avg_pool2d, functional=True)
+register(
+    "avg_pool2d",
+    avg_pool2d,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("kernel_size", IntOrPair, REQUIRED, ""),
+            ("stride", IntOrPair | None, None, ""),
+            ("padding", IntOrPair, 0, ""),
+        ),
+        doc="2-D average pooling",
+    ),
+)
 register(
     "adaptive_avg_pool2d",
     adaptive_avg_pool2d,
@@ -105,7 +117,16 @@ register(
     ),
 )
 register(
-    "gather", gather, method=lambda self, dim, index: gather(self, dim, index), functional=False
+    "gather",
+    gather,
+    method=lambda self, dim, index: gather(self, dim, index),
+    functional=False,
+    scenario=Scenario(
+        inputs=("input", "index"),
+        args=(("dim", int, REQUIRED, ""),),
+        doc="input's values at `index` (int64) along dim",
+        call=lambda ts, args, inplace: gather(ts[0], args["dim"], ts[1]),
+    ),
 )
 register(
     "index_select",
@@ -118,11 +139,56 @@ register(
         call=lambda ts, args, inplace: index_select(ts[0], args["dim"], ts[1]),
     ),
 )
-register("embedding", embedding, function=False, functional=True)
-register("dropout", lambda input, p, train: dropout(input, p, train), functional=dropout)
+register(
+    "embedding",
+    embedding,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "weight"),
+        args=(("padding_idx", int | None, None, ""),),
+        doc="F.embedding: rows of weight at the indices of input (int64)",
+    ),
+)
+register(
+    "dropout",
+    lambda input, p, train: dropout(input, p, train),
+    functional=dropout,
+    scenario=Scenario(
+        args=(("p", float, 0.5, ""),),
+        doc="F.dropout in training (a mask kept for backward)",
+        call=lambda ts, args, inplace: dropout(ts[0], args.get("p", 0.5), True),
+    ),
+)
 register("batch_norm", batch_norm, function=False, functional=True)
-register("layer_norm", layer_norm, function=False, functional=True)
-register("gelu", gelu, function=False, functional=True)
+register(
+    "layer_norm",
+    layer_norm,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        optional_inputs=("weight", "bias"),
+        args=(("normalized_shape", IntOrPair, REQUIRED, ""), ("eps", float, 1e-5, "")),
+        doc="F.layer_norm over the trailing normalized_shape dims",
+        call=lambda ts, args, inplace: layer_norm(
+            ts[0],
+            [args["normalized_shape"]]
+            if isinstance(args["normalized_shape"], int)
+            else args["normalized_shape"],
+            *ts[1:],
+            eps=args.get("eps", 1e-5),
+        ),
+    ),
+)
+register(
+    "gelu",
+    gelu,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        args=(("approximate", str, "none", ""),), doc="F.gelu ('tanh' for the tanh form)"
+    ),
+)
 register("addcmul", addcmul, method=True, inplace="addcmul_")
 register("addcmul_", addcmul_, function=False, method=True)
 register("addcdiv", addcdiv, method=True, inplace="addcdiv_")
