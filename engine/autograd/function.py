@@ -375,6 +375,8 @@ def apply(cls, {params}, out=None, op=None, **attrs):
         result = node._forward_named(op or cls.__name__, {args}, out, attrs)
     elif out is None:  # forward's out defaults to None: a call without keywords is cheaper
         result = node.forward({call})
+        if result.__class__ is Tensor and not result._dtype.emulated:
+            return result  # the common case, straight back
     else:
         result = node.forward({call}, out=out)
     if out is not None:
