@@ -136,6 +136,8 @@ def _entries(file: Path) -> Iterator[BaselineEntry]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise _Bad(f"invalid JSON: {exc.msg}", (exc.lineno, exc.colno)) from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit integer, nesting too deep
+        raise _Bad(f"cannot read the baseline: {exc}") from None
     if not isinstance(data, dict):
         raise _Bad(
             f"expected a memprof run report or check result (a JSON object), found {_kind(data)}"

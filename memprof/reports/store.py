@@ -217,6 +217,8 @@ def read_report(path: str | os.PathLike) -> dict[str, Any]:
         ) from None
     except UnicodeDecodeError:
         raise InvalidInput(f"{path}: cannot read the report: not UTF-8 text") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise InvalidInput(f"{path}: cannot read the report: {exc}") from None
     except RecursionError:
         raise InvalidInput(
             f"{path}: cannot read the report: values nested too deep to be a report"

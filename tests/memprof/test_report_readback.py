@@ -98,3 +98,32 @@ def test_unreadable_report_is_invalid_input():
         check_report({"schema_version": 1}, "x.json")
     assert info.value.exit_code == 2
     assert str(info.value).startswith("x.json: unreadable report: ")
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "check"])
+def test_a_5000_digit_integer_in_a_report_is_exit_2(tmp_path, command):
+    """Found by the fuzzer: Python's json refuses integers of more than 4300 digits with a
+    ValueError that is not a JSONDecodeError."""
+    path = tmp_path / "big.json"
+    text = json.dumps(make_report({"a": 1})).replace(
+        '"num_allocs": 1', '"num_allocs": ' + "9" * 5000
+    )
+    path.write_text(text)
+    (tmp_path / "s.yaml").write_text(
+        "name: r\ninputs:\n  x: {shape: [2]}\nprogram:\n  - {id: y, op: relu, in: x}\n"
+    )
+    args = {
+        "report": ["report", str(path)],
+        "compare": ["compare", str(path), str(path)],
+        "check": [
+            "check",
+            str(tmp_path / "s.yaml"),
+            "--baseline",
+            str(path),
+            "--runs",
+            str(tmp_path / "r"),
+        ],
+    }[command]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert "4300 digits" in res.output and "Traceback" not in res.output
