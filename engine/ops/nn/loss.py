@@ -232,6 +232,17 @@ def cross_entropy(
     label_smoothing: float = 0.0,
 ) -> Tensor:
     """Cross-entropy of logits `input` [N, C, *] against class indices or class probabilities."""
+    from engine.amp import autocast_mode
+
+    if autocast_mode.STATE.active and autocast_mode.policy("cross_entropy") is not None:
+        # autocast's CPU list runs cross_entropy as one float32 op (its CUDA list casts inside)
+        # (the caller's logits stay alive until the call returns, as torch's C++ call keeps them)
+        cast, cast_weight = autocast_mode.cast_inputs("cross_entropy", (input, weight))
+        with autocast_mode.suspended():
+            return cross_entropy(
+                cast, target, cast_weight, size_average, ignore_index, reduce, reduction,
+                label_smoothing,
+            )  # fmt: skip
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
