@@ -106,6 +106,13 @@ def linear(input, weight, bias=None):
             flat = input.reshape(rows, input.shape[-1])
             y = linear(flat, weight, bias)
             return y.view(input.shape[:-1] + (weight.shape[0],))
+        if rows and bias is not None and bias.ndim == 1 and input.is_contiguous():
+            # _flatten_nd_linear: a contiguous N-d input with a bias is addmm over its 2-D view,
+            # and the result is a view of addmm's (an in-place write to it goes through
+            # CopySlices, with the memory of torch's).
+            flat = input.view(rows, input.shape[-1])
+            y = Linear.apply(flat, weight, bias, op="linear")
+            return y.view(input.shape[:-1] + (weight.shape[0],))
     if bias is None:
         return Linear.apply(input, weight, op="linear")
     return Linear.apply(input, weight, bias, op="linear")
