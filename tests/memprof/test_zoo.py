@@ -182,11 +182,10 @@ LEVERS = [
         "float32",
         marks=pytest.mark.xfail(
             strict=True,
-            reason="engine.utils.checkpoint: a checkpointed function whose result is an in-place "
-            "write into a view (Linear on a 3-D input returns a view of addmm's output) peaks "
-            "one activation lower than torch's, whose CopySlices backward allocates three "
-            "[2, 32, 64] buffers there (minimal case: checkpoint(lambda x: lin(x).add_(x), x) "
-            "is 16384 bytes under torch's peak); reported to the lead",
+            reason="in-place residuals under checkpointing: the engine peaks 252 bytes over "
+            "torch's (807876 vs 807624, beyond the 64-byte slack); it was 16 KiB under before "
+            "Linear became _flatten_nd_linear's view (tests/engine/test_linear_view.py); the "
+            "rest is not yet explained",
         ),
     ),
 ]
