@@ -321,10 +321,27 @@ def test_a_scenario_run_from_the_browser_lands_on_its_run_page(browser, server, 
     w = Watched(browser, server)
     page = w.open("/scenarios", charts=False)
     row = page.locator("#scenario-table tr", has_text="relu_real.yaml")
+    # The run can finish and navigate away before a wait on the panel would see it, so the
+    # page itself records (in sessionStorage, which survives the navigation) that the job
+    # panel was shown, with the status it showed.
+    page.evaluate(
+        """() => {
+          const panel = document.getElementById("job-panel");
+          new MutationObserver(() => {
+            if (!panel.hidden) {
+              const status = document.getElementById("job-status").textContent;
+              sessionStorage.setItem("jobPanelShown", status);
+            }
+          }).observe(panel, {attributes: true, subtree: true, childList: true});
+        }"""
+    )
     row.locator("button.run-button").click()
-    page.wait_for_selector("#job-panel:not([hidden])")
-    w.screenshot("scenario-running.png")
     page.wait_for_url("**/runs/*", timeout=120_000)
+    assert page.evaluate("() => sessionStorage.getItem('jobPanelShown')") in {
+        "queued",
+        "running",
+        "done",
+    }
     page.wait_for_function("() => document.body.dataset.chartsReady === 'true'", timeout=20_000)
     bars = page.evaluate(DRAWN, "peak-chart")["traces"]["peak allocated"]
     assert dict(zip(bars["x"], bars["y"], strict=True)) == {
