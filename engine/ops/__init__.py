@@ -10,6 +10,7 @@ importing this package registers them all and binds the Tensor methods.
 from __future__ import annotations
 
 import builtins
+import math
 
 from engine import dtypes
 from engine.device import as_device
@@ -442,7 +443,60 @@ _matmul = L.Matmul.apply
 
 @_export("matmul", scenario=Scenario(inputs=("input", "other"), doc="matrix product"))
 def matmul(input, other, *, out=None):
+    if (
+        out is None
+        and isinstance(input, Tensor)
+        and isinstance(other, Tensor)
+        and (input.ndim >= 3 or other.ndim >= 3)
+    ):
+        input, other = _matmul_operands(input, other)
     return _matmul(input, other, out=out, op="matmul")
+
+
+def _viewable(t, shape) -> bool:
+    from engine.backends.strided import view_strides
+
+    return view_strides(t.shape, t.stride(), shape) is not None
+
+
+def _matmul_operands(a, b):
+    """The operands of a batched matmul as PyTorch's `_matmul_impl` hands them to mm/bmm: an
+    operand its reshape to (batch, n, m) (or to (-1, k) when it folds the batch into one mm)
+    cannot view is first copied to a contiguous tensor, and that copy is what backward keeps.
+
+    Autocast's cast comes first (PyTorch's autocast wraps matmul before it decomposes)."""
+    from engine.amp import autocast_mode
+
+    if autocast_mode.STATE.active:
+        a, b = autocast_mode.cast_inputs("matmul", (a, b))
+    da, db = a.ndim, b.ndim
+    if (da >= 3 and db <= 2) or (db >= 3 and da <= 2):
+        if da > db:  # should_fold with the batched operand first
+            k = a.shape[-1]
+            folded = (a.numel() // k if k else 0, k)
+            if a.numel() == 0 or _viewable(a, folded):
+                return a, b
+            if b.requires_grad:  # folds anyway: one mm, over a contiguous copy of `a`
+                return reshape(a, folded).view(a.shape), b
+        elif db > 2 and da == 2 and not a.requires_grad:
+            pass  # not folded (PyTorch's bmm path below)
+        else:
+            return a, b  # the transposed fold: not modelled (the engine runs it batched)
+    if da < 2 or db < 2:
+        return a, b
+    import numpy as np
+
+    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    count = math.prod(batch)
+    out = []
+    for t in (a, b):
+        full = batch + t.shape[-2:]
+        e = t if t.shape == full else expand(t, full)
+        flat = (count,) + t.shape[-2:]
+        if e.numel() and not _viewable(e, flat):
+            e = reshape(e, flat).view(full)
+        out.append(e)
+    return out[0], out[1]
 
 
 alias("mm", "matmul")

@@ -305,12 +305,6 @@ def test_cpu_half_matches_torch_requests(torch, name):
 
 
 @pytest.mark.torch
-@pytest.mark.xfail(
-    strict=True,
-    reason="a real engine difference (reported): torch's matmul copies non-contiguous batched "
-    "operands (q, k^T, v after transpose) to contiguous tensors it saves for backward, 3 MiB "
-    "here; the engine's matmul does not",
-)
 def test_cpu_half_transformer_matches_torch_requests(torch):
     program = gf._program("transformer")
     t, e = gf.cpu_trace_torch(program), gf.cpu_trace_engine(program)
