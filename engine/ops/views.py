@@ -391,6 +391,17 @@ class Copy(Function):
         return "CopyBackwards"
 
 
+def _writable(t: Tensor):
+    """t's array, writable: numpy marks an expanded (broadcast) view read-only, but fill_ and
+    zero_ may write through it as PyTorch does, so build the same view over the storage."""
+    arr = t._data
+    if not isinstance(arr, np.ndarray) or arr.flags.writeable:
+        return arr
+    buf = t._storage.data
+    offset = arr.__array_interface__["data"][0] - buf.__array_interface__["data"][0]
+    return np.ndarray(arr.shape, arr.dtype, buffer=buf, offset=offset, strides=arr.strides)
+
+
 class Fill(Function):
     writes_overlap = True  # fill_ / zero_ of an expanded tensor: allowed by PyTorch
 
@@ -402,7 +413,7 @@ class Fill(Function):
             )
         check_out(dst, dst.shape, dst._dtype, "fill_")
         if dst._device.type != "meta":
-            dst._data[...] = data(value)
+            _writable(dst)[...] = data(value)
         return dst
 
     def backward(self, g):

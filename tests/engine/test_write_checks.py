@@ -86,3 +86,31 @@ def test_the_messages_are_torchs():
     with pytest.raises(RuntimeError) as info:
         torch.rand(1, 3).expand(2, 3).add_(1)
     assert info.value.args[0] == OVERLAP_MSG
+
+
+@pytest.mark.parametrize(
+    "call, value",
+    [
+        (lambda y: y.fill_(2.5), 2.5),
+        (lambda y: y.zero_(), 0.0),
+        (lambda y: y.fill_(engine.tensor(-1.0)), -1.0),
+    ],
+)
+def test_fill_and_zero_write_through_an_expanded_tensor_as_torchs_do(call, value):
+    # PyTorch lets fill_ / zero_ write into an expanded tensor (every alias gets the same value);
+    # the write lands in the base's storage and bumps its version once.
+    base = engine.rand(2, 3)
+    y = base[1:].expand(4, 3)
+    assert call(y) is y
+    assert y.tolist() == [[value] * 3] * 4
+    assert base[1].tolist() == [value] * 3 and base[0].tolist() != [value] * 3
+    assert base._version == 1
+
+
+def test_fill_of_an_expanded_tensor_matches_torch():
+    torch = pytest.importorskip("torch")
+    t = torch.arange(6.0).reshape(2, 3)
+    e = engine.arange(6.0).reshape(2, 3)
+    t[:, :1].expand(2, 3).fill_(7)
+    e[:, :1].expand(2, 3).fill_(7)
+    assert e.tolist() == t.tolist()
