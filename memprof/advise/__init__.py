@@ -12,7 +12,8 @@ saves (docs/advise.md; the JSON is described in docs/report-format.md, "Advice")
    a safe verdict stands only if the re-run reproduces every value bitwise; its measured change
    of peak allocated (and reserved) bytes is its saving;
 3. with a budget, the safe candidates are added largest saving first, each set re-measured, until
-   the peak is within the budget (or all of them are not enough).
+   the peak is within the budget (or all of them are not enough); then each one the others make
+   unnecessary is left out again (re-measured), so no candidate of the answer can be dropped.
 """
 
 from __future__ import annotations
@@ -237,6 +238,8 @@ def _fit_budget(ref, runs_of, combined: list[str], all_res, budget: int, say):
             continue
         kept = trial_ids
         if res.peak <= budget:
+            kept, res, extra = _prune(ref, runs_of, kept, res, budget, say)
+            runs += extra
             info.update(
                 met=True,
                 nodes=_in_order(runs_of, kept),
@@ -244,12 +247,35 @@ def _fit_budget(ref, runs_of, combined: list[str], all_res, budget: int, say):
                 message=(
                     f"{len(kept)} of {len(combined)} safe candidates bring the peak to "
                     f"{format_bytes(res.peak)}, within {format_bytes(budget)}"
+                    + ("" if len(kept) == 1 else "; leaving out any one of them breaks it")
                 ),
             )
             return info, res, runs
     info.update(nodes=list(combined), peak=all_res.peak, met=all_res.peak <= budget)
     info["message"] = f"all {len(combined)} safe candidates are needed"
     return info, all_res, runs
+
+
+def _prune(ref, runs_of, kept: list[str], res, budget: int, say):
+    """Drop from a set that meets the budget every candidate the others make unnecessary.
+
+    The largest-saving-first prefix can keep an early candidate whose effect later ones cover
+    (savings alone do not add up: the peak is a maximum over time). Try leaving out each one,
+    smallest saving first; keep the set when it still meets the budget and passes the proof.
+    The result is minimal: no single candidate can be left out. Returns (set, run, re-runs)."""
+    from memprof.advise.proof import difference
+
+    runs = 0
+    for n in reversed(list(kept)):
+        if len(kept) == 1:
+            break
+        trial = [k for k in kept if k != n]
+        say(f"re-running without {n} for the budget")
+        r = runs_of.switched(trial)
+        runs += 1
+        if r.peak <= budget and difference(ref, r) is None:
+            kept, res = trial, r
+    return kept, res, runs
 
 
 __all__ = ["advise", "advise_loaded"]

@@ -478,3 +478,52 @@ def test_an_operand_that_overlaps_itself_is_unsafe(tmp_path):
     assert (act["kind"], act["verdict"]) == ("shape or dtype", "unsafe")
     assert "overlaps itself (an expanded view)" in act["reason"]
     assert act["proven"]  # the engine refuses an in-place write into an expanded view
+
+
+class _PeakModel:
+    """Re-runs of a program whose peak is the largest of three moments; each candidate lowers
+    some of them (savings alone do not add up): y helps at both of the first two moments, x
+    only at the first, z only at the second. Every re-run reproduces the values."""
+
+    BASE = (100, 100, 60)
+    CUT = {"y": (30, 30, 0), "x": (50, 0, 0), "z": (0, 50, 0)}
+
+    def __init__(self):
+        self.calls = []
+
+    def switched(self, ids):
+        from memprof.advise.proof import RunResult
+
+        self.calls.append(list(ids))
+        moments = [b - sum(self.CUT[i][k] for i in ids) for k, b in enumerate(self.BASE)]
+        entry = {"status": "ok", "warnings": [], "peak_allocated_bytes": max(moments)}
+        return RunResult(entry=entry, values={})
+
+    def order(self, cid):
+        return ("x", "y", "z").index(cid)
+
+
+def test_budget_leaves_out_a_candidate_the_others_cover():
+    from memprof.advise import _fit_budget
+
+    runs = _PeakModel()
+    ref = runs.switched([])
+    combined = ["y", "x", "z"]  # largest saving alone first: y saves 30, x and z save nothing
+    all_res = runs.switched(combined)
+    # prefix: y (70) -> y+x (70) -> y+x+z (60 <= 65); then y is not needed: x+z peak at 60
+    info, res, n = _fit_budget(ref, runs, combined, all_res, 65, lambda _m: None)
+    assert info["met"] and info["nodes"] == ["x", "z"] and res.peak == 60
+    assert "leaving out any one of them breaks it" in info["message"]
+    # three re-runs for the prefix, three for leaving out z, x, then y
+    assert runs.calls[2:] == [
+        ["y"],
+        ["y", "x"],
+        ["y", "x", "z"],
+        ["y", "x"],
+        ["y", "z"],
+        ["x", "z"],
+    ]
+    assert n == 6
+    # a budget only all three meet keeps all three
+    info, res, _ = _fit_budget(ref, runs, combined, all_res, 55, lambda _m: None)
+    assert not info["met"] and "in-place alone cannot" in info["message"]
