@@ -449,7 +449,7 @@ def matmul(input, other, *, out=None):
         and isinstance(other, Tensor)
         and (input.ndim >= 3 or other.ndim >= 3)
     ):
-        input, other = _matmul_operands(input, other)
+        return _batched_matmul(input, other)
     return _matmul(input, other, out=out, op="matmul")
 
 
@@ -459,10 +459,17 @@ def _viewable(t, shape) -> bool:
     return view_strides(t.shape, t.stride(), shape) is not None
 
 
-def _matmul_operands(a, b):
-    """The operands of a batched matmul as PyTorch's `_matmul_impl` hands them to mm/bmm: an
-    operand its reshape to (batch, n, m) (or to (-1, k) when it folds the batch into one mm)
-    cannot view is first copied to a contiguous tensor, and that copy is what backward keeps.
+def _batched_matmul(a, b):
+    """matmul with a batched operand, as PyTorch's `_matmul_impl` runs it.
+
+    - the batched operand folds into one mm when its batch dims view as one (or, copying it,
+      when the other operand requires grad);
+    - a vector or matrix times a batch (`w @ x`) folds the transposed batch likewise: a
+      contiguous copy of x^T, one mm, and (for a matrix) a contiguous copy of the result's
+      transpose, as PyTorch does;
+    - otherwise bmm: an operand whose reshape to (batch, n, m) cannot be a view (q, k^T, v of
+      attention after their transpose, an expanded batch) is first copied to a contiguous
+      tensor, and that copy is what backward keeps.
 
     Autocast's cast comes first (PyTorch's autocast wraps matmul before it decomposes)."""
     from engine.amp import autocast_mode
@@ -470,33 +477,43 @@ def _matmul_operands(a, b):
     if autocast_mode.STATE.active:
         a, b = autocast_mode.cast_inputs("matmul", (a, b))
     da, db = a.ndim, b.ndim
-    if (da >= 3 and db <= 2) or (db >= 3 and da <= 2):
-        if da > db:  # should_fold with the batched operand first
-            k = a.shape[-1]
-            folded = (a.numel() // k if k else 0, k)
-            if a.numel() == 0 or _viewable(a, folded):
-                return a, b
-            if b.requires_grad:  # folds anyway: one mm, over a contiguous copy of `a`
-                return reshape(a, folded).view(a.shape), b
-        elif db > 2 and da == 2 and not a.requires_grad:
-            pass  # not folded (PyTorch's bmm path below)
-        else:
-            return a, b  # the transposed fold: not modelled (the engine runs it batched)
-    if da < 2 or db < 2:
-        return a, b
+    if da >= 3 and db <= 2:  # should_fold, the batched operand first
+        k = a.shape[-1]
+        folded = (a.numel() // k if k else 0, k)
+        if a.numel() == 0 or _viewable(a, folded):
+            return _matmul(a, b, op="matmul")
+        if b.requires_grad:  # folds anyway: one mm, over a contiguous copy of `a`
+            return _matmul(reshape(a, folded).view(a.shape), b, op="matmul")
+    elif db >= 3 and da <= 2:  # should_fold, transposed: t1 = b^T, t2 = a^T (or the vector a)
+        t1 = transpose(b, -1, -2)
+        m = t1.shape[-1]
+        folded = (t1.numel() // m if m else 0, m)
+        if a.requires_grad or (da == 1 and (t1.numel() == 0 or _viewable(t1, folded))):
+            t1f = reshape(t1, folded)
+            if da == 1:
+                return _matmul(t1f, a, op="matmul").view(t1.shape[:-1])
+            y = _matmul(t1f, transpose(a, 0, 1), op="matmul")
+            return contiguous(transpose(y.view(t1.shape[:-1] + (a.shape[0],)), -1, -2))
+    if da == 3 and db == 3 and a.shape[0] != b.shape[0]:  # a batch of one that requires grad
+        if a.shape[0] == 1 and a.requires_grad:
+            return _batched_matmul(a.squeeze(0), b)
+        if b.shape[0] == 1 and b.requires_grad:
+            return _batched_matmul(a, b.squeeze(0))
+    # bmm over the broadcast batch
     import numpy as np
 
     batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     count = math.prod(batch)
-    out = []
-    for t in (a, b):
+    ops = [a, b]
+    for i, t in enumerate(ops):
+        if t.ndim < 2:
+            continue  # a vector expands to a view of itself
         full = batch + t.shape[-2:]
         e = t if t.shape == full else expand(t, full)
         flat = (count,) + t.shape[-2:]
         if e.numel() and not _viewable(e, flat):
-            e = reshape(e, flat).view(full)
-        out.append(e)
-    return out[0], out[1]
+            ops[i] = reshape(e, flat).view(full)
+    return _matmul(ops[0], ops[1], op="matmul")
 
 
 alias("mm", "matmul")

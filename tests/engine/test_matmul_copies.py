@@ -120,3 +120,43 @@ def test_without_grad_the_copies_are_temporaries():
     act, out = B * T * H * D * F32, B * H * T * T * F32
     assert peak == act + 2 * act + out  # x*2, the copies of q and k^T, the result
     assert engine.memory.memory_allocated("cpu") - before == out
+
+
+# (shape of a, shape of b, a requires grad, b requires grad): every branch of _matmul_impl
+# the engine follows (fold, transposed fold with a matrix and with a vector, bmm with a
+# broadcast batch, the 3-D batch of one that requires grad, a 2-D matrix over a 4-D batch).
+SHAPES = [
+    ((24, 32), (2, 32, 8), True, True),
+    ((24, 32), (2, 32, 8), False, True),
+    ((24, 32), (2, 32, 8), True, False),
+    ((32,), (2, 32, 8), True, True),
+    ((32,), (2, 32, 8), False, True),
+    ((2, 8, 32), (32,), True, True),
+    ((3, 2, 8, 32), (1, 2, 32, 5), True, True),
+    ((1, 8, 32), (3, 32, 5), True, True),
+    ((1, 8, 32), (3, 32, 5), False, True),
+    ((3, 8, 32), (1, 32, 5), True, True),
+    ((2, 3, 8, 32), (32, 5), False, True),
+]
+
+
+@pytest.mark.parametrize("sa, sb, ra, rb", SHAPES)
+def test_every_branch_peaks_and_differentiates_as_torch(sa, sb, ra, rb):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    a_np = rng.standard_normal(sa).astype(np.float32)
+    b_np = rng.standard_normal(sb).astype(np.float32)
+    shape = tuple(torch.matmul(torch.tensor(a_np), torch.tensor(b_np)).shape)
+    g_np = rng.standard_normal(shape).astype(np.float32)
+    peaks, grads = [], []
+    for lib, measure in ((engine, engine_peak), (torch, torch_peak)):
+        a = lib.tensor(a_np, requires_grad=ra)
+        b = lib.tensor(b_np, requires_grad=rb)
+        g = lib.tensor(g_np)
+        peaks.append(measure(lambda lib=lib, a=a, b=b, g=g: lib.matmul(a, b).backward(g)))
+        grads.append([None if t.grad is None else t.grad.detach().numpy() for t in (a, b)])
+    assert abs(peaks[0] - peaks[1]) <= SCALAR_SLACK, peaks
+    for e, t in zip(*grads, strict=True):
+        assert (e is None) == (t is None)
+        if t is not None:
+            np.testing.assert_allclose(e, t, rtol=1e-4, atol=1e-4)
