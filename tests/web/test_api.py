@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
 from memprof import history
 from memprof.reports.store import save_report
 from tests.web.synthetic import make_report
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_id_of(report: dict) -> str:
@@ -402,11 +405,28 @@ def test_post_runs_runs_the_scenario_in_the_background_and_saves_its_report(
     assert any(r["run_id"] == job["run_id"] for r in client.get("/api/runs").json())
 
 
-def test_a_scenario_the_runner_rejects_ends_as_a_failed_job(client, scenarios_dir):
+def test_a_scenario_memprof_validate_rejects_is_refused_before_any_job(client, scenarios_dir):
     (scenarios_dir / "bad.yaml").write_text("name: bad\ndescription: no program\n")
-    job = wait_for(client, client.post("/api/runs", json={"scenario": "bad.yaml"}).json())
-    assert job["status"] == "failed" and job["run_id"] is None
-    assert "bad.yaml:1:1: expected field 'program' in the scenario" in job["error"]
+    response = client.post("/api/runs", json={"scenario": "bad.yaml"})
+    assert response.status_code == 422
+    assert response.json()["detail"] == (
+        "bad.yaml:1:1: expected field 'program' in the scenario, found no such field"
+    )
+    assert client.get("/api/jobs").json() == []
+
+
+def test_an_unknown_variant_is_refused_with_a_suggestion(client, scenarios_dir):
+    (scenarios_dir / "real.yaml").write_text((ROOT / "scenarios" / "relu.yaml").read_text())
+    response = client.post("/api/runs", json={"scenario": "real.yaml", "variants": ["inplce"]})
+    assert response.status_code == 422
+    assert response.json()["detail"] == (
+        "scenario 'real.yaml': unknown variant 'inplce' (did you mean 'inplace'?); the "
+        "scenario defines: inplace, out_of_place"
+    )
+    assert client.get("/api/jobs").json() == []
+    ok = client.post("/api/runs", json={"scenario": "real.yaml", "variants": ["inplace"]})
+    assert ok.status_code == 202
+    assert wait_for(client, ok.json())["status"] == "done"
 
 
 # ---------------------------------------------------------------------------------------------

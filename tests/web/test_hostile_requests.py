@@ -87,10 +87,11 @@ def test_with_real_devices_a_job_runs_under_the_memory_limit(runs_dir, scenarios
 
 def test_job_errors_do_not_show_absolute_server_paths(client, scenarios_dir):
     (scenarios_dir / "bad.yaml").write_text("name: bad\nprogram: 3\n")
-    job = wait_for(client, client.post("/api/runs", json={"scenario": "bad.yaml"}).json())
-    assert job["status"] == "failed"
-    assert "bad.yaml:2:10:" in job["error"]
-    assert str(scenarios_dir.resolve()) not in job["error"]
+    response = client.post("/api/runs", json={"scenario": "bad.yaml"})
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert detail.startswith("bad.yaml:2:10: ")
+    assert str(scenarios_dir.resolve()) not in detail
 
 
 @pytest.mark.parametrize(

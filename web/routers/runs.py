@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
 from memprof.reports.store import report_path
@@ -107,6 +107,35 @@ def get_snapshot(run_id: str, cache: CacheDep) -> Response:
     )
 
 
+def _refuse_invalid(request: Request, scenario, variants: list[str] | None) -> None:
+    """422 when the file is invalid as `memprof validate` (and the scenarios page) decides it,
+    or when a requested variant is not one of its variants. The check is cached per file
+    version and shared with the scenarios page; a file not checked yet (a run holds the
+    runner) is left to the job, which validates it again."""
+    from memprof.scenario.catalog import suggest
+    from web.scenario_check import ScenarioChecks
+
+    checks = getattr(request.app.state, "scenario_checks", None)
+    if checks is None:
+        checks = request.app.state.scenario_checks = ScenarioChecks()
+    result = checks.check(scenario.path)
+    if result.status == "invalid":
+        where = [
+            f"{scenario.id}:{p}" if p[:1].isdigit() else f"{scenario.id}: {p}"
+            for p in result.problems
+        ]
+        raise HTTPException(422, "; ".join(where))
+    if result.status == "valid" and variants:
+        for name in variants:
+            if name not in result.variants:
+                raise HTTPException(
+                    422,
+                    f"scenario {scenario.id!r}: unknown variant {name!r}"
+                    f"{suggest(name, result.variants)}; the scenario defines: "
+                    + ", ".join(result.variants),
+                )
+
+
 @router.post(
     "",
     status_code=202,
@@ -116,13 +145,21 @@ def get_snapshot(run_id: str, cache: CacheDep) -> Response:
         403: {"model": Message, "description": "a real device on a meta-only server"},
         404: {"model": Message},
         413: {"model": Message},
+        422: {"description": "a malformed body, an invalid scenario file or an unknown variant"},
         429: {"model": Message},
     },
 )
-def start_run(body: RunRequest, response: Response, scenarios: ScenariosDep, jobs: JobsDep):
+def start_run(
+    body: RunRequest,
+    request: Request,
+    response: Response,
+    scenarios: ScenariosDep,
+    jobs: JobsDep,
+):
     """Run a scenario of the scenarios folder in the background. Follow the job at
     /api/jobs/{id} (the Location header) until its status is done (then it has a run_id) or
-    failed."""
+    failed. A file `memprof validate` refuses, or a variant it does not define, is refused
+    here (422) with the same message, before any job is queued."""
     if body.device not in (None, "meta") and not jobs.real_devices:
         raise HTTPException(
             403,
@@ -134,6 +171,7 @@ def start_run(body: RunRequest, response: Response, scenarios: ScenariosDep, job
         raise HTTPException(404, f"no scenario {body.scenario!r} in the scenarios folder")
     if scenario.error:
         raise HTTPException(422, f"scenario {scenario.id!r} cannot be read: {scenario.error}")
+    _refuse_invalid(request, scenario, body.variants)
     try:
         job = jobs.submit(
             scenario.path,
