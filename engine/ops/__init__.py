@@ -594,6 +594,67 @@ def transpose(input, dim0, dim1):
 alias("swapaxes", "transpose")
 
 
+@_export("diagonal")
+def diagonal(input, offset=0, dim1=0, dim2=1):
+    return V.Diagonal.apply(input, op="diagonal", offset=offset, dim1=dim1, dim2=dim2)
+
+
+@_export("diag_embed")
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    return V.DiagEmbed.apply(input, op="diag_embed", offset=offset, dim1=dim1, dim2=dim2)
+
+
+@_export("diag")
+def diag(input, diagonal=0):
+    """A 1-D input: a new square matrix with it on a diagonal; a 2-D input: a copy of one of its
+    diagonals (PyTorch composes it so: diag_embed, or diagonal then clone)."""
+    if input.ndim == 1:
+        return diag_embed(input, diagonal, 0, 1)
+    if input.ndim != 2:
+        raise RuntimeError("diag(): Supports 1D or 2D tensors. Got " + f"{input.ndim}D")
+    return clone(V.Diagonal.apply(input, op="diag", offset=diagonal, dim1=0, dim2=1))
+
+
+@_export("trace")
+def trace(input):
+    if input.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input.ndim}")
+    return sum(diagonal(input))
+
+
+def _dims_of(dims, n):
+    from engine.tensor import _wrap_dim
+
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    return tuple(_wrap_dim(d, n) for d in dims)
+
+
+@_export("movedim")
+def movedim(input, source, destination):
+    """Move dims to new positions, the others keeping their order (a view)."""
+    n = input.ndim
+    src, dst = _dims_of(source, n), _dims_of(destination, n)
+    if len(src) != len(dst):
+        raise RuntimeError(
+            "movedim: Invalid source or destination dims: source "
+            f"({list(src)} dims) should contain the same number of dims as destination "
+            f"({list(dst)} dims)"
+        )
+    if len(set(src)) != len(src):
+        raise RuntimeError(f"movedim: repeated dim in `source` ({list(src)})")
+    if len(set(dst)) != len(dst):
+        raise RuntimeError(f"movedim: repeated dim in `destination` ({list(dst)})")
+    order = [None] * n
+    for s_, d_ in zip(src, dst, strict=True):
+        order[d_] = s_
+    rest = iter(i for i in range(n) if i not in src)
+    perm = tuple(o if o is not None else next(rest) for o in order)
+    return V.Permute.apply(input, op="movedim", dims=perm)
+
+
+alias("moveaxis", "movedim")
+
+
 @_export("t", inplace="t_")
 def t(input):
     if input.ndim > 2:

@@ -65,11 +65,6 @@ def _parse(equation: str, operands):
                 f"the number of dimensions ({op.ndim}) for operand {i}"
                 + ("" if "..." in terms[i] else " and no ellipsis was given")
             )
-        if len(set(t)) != len(t):
-            raise NotImplementedError(
-                f"einsum(): a subscript repeated within one operand ({t!r}, a diagonal) is not "
-                "supported by the engine"
-            )
         subs.append(t)
     if explicit:
         out = out.replace("...", ell)
@@ -88,6 +83,27 @@ def _parse(equation: str, operands):
                 counts[c] = counts.get(c, 0) + 1
         out = ell + "".join(sorted(c for c in counts if counts[c] == 1 and c not in ell))
     return subs, out
+
+
+def _diagonals(op: Tensor, sub: str, i: int):
+    """A subscript repeated within one operand ("ii", "bii") takes the diagonal of those dims,
+    as PyTorch's einsum does: op.diagonal(0, first, again).movedim(-1, first), a view."""
+    if len(set(sub)) == len(sub):
+        return op, sub
+    kept = ""
+    for c in sub:
+        j = len(kept)
+        first = kept.find(c)
+        if first < 0:
+            kept += c
+            continue
+        if op.shape[first] != op.shape[j]:
+            raise RuntimeError(
+                f"einsum(): subscript {c} is repeated for operand {i} but the sizes don't "
+                f"match, {op.shape[j]} != {op.shape[first]}"
+            )
+        op = op.diagonal(0, first, j).movedim(-1, first)
+    return op, kept
 
 
 def _sizes(subs, operands):
@@ -152,6 +168,8 @@ def einsum(equation, *operands):
         if not isinstance(op, Tensor):
             raise TypeError(f"einsum(): operand {i} must be a Tensor, not {type(op).__name__}")
     subs, out = _parse(equation, operands)
+    pairs = [_diagonals(op, t, i) for i, (op, t) in enumerate(zip(operands, subs, strict=True))]
+    operands, subs = [p[0] for p in pairs], [p[1] for p in pairs]
     size = _sizes(subs, operands)
     cur, s = operands[0], subs[0]
     for i in range(1, len(operands)):

@@ -480,3 +480,84 @@ __all__ = [
     "is_basic_index",
     "dtypes",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# diagonal (a view) and diag_embed (its adjoint)
+# ---------------------------------------------------------------------------------------------
+def _diagonal_array(arr, offset, d1, d2):
+    """The backend array of PyTorch's diagonal view: the other dims in order, then the entries
+    [..., i, ..., i + offset, ...] (writable where the source is)."""
+    i1, i2 = max(0, -offset), max(0, offset)
+    length = max(0, min(arr.shape[d1] - i1, arr.shape[d2] - i2))
+    rest = [i for i in range(arr.ndim) if i not in (d1, d2)]
+    shape = tuple(arr.shape[i] for i in rest) + (length,)
+    strides = tuple(arr.strides[i] for i in rest) + (arr.strides[d1] + arr.strides[d2],)
+    first = arr
+    if length and (i1 or i2):  # start at the diagonal's first entry
+        index = [slice(None)] * arr.ndim
+        index[d1], index[d2] = slice(i1, None), slice(i2, None)
+        first = arr[tuple(index)]
+    if isinstance(arr, np.ndarray):
+        return np.lib.stride_tricks.as_strided(first, shape, strides)
+    if type(arr).__name__ == "MetaArray":
+        from engine.backends import meta
+
+        return meta.as_strided(first, shape, strides)
+    import cupy
+
+    return cupy.lib.stride_tricks.as_strided(first, shape, strides)
+
+
+class Diagonal(Function):
+    """diagonal(x, offset, dim1, dim2): a view of the entries x[..., i, ..., i + offset, ...]
+    with the diagonal as the last dim (PyTorch's DiagonalBackward0: a zeros tensor of x's shape
+    whose diagonal receives the gradient)."""
+
+    def forward(self, x, out=None, offset=0, dim1=0, dim2=1):
+        if x.ndim < 2:
+            raise RuntimeError(f"diagonal dimensions requires ndim larger than 1, but got {x.ndim}")
+        d1, d2 = _wrap_dim(dim1, x.ndim), _wrap_dim(dim2, x.ndim)
+        if d1 == d2:
+            raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+        self.in_shape, self.args = x.shape, (offset, d1, d2)
+        arr = _diagonal_array(x._data, offset, d1, d2)
+        return make_view(x, arr, lambda b: b.diagonal(offset, d1, d2))
+
+    def backward(self, g):
+        out = kernels.zeros(self.in_shape, g._dtype, g._device)
+        if g._device.type != "meta":
+            _diagonal_array(out._data, *self.args)[...] = g._data
+        return (out,)
+
+    def name(self):
+        return "DiagonalBackward0"
+
+
+class DiagEmbed(Function):
+    """diag_embed(x, offset, dim1, dim2): a new zeros tensor with x on the chosen diagonal of
+    two new dims; backward is the diagonal view of the gradient (PyTorch's DiagEmbedBackward0
+    allocates nothing)."""
+
+    def forward(self, x, out=None, offset=0, dim1=-2, dim2=-1):
+        nd = x.ndim + 1
+        d1, d2 = _wrap_dim(dim1, nd), _wrap_dim(dim2, nd)
+        if d1 == d2:
+            raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+        n = x.shape[-1] + abs(offset) if x.ndim else abs(offset) + 1
+        rest = list(x.shape[:-1])
+        shape = [0] * nd
+        it = iter(rest)
+        for i in range(nd):
+            shape[i] = n if i in (d1, d2) else next(it)
+        self.args = (offset, d1, d2)
+        y = kernels.zeros(tuple(shape), x._dtype, x._device)
+        if x._device.type != "meta":
+            _diagonal_array(y._data, offset, d1, d2)[...] = x._data
+        return y
+
+    def backward(self, g):
+        return (g.diagonal(*self.args),)
+
+    def name(self):
+        return "DiagEmbedBackward0"

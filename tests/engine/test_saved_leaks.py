@@ -56,6 +56,8 @@ CALLS = {
     "clip": lambda L: engine.clip(L(), L() * 0.0 + 0.8, 1.2),
     "clip_": lambda L: engine.clip_(L() * 1.0, 0.8, 1.2),
     "where": lambda L: engine.where(L() > 1.0, L(), L()),
+    "movedim": lambda L: engine.movedim(L() * 1.0, 0, 1),
+    "moveaxis": lambda L: engine.moveaxis(L() * 1.0, 0, 1),
     "masked_fill": lambda L: engine.masked_fill(L(), L() > 1.0, 0.0),
     "masked_fill_": lambda L: engine.masked_fill_(L() * 1.0, L() > 1.0, 0.0),
     "max": lambda L: engine.max(L(), 1).values,
