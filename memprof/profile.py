@@ -348,12 +348,18 @@ class Profile:
             register_module_forward_hook(self.observer.post_forward),
             register_optimizer_step_post_hook(self._name_optimizer_state),
         ]
+        from engine.utils.collector import paused
+
+        self._gc = paused()  # the engine's graphs hold no cycles: engine/utils/collector.py
+        self._gc.__enter__()
         self._active = True
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         t1 = _perf_ns()
         import engine
+
+        self._gc.__exit__(None, None, None)
 
         for hook in self._hooks:
             hook.remove()

@@ -319,11 +319,15 @@ def run_variant(variant, *, on_iteration=None, on_node=None) -> Variant:
     on_iteration(k, n): after iteration k of n; on_node(k, j, m): after forward node j of m in
     iteration k (for progress bars).
     """
+    from engine.utils.collector import paused
+
     run = None
     try:
         run = _Run(variant, on_node)
         run.prepare()  # the device, allocator model, memory limit and seed
-        return _serialisable(_measure(run, on_iteration))
+        with paused():  # the engine's graphs hold no cycles: see engine/utils/collector.py
+            entry = _measure(run, on_iteration)
+        return _serialisable(entry)
     except Exception as exc:  # a step around the program failed: the variant fails, not the run
         return _failed_entry(variant, exc, run)
     finally:  # also on KeyboardInterrupt: no limit or observer is left on the allocator
