@@ -160,7 +160,7 @@ def new_storage(shape: tuple, np_dtype, dev, itemsize: int = 0) -> Storage:
 def _other_backend(shape, np_dtype, dev, alloc, handle, sid, epoch, nbytes):
     try:
         if dev.type == "meta":
-            return MetaArray(shape, np_dtype)
+            return MetaArray.contiguous(shape, np_dtype)
         from engine.allocator.cuda_hook import ensure_hook, storage_allocation
 
         cp = cupy_module()

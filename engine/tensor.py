@@ -213,7 +213,7 @@ class Tensor:
             import weakref
 
             self._retains_grad = True
-            if not hasattr(fn, "retained"):
+            if fn.retained is None:
                 fn.retained = []
             fn.retained.append((weakref.ref(self), self._output_nr))
 

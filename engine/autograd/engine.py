@@ -116,10 +116,10 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
         while ready:
             _, _, node = heapq.heappop(ready)
             grads = buffers.pop(node)
-            hooks = _hooks_of(node)
+            hooks = _hooks_of(node) if type(node) is AccumulateGrad else node.tensor_hooks
             if hooks:
                 _run_hooks(hooks, grads)
-            retained = getattr(node, "retained", None)
+            retained = node.retained
             if retained:
                 _retain_grads(retained, grads)
             edges = node.next_functions
@@ -156,9 +156,11 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                 node.next_functions = edges
             if not retain_graph:
                 node.release_saved()
+            dtypes = node.input_dtypes
+            n_out = len(out)
             # edge_order: the order PyTorch's node lists its inputs in, when the engine's
             # arguments come in another (Linear: AddmmBackward0's self=bias, mat1, mat2)
-            for i in getattr(node, "edge_order", None) or range(len(edges)):
+            for i in node.edge_order or range(len(edges)):
                 edge = edges[i]
                 if edge is None:
                     continue
@@ -167,20 +169,23 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                 if buf is None:
                     buf = buffers[nxt] = [None] * nxt.num_outputs
                 gi = None
-                if i < len(out):
+                if i < n_out:
                     gi = out[i]
                     out[i] = None  # the buffer becomes the gradient's only holder
                 if gi is not None:
-                    dtypes = getattr(node, "input_dtypes", None)
                     want = dtypes[i] if dtypes else None
                     if want is not None and gi._dtype is not want:  # PyTorch's validate_outputs
                         gi = gi.to(want)  # (float32 + bfloat16 under autocast: a bf16 gradient)
                     elif gi._dtype.emulated:  # bfloat16 held in float32: a bf16 kernel's values
                         _round_emulated(gi)
-                    _accumulate(buf, nr, gi)
+                    if buf[nr] is None:  # the first gradient to arrive: nothing to sum
+                        buf[nr] = gi
+                    else:
+                        _accumulate(buf, nr, gi)
                 del gi
-                deps[nxt] -= 1
-                if deps[nxt] == 0:
+                left = deps[nxt] - 1
+                deps[nxt] = left
+                if not left:
                     heapq.heappush(ready, (-nxt.sequence_nr, counter, nxt))
                     counter += 1
             # `buf` is the last edge's gradient list: left bound it would pin that gradient, and

@@ -196,6 +196,10 @@ class Function:
     differentiable = True
     num_outputs = 1
     input_dtypes: tuple | None = None  # the dtypes of the tensor arguments, edge by edge
+    # set on a node only when used (the backward walk reads them from every node it runs):
+    tensor_hooks: dict | None = None  # register_hook on a non-leaf: {output_nr: {id: fn}}
+    retained: list | None = None  # retain_grad(): [(weakref to the tensor, output_nr)]
+    edge_order: tuple | None = None  # the order PyTorch's node lists its inputs in
     inplace_view = False  # an in-place op that changes only metadata (t_, transpose_)
     writes_overlap = False  # may write into an expanded tensor (fill_ / zero_, as PyTorch)
 

@@ -16,6 +16,10 @@ from engine.errors import MetaDataError
 __name__meta__ = "meta"
 
 
+_new = object.__new__
+_STRIDES: dict[tuple, tuple] = {}  # (shape, itemsize) -> C-contiguous strides
+
+
 class MetaArray:
     __slots__ = ("shape", "strides", "dtype", "offset")
 
@@ -28,6 +32,23 @@ class MetaArray:
             else contiguous_strides(self.shape, self.dtype.itemsize)
         )
         self.offset = offset
+
+    @staticmethod
+    def contiguous(shape: tuple, dtype: np.dtype) -> MetaArray:
+        """A new C-contiguous array: the storage path's constructor (`shape` a tuple of ints,
+        `dtype` a numpy dtype already), with the strides of recent shapes remembered."""
+        a = _new(MetaArray)
+        a.shape = shape = tuple(map(int, shape))
+        a.dtype = dtype = np.dtype(dtype)
+        key = (shape, dtype.itemsize)
+        strides = _STRIDES.get(key)
+        if strides is None:
+            if len(_STRIDES) > 4096:
+                _STRIDES.clear()
+            strides = _STRIDES[key] = contiguous_strides(shape, dtype.itemsize)
+        a.strides = strides
+        a.offset = 0
+        return a
 
     # --- numpy-like metadata -------------------------------------------------------------
     @property
