@@ -280,7 +280,7 @@ class Function:
         node = self
         tensors = args  # the tensor arguments: usually all of them
         for a in args:
-            if not isinstance(a, Tensor):
+            if a.__class__ is not Tensor and not isinstance(a, Tensor):
                 tensors = tuple([a for a in args if isinstance(a, Tensor)])
                 break
         if node.inplace_view:
@@ -307,18 +307,18 @@ class Function:
             _round_emulated(*result)
 
         node.sequence_nr = next(_sequence)
-        edges = []
-        for t in tensors:
-            edges.append(_edge(t) if t.requires_grad else None)
-        node.next_functions = tuple(edges)
-        node.input_dtypes = tuple(t._dtype for t in tensors)  # gradients are cast to these
-        saved = []
-        for i in to_save:
-            if clones is not None and i in clones:
-                saved.append(clones[i])
-            else:
-                t = tensors[i]
-                saved.append(SavedTensor(t, t._grad_fn, t._output_nr, weakref.ref(t)))
+        node.next_functions = tuple([_edge(t) if t.requires_grad else None for t in tensors])
+        node.input_dtypes = tuple([t._dtype for t in tensors])  # gradients are cast to these
+        if to_save or node.retain_output:
+            saved = []
+            for i in to_save:
+                if clones is not None and i in clones:
+                    saved.append(clones[i])
+                else:
+                    t = tensors[i]
+                    saved.append(SavedTensor(t, t._grad_fn, t._output_nr, weakref.ref(t)))
+        else:
+            saved = _NOTHING_SAVED
         node.saved = saved
         if out is not None:
             _rebase_history(out, node)
@@ -355,6 +355,8 @@ class Function:
             out._grad_fn_version = out._storage.version
         return result
 
+
+_NOTHING_SAVED = ()  # a node that keeps nothing shares this (release_saved only reads it)
 
 # The dispatcher. `{params}` are the call's positional parameters and `{args}` the tuple of them:
 # "*args" / "args" for Function.apply, "a0, a1" / "(a0, a1)" for a specialised one (packing and

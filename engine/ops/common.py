@@ -23,6 +23,8 @@ def _promote_pair(a, b):
 
 def _scalar_category(value) -> int:
     """0 bool, 1 integer, 2 floating (Python or numpy scalars)."""
+    if value.__class__ is float:  # the common case first
+        return 2
     if isinstance(value, (bool, np.bool_)):
         return 0
     if isinstance(value, (int, np.integer)):
