@@ -82,6 +82,81 @@ def _max_offsets(xp, geo):
     return out
 
 
+def _tiled(geo) -> bool:
+    """Windows that tile the input: kernel == stride, no padding or dilation, every window
+    whole (PyTorch's common 2x2 stride-2 pool). They do not overlap."""
+    n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
+    return (
+        (kh, kw) == (sh, sw) and ph == pw == 0 and dh == dw == 1 and oh * kh <= h and ow * kw <= w
+    )
+
+
+def _tiled_max(xp, x3, y3, i3, geo, q0: int, q1: int) -> bool:
+    """Max pooling of planes q0..q1 over tiling windows, without masked index writes: the
+    values start as each window's first entry, then every other position of the window
+    (row-major, as PyTorch's kernel scans it) replaces them where strictly greater, noting its
+    position in the window as one byte; the flat indices are computed from those bytes at the
+    end. The first maximum wins, as in torch. Returns False (having written nothing) when the
+    planes hold a NaN: those take the general path, where the last NaN wins as in torch. The
+    bool and byte temporaries cover chunks of planes (_MASK_ELEMS elements)."""
+    n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
+    if xp.isnan(xp.max(x3[q0:q1])):
+        return False
+    hh, ww = oh * kh, ow * kw
+    chunks, step = _plane_chunks(q1 - q0, oh * ow)
+    mask = xp.empty((step, oh, ow), dtype=bool)
+    code = xp.empty((step, oh, ow), dtype=np.uint8 if kh * kw < 256 else np.int64)
+    rows = (xp.arange(oh) * kh * w)[:, None]
+    cols = (xp.arange(ow) * kw)[None, :]
+    for p0, p1 in chunks:
+        p0, p1 = p0 + q0, p1 + q0
+        yr = y3[p0:p1]
+        cr = code[: p1 - p0]
+        m = mask[: p1 - p0]
+        yr[...] = x3[p0:p1, 0:hh:kh, 0:ww:kw]
+        cr.fill(0)
+        for k in range(1, kh * kw):
+            i, j = divmod(k, kw)
+            v = x3[p0:p1, i:hh:kh, j:ww:kw]
+            xp.greater(v, yr, out=m)
+            xp.copyto(yr, v, where=m)
+            xp.copyto(cr, k, where=m)
+        ir = i3[p0:p1]
+        xp.floor_divide(cr, kw, out=ir)  # the window row
+        ir *= w
+        ir += rows + cols
+        ir += cr % kw  # the window column
+    return True
+
+
+def _general_max(xp, x3, y3, i3, geo, q0: int, q1: int) -> None:
+    """Max pooling of planes q0..q1, any geometry: -inf and each window's first in-bounds
+    position to start (as torch), then one masked pass per kernel offset; NaN wins."""
+    n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
+    hs = np.arange(oh) * sh - ph
+    hs = np.where(hs < 0, hs + (-hs + dh - 1) // dh * dh, hs)
+    ws = np.arange(ow) * sw - pw
+    ws = np.where(ws < 0, ws + (-ws + dw - 1) // dw * dw, ws)
+    y3[q0:q1].fill(-np.inf)
+    i3[q0:q1] = xp.asarray(hs[:, None] * w + ws[None, :])
+    chunks, step = _plane_chunks(q1 - q0, oh * ow)
+    mask = xp.empty((step, oh, ow), dtype=bool)
+    nan = xp.empty((step, oh, ow), dtype=bool)
+    offsets = _max_offsets(xp, geo)
+    for p0, p1 in chunks:
+        p0, p1 = p0 + q0, p1 + q0
+        for lh, hh, lw, hw, hsl, wsl, flat in offsets:
+            v = x3[p0:p1, hsl, wsl]
+            yr = y3[p0:p1, lh:hh, lw:hw]
+            m = mask[: p1 - p0, lh:hh, lw:hw]
+            nm = nan[: p1 - p0, lh:hh, lw:hw]
+            xp.greater(v, yr, out=m)
+            xp.not_equal(v, v, out=nm)  # NaN wins, as in torch
+            xp.logical_or(m, nm, out=m)
+            xp.copyto(yr, v, where=m)
+            xp.copyto(i3[p0:p1, lh:hh, lw:hw], flat, where=m)
+
+
 class MaxPool2d(Function):
     """max_pool2d_with_indices: (values, int64 flat indices into H*W); gradient to the argmax."""
 
@@ -96,32 +171,14 @@ class MaxPool2d(Function):
         dev = x._device
         y = kernels.empty((n, c, oh, ow), x._dtype, dev)
         idx = kernels.empty((n, c, oh, ow), dtypes.int64, dev)
+        self.tiled = _tiled(geo)
         if _live(dev):
             xp = kernels.xp_of(x)
             x3, keep = _reshaped(x, (n * c, h, w))
             y3, i3 = y._data.reshape(n * c, oh, ow), idx._data.reshape(n * c, oh, ow)
-            # start like torch: -inf and the window's first in-bounds position
-            hs = np.arange(oh) * sh - ph
-            hs = np.where(hs < 0, hs + (-hs + dh - 1) // dh * dh, hs)
-            ws = np.arange(ow) * sw - pw
-            ws = np.where(ws < 0, ws + (-ws + dw - 1) // dw * dw, ws)
-            y3.fill(-np.inf)
-            i3[...] = xp.asarray(hs[:, None] * w + ws[None, :])
-            chunks, step = _plane_chunks(n * c, oh * ow)
-            mask = xp.empty((step, oh, ow), dtype=bool)
-            nan = xp.empty((step, oh, ow), dtype=bool)
-            offsets = _max_offsets(xp, geo)
-            for p0, p1 in chunks:
-                for lh, hh, lw, hw, hsl, wsl, flat in offsets:
-                    v = x3[p0:p1, hsl, wsl]
-                    yr = y3[p0:p1, lh:hh, lw:hw]
-                    m = mask[: p1 - p0, lh:hh, lw:hw]
-                    nm = nan[: p1 - p0, lh:hh, lw:hw]
-                    xp.greater(v, yr, out=m)
-                    xp.not_equal(v, v, out=nm)  # NaN wins, as in torch
-                    xp.logical_or(m, nm, out=m)
-                    xp.copyto(yr, v, where=m)
-                    xp.copyto(i3[p0:p1, lh:hh, lw:hw], flat, where=m)
+
+            if not (self.tiled and _tiled_max(xp, x3, y3, i3, geo, 0, n * c)):
+                _general_max(xp, x3, y3, i3, geo, 0, n * c)
             del keep
         self.save(indices=idx)
         return y, idx
@@ -131,7 +188,15 @@ class MaxPool2d(Function):
         idx = self.kept("indices")
         dev = g._device
         gx = kernels.zeros(self.x_shape, g._dtype, dev)
-        if _live(dev):
+        if _live(dev) and self.tiled:
+            # windows that do not overlap: each input gets at most one gradient, so the
+            # gradient is scattered to the argmax positions in one pass
+            xp = kernels.xp_of(g)
+            g2, gkeep = _reshaped(g, (n * c, oh * ow))
+            i2 = idx._data.reshape(n * c, oh * ow)
+            xp.put_along_axis(gx._data.reshape(n * c, h * w), i2, g2, axis=1)
+            del gkeep
+        elif _live(dev):
             xp = kernels.xp_of(g)
             g3, gkeep = _reshaped(g, (n * c, oh, ow))
             i3 = idx._data.reshape(n * c, oh, ow)
