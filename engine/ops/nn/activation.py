@@ -102,19 +102,34 @@ def _gelu_grad_chunk(xp, approximate, x, g, out, s1, s2):
 def _chunked(xp, func, out, *arrays):
     """func(*chunks, out_chunk, scratch1, scratch2) over flat chunks of contiguous arrays.
 
-    The two scratch buffers hold at most kernels.SCRATCH_ELEMS elements each (not charged); on
-    cupy the whole array is one chunk and CuPy's own temporaries show through its memory hook.
+    Large work is split across the engine's thread pool, each thread with its own two scratch
+    buffers of at most kernels.SCRATCH_ELEMS elements (not charged); the results do not depend
+    on the thread count. On cupy the whole array is one chunk and CuPy's own temporaries show
+    through its memory hook.
     """
     if xp is not np:
         func(*arrays, out, xp.empty_like(out), xp.empty_like(out))
         return
     flats = [a.reshape(-1) for a in arrays]
     fo = out.reshape(-1)
-    s1 = np.empty(min(_SCRATCH, max(fo.size, 1)), dtype=fo.dtype)
-    s2 = np.empty_like(s1)
-    for i in range(0, fo.size, _SCRATCH):
-        j = min(i + _SCRATCH, fo.size)
-        func(*[f[i:j] for f in flats], fo[i:j], s1[: j - i], s2[: j - i])
+    n = fo.size
+
+    def run(lo: int, hi: int) -> None:  # one thread's range, with its own scratch
+        s1 = np.empty(min(_SCRATCH, max(hi - lo, 1)), dtype=fo.dtype)
+        s2 = np.empty_like(s1)
+        for i in range(lo, hi, _SCRATCH):
+            j = min(i + _SCRATCH, hi)
+            func(*[f[i:j] for f in flats], fo[i:j], s1[: j - i], s2[: j - i])
+
+    threads = kernels.get_num_threads()
+    if threads == 1 or n < kernels.PARALLEL_MIN_ELEMS:
+        run(0, n)
+        return
+    # the engine's pool (numpy releases the GIL inside each ufunc); ranges are whole scratch
+    # chunks, so every element is computed by the same operations whatever the thread count
+    chunks = -(-n // _SCRATCH)
+    per = -(-chunks // threads) * _SCRATCH
+    list(kernels._get_pool().map(lambda lo: run(lo, min(lo + per, n)), range(0, n, per)))
 
 
 def _contiguous(t: Tensor):
