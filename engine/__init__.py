@@ -26,22 +26,16 @@ from engine.creation import (
     arange,
     as_tensor,
     empty,
-    empty_like,
     from_numpy,
     full,
-    full_like,
     get_generator,
     initial_seed,
     manual_seed,
     ones,
-    ones_like,
     rand,
-    rand_like,
     randn,
-    randn_like,
     tensor,
     zeros,
-    zeros_like,
 )
 from engine.device import device, get_default_device, set_default_device
 from engine.dtypes import (

@@ -173,15 +173,101 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     return _finish(t, requires_grad)
 
 
-def _like(fn):
-    def like(input, *, dtype=None, device=None, requires_grad=False, **kw):
-        return fn(
+def _non_overlapping_and_dense(shape, strides) -> bool:
+    """PyTorch's is_non_overlapping_and_dense: the strides are a contiguous layout of some
+    permutation of the dims (dims of size 1 ignored)."""
+    dims = sorted((i for i in range(len(shape)) if shape[i] >= 2), key=lambda i: strides[i])
+    need = 1
+    for i in dims:
+        if strides[i] != need:
+            return False
+        need *= shape[i]
+    return True
+
+
+def dense_strides_like(shape, strides) -> tuple[int, ...]:
+    """The strides of `empty_like(x)` (memory_format=torch.preserve_format) for a tensor of
+    this shape and these strides: its own when it is non-overlapping and dense, else a dense
+    layout with its dims in the same order (PyTorch's infer_dense_strides)."""
+    n = len(shape)
+    if _non_overlapping_and_dense(shape, strides):
+        return tuple(strides)
+    perm = list(range(n - 1, -1, -1))  # fastest first, as a contiguous layout has it
+
+    def should_swap(d0, d1):
+        s0, s1 = strides[d0], strides[d1]
+        if s0 == 0 or s1 == 0:
+            return 0
+        if s0 != s1:
+            return -1 if s0 < s1 else 1
+        return 1 if shape[d0] > shape[d1] else 0
+
+    for i in range(1, n):
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            c = should_swap(perm[d0], perm[d1])
+            if c > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif c < 0:
+                break
+    out = [0] * n
+    cur = 1
+    for d in perm:
+        out[d] = cur
+        if shape[d] > 1:
+            cur *= shape[d]
+    return tuple(out)
+
+
+def _like_layout(t: Tensor, input, memory_format) -> Tensor:
+    """t (a new C-contiguous tensor of input's shape) laid out as `memory_format` asks:
+    preserve_format (the default) follows the input's layout, as PyTorch's empty_like."""
+    from engine.backends.strided import contiguous_strides
+
+    if memory_format not in (None, "preserve_format"):
+        if memory_format == "contiguous_format":
+            return t
+        raise RuntimeError(f"memory_format {memory_format!r} is not supported by the engine")
+    shape = tuple(input.shape)
+    want = dense_strides_like(shape, input.stride())
+    if want == contiguous_strides(shape, 1):
+        return t
+    # the same storage, its elements in the order of the dims sorted by the wanted strides
+    order = sorted(range(len(shape)), key=lambda d: (-want[d], d))
+    arr = t._data
+    permuted = tuple(shape[d] for d in order)
+    arr = arr.reshape(permuted) if hasattr(arr, "reshape") else arr.view_as_shape(permuted)
+    inverse = [0] * len(order)
+    for i, d in enumerate(order):
+        inverse[d] = i
+    arr = arr.transpose(inverse)
+    item = arr.itemsize
+    if tuple(st // item for st in arr.strides) != want:  # a size-1 dim's stride: PyTorch's
+        byte_strides = tuple(w * item for w in want)
+        if isinstance(arr, np.ndarray):
+            arr = np.lib.stride_tricks.as_strided(arr, shape, byte_strides)
+        elif type(arr).__name__ == "MetaArray":
+            from engine.backends import meta
+
+            arr = meta.as_strided(arr, shape, byte_strides)
+        else:
+            import cupy
+
+            arr = cupy.lib.stride_tricks.as_strided(arr, shape, byte_strides)
+    t._data = arr
+    return t
+
+
+def _like(fn, fill=None):
+    def like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None, **kw):
+        t = fn(
             input.shape,
             dtype=dtype or input._dtype,
             device=device or input._device,
-            requires_grad=requires_grad,
             **kw,
         )
+        return _finish(_like_layout(t, input, memory_format), requires_grad)
 
     like.__name__ = fn.__name__ + "_like"
     return like
@@ -194,14 +280,11 @@ rand_like = _like(rand)
 randn_like = _like(randn)
 
 
-def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False):
-    return full(
-        input.shape,
-        fill_value,
-        dtype=dtype or input._dtype,
-        device=device or input._device,
-        requires_grad=requires_grad,
-    )
+def full_like(
+    input, fill_value, *, dtype=None, device=None, requires_grad=False, memory_format=None
+):
+    t = full(input.shape, fill_value, dtype=dtype or input._dtype, device=device or input._device)
+    return _finish(_like_layout(t, input, memory_format), requires_grad)
 
 
 def _infer_dtype(arr: np.ndarray, data) -> dtypes.dtype:

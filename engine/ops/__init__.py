@@ -337,7 +337,29 @@ def logical_not(input, *, out=None):
     return E.LogicalNot.apply(input, out=out, op="logical_not")
 
 
-@_export("where", method=lambda self, condition, other: where(condition, self, other))
+def _where_call(ts, a, inplace):
+    other = ts[2] if len(ts) > 2 else a.get("other_value", 0.0)
+    return where(ts[0], ts[1], other)
+
+
+@_export(
+    "where",
+    method=lambda self, condition, other: where(condition, self, other),
+    scenario=Scenario(
+        inputs=("condition", "input"),
+        optional_inputs=("other",),
+        args=(
+            (
+                "other_value",
+                float,
+                0.0,
+                "where condition is false, when no `other` tensor is given (a scalar)",
+            ),
+        ),
+        call=_where_call,
+        doc="input where condition (a bool tensor), else other (a tensor or a scalar)",
+    ),
+)
 def where(condition, input, other, *, out=None):
     return E.Where.apply(condition, input, other, out=out, op="where")
 
@@ -961,6 +983,16 @@ def _register_methods() -> None:
             doc="a view with a new shape",
         ),
         contiguous=Scenario(doc="a contiguous copy if needed"),
+        expand=Scenario(
+            args=(("size", list[int], REQUIRED, "the new shape; -1 keeps a dim"),),
+            call=lambda ts, a, inplace: expand(ts[0], *a["size"]),
+            doc="broadcast size-1 dims to a larger shape (a view: stride 0, no memory)",
+        ),
+        expand_as=Scenario(
+            inputs=("input", "other"),
+            call=lambda ts, a, inplace: expand(ts[0], ts[1].shape),
+            doc="expand to other's shape (a view)",
+        ),
     )
     for name, fn in extra.items():
         register(name, fn, function=False, method=True, scenario=scenarios.get(name))

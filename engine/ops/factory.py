@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine import creation as _creation
 from engine import dtypes, kernels
 from engine.autograd.function import Function
 from engine.backends import get_xp
@@ -93,7 +94,7 @@ def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_g
         low, high = 0, low
     dt = dtypes.from_any(dtype) if dtype is not None else input._dtype
     dev = as_device(device) if device is not None else input._device
-    t = kernels.empty(input.shape, dt, dev)
+    t = _creation._like_layout(kernels.empty(input.shape, dt, dev), input, None)
     _randint_fill(t, int(low), int(high))
     return _finish(t, requires_grad)
 
@@ -211,13 +212,127 @@ def bernoulli(input, p=None, *, generator=None):
 
 
 _row = _registry.register
-_row("new_empty", new_empty, function=False, method=True)
-_row("new_zeros", new_zeros, function=False, method=True)
-_row("new_ones", new_ones, function=False, method=True)
-_row("new_full", new_full, function=False, method=True)
-_row("randint", randint)
-_row("randint_like", randint_like)
-_row("normal_", normal_, function=False, method=True)
-_row("uniform_", uniform_, function=False, method=True)
-_row("bernoulli_", bernoulli_, function=False, method=True)
+_S, _REQ = _registry.Scenario, _registry.REQUIRED
+_SIZE = ("size", list[int], _REQ, "the new tensor's shape")
+
+
+def _new_scenario(fn, doc, fill=False):
+    args = (_SIZE, ("fill_value", float, _REQ, "")) if fill else (_SIZE,)
+    if fill:
+        call = lambda ts, a, inplace: fn(ts[0], tuple(a["size"]), a["fill_value"])  # noqa: E731
+    else:
+        call = lambda ts, a, inplace: fn(ts[0], *a["size"])  # noqa: E731
+    return _S(args=args, call=call, doc=doc + " (the input's dtype and device)")
+
+
+_row(
+    "new_empty",
+    new_empty,
+    function=False,
+    method=True,
+    scenario=_new_scenario(new_empty, "a new uninitialised tensor"),
+)
+_row(
+    "new_zeros",
+    new_zeros,
+    function=False,
+    method=True,
+    scenario=_new_scenario(new_zeros, "a new tensor of zeros"),
+)
+_row(
+    "new_ones",
+    new_ones,
+    function=False,
+    method=True,
+    scenario=_new_scenario(new_ones, "a new tensor of ones"),
+)
+_row(
+    "new_full",
+    new_full,
+    function=False,
+    method=True,
+    scenario=_new_scenario(new_full, "a new tensor filled with fill_value", fill=True),
+)
+_row(
+    "randint",
+    randint,
+    scenario=_S(
+        inputs=(),
+        args=(("low", int, 0, ""), ("high", int, _REQ, "exclusive"), _SIZE),
+        call=lambda ts, a, inplace: randint(a.get("low", 0), a["high"], tuple(a["size"])),
+        doc="a new int64 tensor of integers drawn from [low, high)",
+    ),
+)
+_row(
+    "randint_like",
+    randint_like,
+    scenario=_S(
+        args=(("low", int, 0, ""), ("high", int, _REQ, "exclusive")),
+        call=lambda ts, a, inplace: randint_like(ts[0], a.get("low", 0), a["high"]),
+        doc="integers from [low, high) in a new tensor like the input",
+    ),
+)
+_row(
+    "normal_",
+    normal_,
+    function=False,
+    method=True,
+    scenario=_S(
+        args=(("mean", float, 0.0, ""), ("std", float, 1.0, "")),
+        call=lambda ts, a, inplace: normal_(ts[0], a.get("mean", 0.0), a.get("std", 1.0)),
+        doc="overwrite the input with normal draws (in place: no memory)",
+    ),
+)
+_row(
+    "uniform_",
+    uniform_,
+    function=False,
+    method=True,
+    scenario=_S(
+        args=(("low", float, 0.0, "from"), ("high", float, 1.0, "to")),
+        call=lambda ts, a, inplace: uniform_(ts[0], a.get("low", 0.0), a.get("high", 1.0)),
+        doc="overwrite the input with uniform draws from [low, high) (in place: no memory)",
+    ),
+)
+_row(
+    "bernoulli_",
+    bernoulli_,
+    function=False,
+    method=True,
+    scenario=_S(
+        args=(("p", float, 0.5, "the probability of a 1"),),
+        call=lambda ts, a, inplace: bernoulli_(ts[0], a.get("p", 0.5)),
+        doc="overwrite the input with 0/1 draws (in place: no memory)",
+    ),
+)
 _row("bernoulli", bernoulli, method=True)
+
+
+# zeros_like and its family (engine/creation.py: the input's layout, as PyTorch's
+# memory_format=torch.preserve_format)
+def _like_scenario(fn, doc, fill=False):
+    if fill:
+        return _S(
+            args=(("fill_value", float, _REQ, ""),),
+            call=lambda ts, a, inplace: fn(ts[0], a["fill_value"]),
+            doc=doc,
+        )
+    return _S(call=lambda ts, a, inplace: fn(ts[0]), doc=doc)
+
+
+for _name, _doc in (
+    ("zeros_like", "a new tensor of zeros"),
+    ("ones_like", "a new tensor of ones"),
+    ("empty_like", "a new uninitialised tensor"),
+    ("rand_like", "a new tensor of uniform [0, 1) draws"),
+    ("randn_like", "a new tensor of standard normal draws"),
+):
+    _fn = getattr(_creation, _name)
+    _row(_name, _fn, scenario=_like_scenario(_fn, _doc + " with the input's shape and layout"))
+_row(
+    "full_like",
+    _creation.full_like,
+    scenario=_like_scenario(
+        _creation.full_like, "a new tensor of fill_value with the input's shape and layout", True
+    ),
+)

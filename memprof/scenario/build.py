@@ -125,6 +125,7 @@ def call_node(
     kwargs: dict | None = None,
     checkpointed: bool = False,
     autocast: tuple[str, str | None] | None = None,
+    device: str | None = None,
 ):
     """Run one program node on engine tensors; returns its result.
 
@@ -145,7 +146,17 @@ def call_node(
         return module(*tensors, **(kwargs or {}))
     opdef = OPS[node.op]
     args = node.args.model_dump(exclude_unset=True)
-    return opdef.call(tensors, args, bool(getattr(node, "inplace", False)))
+    inplace = bool(getattr(node, "inplace", False))
+    if not tensors and device is not None:  # a factory (randint): on the variant's device
+        import engine
+
+        before = engine.get_default_device()
+        engine.set_default_device(device)
+        try:
+            return opdef.call(tensors, args, inplace)
+        finally:
+            engine.set_default_device(before)
+    return opdef.call(tensors, args, inplace)
 
 
 def describe_tensor(name: str, t) -> str:
@@ -271,6 +282,7 @@ class ForwardOptions:
     regions: tuple[tuple[int, int], ...] = ()
     autocast: tuple[str, str | None] | None = None
     needed: frozenset = frozenset()
+    device: str | None = None  # where an op with no tensor inputs (randint) makes its result
 
 
 class LeverError(ValueError):
@@ -326,7 +338,9 @@ def forward_options(spec, device: str = "meta") -> ForwardOptions:
     needed = {p.backward for p in spec.phases if hasattr(p, "backward")}
     for exp in spec.expect.values():
         needed.update(k.split(".")[0] for k in exp.values or {})
-    return ForwardOptions(frozenset(mods), tuple(sorted(regions)), autocast, frozenset(needed))
+    return ForwardOptions(
+        frozenset(mods), tuple(sorted(regions)), autocast, frozenset(needed), device
+    )
 
 
 @contextmanager
@@ -439,7 +453,9 @@ def _run_node(index, node, bindings, modules, hooks, options, checkpointed: bool
     kwargs = _module_kwargs(node, bindings.values)
     before = bindings.versions(tensors)
     with hooks.node(index, node, tensors):
-        out = call_node(node, tensors, modules, kwargs, checkpointed, options.autocast)
+        out = call_node(
+            node, tensors, modules, kwargs, checkpointed, options.autocast, options.device
+        )
         _check_result(node, out)
         wrote = bindings.note_writes(node.id, tensors, before)
         hooks.done(index, node, tensors, out, wrote)
@@ -486,6 +502,7 @@ def _run_region(program, first: int, last: int, bindings, modules, hooks, option
                     [_lookup(local, modules, node, n) for n in node.inputs],
                     modules,
                     _module_kwargs(node, local),
+                    device=options.device,
                 )
                 for name, value in results(node, out):
                     local[name] = value

@@ -136,6 +136,22 @@ OP_CALLS = {
     "take": (["x", "flat"], {}, [3]),
     "einsum": (["x", "w"], {"equation": "bi,oi->bo"}, [2, 3]),
     "baddbmm": (["bin", "bb1", "bb2"], {"alpha": 0.5}, [2, 3, 5]),
+    # the rest of issue 10's list: views, where with a scalar, factories, random fills
+    "expand": (["b"], {"size": [2, 3]}, [2, 3]),
+    "expand_as": (["src", "x"], {}, [2, 4]),
+    "where": (["mask", "x"], {"other_value": -1.0}, [2, 4]),
+    "new_empty": (["x"], {"size": [3, 5]}, [3, 5]),
+    "new_zeros": (["x"], {"size": [3, 5]}, [3, 5]),
+    "new_ones": (["x"], {"size": [3]}, [3]),
+    "new_full": (["x"], {"size": [2, 2], "fill_value": 7.0}, [2, 2]),
+    "randint": ([], {"high": 10, "size": [4, 3]}, [4, 3]),
+    "randint_like": (["x"], {"high": 5}, [2, 4]),
+    "normal_": (["x"], {"mean": 1.0, "std": 0.5}, [2, 4]),
+    "uniform_": (["x"], {"low": -1.0, "high": 1.0}, [2, 4]),
+    "bernoulli_": (["x"], {"p": 0.3}, [2, 4]),
+    **{n: (["x"], {}, [2, 4]) for n in ("zeros_like", "ones_like", "empty_like")},
+    **{n: (["x"], {}, [2, 4]) for n in ("rand_like", "randn_like")},
+    "full_like": (["x"], {"fill_value": 3.0}, [2, 4]),
 }
 
 # module type -> (spec, tensor inputs)
@@ -230,7 +246,8 @@ def test_op_runs_and_makes_its_result(tmp_path, op):
     v = run_one(tmp_path, node, inputs=sorted(set(ins)))
     assert v["status"] == "ok", v["error"]
     [row] = v["ops"]
-    assert row["op"] == op and row["inplace"] is False
+    # the random fills (normal_, uniform_, bernoulli_) are in-place ops of their own
+    assert row["op"] == op and row["inplace"] is op.endswith("_")
 
 
 @pytest.mark.parametrize("op", sorted(n for n, o in OPS.items() if o.inplace))
