@@ -287,7 +287,7 @@ def vit_b16(
         {"id": "seq", "op": "permute", "in": "flat", "args": {"dims": [0, 2, 1]}},
         {"id": "cls", "module": "class_token", "in": "zero"},
         {"id": "cls3", "op": "reshape", "in": "cls", "args": {"shape": [1, 1, d]}},
-        {"id": "cls_b", "op": "repeat", "in": "cls3", "args": {"repeats": ["$batch", 1, 1]}},
+        {"id": "cls_b", "op": "expand", "in": "cls3", "args": {"size": ["$batch", -1, -1]}},
         {"id": "joined", "op": "cat", "in": ["cls_b", "seq"], "args": {"dim": 1}},
         {"id": "pos", "module": "pos_embedding", "in": "positions"},
         {"id": "x0", "op": "add", "in": ["joined", "pos"], "inplace": "$inplace"},
@@ -338,9 +338,9 @@ def vit_b16(
         "description": (
             f"torchvision's ViT-B/16 ({n_layer} encoder blocks, d {d}, {n_head} heads, MLP "
             f"{mlp}) on {image}x{image} images, forward + backward + AdamW on meta with the "
-            "caching model. The class token is broadcast with repeat (torchvision's expand "
-            "allocates nothing: a [batch, 1, 768] difference). Levers: inplace (residual adds "
-            "into the branch output), ckpt (each block checkpointed), precision (autocast bf16)."
+            "caching model. The class token is broadcast with expand, as torchvision does (a "
+            "view: no memory). Levers: inplace (residual adds into the branch output), ckpt "
+            "(each block checkpointed), precision (autocast bf16)."
         ),
         "device": "meta",
         "allocator": "caching",
