@@ -1,4 +1,5 @@
-"""engine.optim: SGD, Adam, AdamW with PyTorch's update rules, in place under no_grad.
+"""engine.optim: SGD, Adam, AdamW, RMSprop, Adagrad with PyTorch's update rules, in place under
+no_grad.
 
 >>> opt = engine.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 >>> opt.zero_grad(); loss.backward(); opt.step()
@@ -7,6 +8,7 @@
 from engine.optim import lr_scheduler
 from engine.optim.adam import Adam, AdamW
 from engine.optim.optimizer import Optimizer
+from engine.optim.rmsprop import Adagrad, RMSprop
 from engine.optim.sgd import SGD
 
-__all__ = ["Adam", "AdamW", "Optimizer", "SGD", "lr_scheduler"]
+__all__ = ["Adagrad", "Adam", "AdamW", "Optimizer", "RMSprop", "SGD", "lr_scheduler"]

@@ -286,29 +286,43 @@ def _modules() -> dict[str, ModuleDef]:
 
 MODULES: dict[str, ModuleDef] = _modules()
 
-OPTIMIZERS: dict[str, tuple[Arg, ...]] = {
-    "SGD": (
-        Arg("lr", float, 1e-3),
-        Arg("momentum", float, 0.0),
-        Arg("dampening", float, 0.0),
-        Arg("weight_decay", float, 0.0),
-        Arg("nesterov", bool, False),
-    ),
-    "Adam": (
-        Arg("lr", float, 1e-3),
-        Arg("betas", list[float], [0.9, 0.999]),
-        Arg("eps", float, 1e-8),
-        Arg("weight_decay", float, 0.0),
-        Arg("amsgrad", bool, False),
-    ),
-    "AdamW": (
-        Arg("lr", float, 1e-3),
-        Arg("betas", list[float], [0.9, 0.999]),
-        Arg("eps", float, 1e-8),
-        Arg("weight_decay", float, 1e-2),
-        Arg("amsgrad", bool, False),
-    ),
-}
+
+def _optimizer_args(cls) -> tuple[Arg, ...]:
+    """The scenario arguments of an optimizer: its constructor's, after `params` (a default
+    that is a tuple, like Adam's betas, is a list of floats)."""
+    import inspect
+
+    out = []
+    hints = _hints(cls.__init__)
+    for name, p in inspect.signature(cls.__init__).parameters.items():
+        if name in ("self", "params") or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        default = REQUIRED if p.default is inspect.Parameter.empty else p.default
+        if isinstance(default, tuple):
+            out.append(Arg(name, list[float], list(default)))
+        else:
+            out.append(Arg(name, _arg_type(name, p, hints), default))
+    return tuple(out)
+
+
+def _optimizers() -> dict[str, tuple[Arg, ...]]:
+    """Every optimizer engine.optim exports, from one table (engine.optim.__all__): a new
+    optimizer there is an `optimizer: {type: ...}` of scenarios without more code here."""
+    import engine.optim as optim
+
+    out = {}
+    for name in optim.__all__:
+        cls = getattr(optim, name)
+        if (
+            isinstance(cls, type)
+            and issubclass(cls, optim.Optimizer)
+            and cls is not optim.Optimizer
+        ):
+            out[name] = _optimizer_args(cls)
+    return out
+
+
+OPTIMIZERS: dict[str, tuple[Arg, ...]] = _optimizers()
 
 INITS = ("rand", "randn", "zeros", "ones", "empty", "full", "arange", "randint")
 DTYPES = ("float16", "bfloat16", "float32", "float64", "uint8", "int32", "int64", "bool")

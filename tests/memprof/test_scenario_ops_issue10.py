@@ -44,3 +44,36 @@ def test_views_factories_and_fills_cost_what_torch_charges(tmp_path):
     assert rows["n"]["allocated_bytes"] == 8 * 8 * 4
     assert rows["ids"]["allocated_bytes"] == 64 * 8  # int64
     assert rows["fill"]["inplace"] is True and rows["fill"]["allocated_bytes"] == 0
+
+
+def test_every_engine_optimizer_is_a_scenario_optimizer(tmp_path):
+    import engine.optim
+    from memprof.scenario.catalog import OPTIMIZERS
+
+    exported = {
+        n
+        for n in engine.optim.__all__
+        if isinstance(getattr(engine.optim, n), type) and n != "Optimizer"
+    }
+    assert set(OPTIMIZERS) == exported >= {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad"}
+    for opt, state in (("RMSprop", 1), ("Adagrad", 1)):
+        doc = {
+            "name": "opt",
+            "device": "meta",
+            "inputs": {"x": {"shape": [4, 8]}},
+            "modules": {"fc": {"type": "Linear", "in_features": 8, "out_features": 8}},
+            "program": [
+                {"id": "y", "module": "fc", "in": "x"},
+                {"id": "loss", "op": "sum", "in": "y"},
+            ],
+            "phases": ["forward", {"backward": "loss"}, {"optimizer": {"type": opt}}],
+        }
+        path = tmp_path / f"{opt}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        [variant] = run_scenario(path)["variants"]
+        assert variant["status"] == "ok", variant["error"]
+        params, x = (8 * 8 + 8) * 4, 4 * 8 * 4
+        # after the step (gradients freed): x, the parameters, and per parameter tensor its
+        # state (square_avg / sum: the parameter's size); the 4-byte steps live on the cpu,
+        # as PyTorch's (not capturable), so the meta device does not hold them
+        assert variant["final_allocated_bytes"] == x + params + state * params
