@@ -176,10 +176,11 @@ def main() -> None:
 
     def row(label, e, t, target, unit="s"):
         scale = 1000 if unit == "ms" else 1
-        tt = f"{t * scale:8.2f}{unit[0]}" if t is not None else f"{'-':>9}"
+        u = "ms" if unit == "ms" else " s"
+        tt = f"{t * scale:7.2f}{u}" if t is not None else f"{'-':>9}"
         ratio = f"{e / t:6.2f}" if t else f"{'-':>6}"
         mark = "met" if e * scale < target else "NOT met"
-        print(f"{label:44} {e * scale:8.2f}{unit[0]} {tt} {ratio} <{target:6.1f}{unit} {mark}")
+        print(f"{label:44} {e * scale:7.2f}{u} {tt} {ratio} <{target:6.1f}{u} {mark}")
 
     # torch's meta autograd costs about 0.17 ms per op here, so its reference chain is shorter
     # (--torch-ops); both sides run that length interleaved, and the engine the full length
