@@ -176,18 +176,7 @@ LEVERS = [
     (False, False, "float32"),
     (False, True, "float32"),
     (True, False, "float32"),
-    pytest.param(
-        True,
-        True,
-        "float32",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="in-place residuals under checkpointing: the engine peaks 252 bytes over "
-            "torch's (807876 vs 807624, beyond the 64-byte slack); it was 16 KiB under before "
-            "Linear became _flatten_nd_linear's view (tests/engine/test_linear_view.py); the "
-            "rest is not yet explained",
-        ),
-    ),
+    (True, True, "float32"),
 ]
 
 

@@ -78,8 +78,13 @@ class Linear(Function):
             if _live(dev):
                 x2, xkeep = _reshaped(x, (rows, n_in))
                 xp.matmul(g2.T, x2, out=gw._data)
-                del xkeep
+                del xkeep, x2
+            del x
             gw = gw.view(self.w_shape)
+        # The bias's gradient is PyTorch's sum_to in validate_outputs, after AddmmBackward0's
+        # apply returned: its unpacked saved tensors are gone by then, which frees a tensor a
+        # checkpoint recomputed (the unpack hook handed over its only reference) first.
+        del saved
         if self.has_bias and needs[2]:
             gb = kernels.empty((1, n_out), dt, dev)
             if _live(dev):
