@@ -26,6 +26,7 @@ def run_command(
     runs_dir: Path,
     quiet: bool,
     top: int | None = 5,
+    jobs: int | None = None,
 ) -> None:
     to_stdout = json_out == "-"
     out = terminal.make_console(stderr=to_stdout)
@@ -57,8 +58,26 @@ def run_command(
         transient=True,
         disable=not show_bar,
     )
+    if jobs is None:  # several scenarios: the machine's cores; one: this process
+        from memprof.runner.parallel import default_jobs
+
+        jobs = default_jobs() if len(loaded) > 1 else 1
+    parallel = jobs > 1 and sum(len(sc.variants) for sc in loaded) > 1
     with progress:
-        for sc in loaded:
+        if parallel:
+            from memprof.runner.parallel import run_many
+
+            task = progress.add_task(f"{len(loaded)} scenarios, {jobs} jobs", total=units)
+            reports = run_many(
+                loaded,
+                jobs,
+                device=device,
+                allocator=allocator,
+                on_done=lambda i, name: progress.advance(
+                    task, max(v.spec.iterations for v in loaded[i].variants)
+                ),
+            )
+        for sc in [] if parallel else loaded:
             iters = {v.name: v.spec.iterations for v in sc.variants}
             task = progress.add_task(sc.name, total=sum(iters.values()))
 

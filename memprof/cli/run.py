@@ -55,6 +55,19 @@ def run(
     all_live: Annotated[
         bool, typer.Option("--all", help="List every tensor live at each peak.")
     ] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            metavar="N",
+            min=1,
+            help="Run the variants in N worker processes (default: the number of cores when "
+            "several scenarios are given; 1 runs everything in this process). Reports are the "
+            "same as a serial run's.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run each scenario once per variant and show where the memory went and what in-place saved.
 
@@ -71,4 +84,5 @@ def run(
         runs_dir=runs_dir,
         quiet=quiet,
         top=None if all_live else top,
+        jobs=jobs,
     )

@@ -45,12 +45,18 @@ def run_loaded(loaded, *, progress=None) -> Report:
     if getattr(loaded, "run", None) is not None:  # a Python scenario file (scenario/python_file)
         with _RUN_LOCK:
             return loaded.run(progress=progress)
+    with _RUN_LOCK:
+        results = _run_variants(loaded, progress)
+    return assemble_report(loaded, results)
+
+
+def assemble_report(loaded, results: list[dict[str, Any]]) -> Report:
+    """The report of a loaded YAML scenario from its variants' entries (in its variant order),
+    however they were run (here, or in worker processes: memprof/runner/parallel.py)."""
     from memprof.reports.build import ScenarioInfo, assemble, environment
     from memprof.reports.saving import inplace_params
     from memprof.runner.execute import backend_of
 
-    with _RUN_LOCK:
-        results = _run_variants(loaded, progress)
     first = results[0] if results else {"device": "cpu", "allocator": "exact"}
     env = environment(first["device"], backend_of(first["device"]), first["allocator"])
     info = ScenarioInfo(

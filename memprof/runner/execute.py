@@ -394,6 +394,18 @@ def _serialisable(value: Any) -> Any:
     return plain(value)
 
 
+def _number_storages(records) -> None:
+    """Storage ids as the report shows them: 1, 2, ... in order of first appearance in the
+    variant, so they do not depend on what ran before in the process (a serial run and
+    `memprof run --jobs N` give the same report)."""
+    ids: dict[int, int] = {}
+    for r in records:
+        sid = ids.get(r.storage)
+        if sid is None:
+            sid = ids[r.storage] = len(ids) + 1
+        r.storage = sid
+
+
 def _measure(run: _Run, on_iteration) -> Variant:
     from engine.errors import OutOfMemoryError
 
@@ -414,6 +426,7 @@ def _measure(run: _Run, on_iteration) -> Variant:
     run.finish()
     model = run.alloc.model
     records = run.rec.records
+    _number_storages(records)
     entry: Variant = {
         "name": variant.name,
         "params": variant.params,

@@ -1,0 +1,124 @@
+"""`memprof run --jobs N`: the variants of many scenarios in N worker processes.
+
+Each YAML scenario variant is one task: a worker (a fresh interpreter, started with "spawn": the
+engine and its allocators hold process-wide state) loads the scenario file itself, keeps that
+one variant, runs it with the serial path's `run_variant`, and returns the report entry (plain
+JSON data). The parent, which has already validated every file, assembles each scenario's
+report from the entries in the scenario's own variant order, exactly as `run_loaded` does, so a
+parallel report differs from a serial one only in what is measured in time (durations,
+timestamps) and the run id. Python scenario files run in the parent, serially, as before.
+
+The thread budget is shared out: each worker's engine pool and BLAS get cores // N threads
+(at least one), so N workers do not oversubscribe the machine. A worker that dies (killed, out
+of memory, a crash in a native library) fails its variant with a message; Ctrl-C stops the
+workers.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def default_jobs() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def _init_worker(threads: int) -> None:
+    import engine
+
+    engine.set_num_threads(threads)
+
+
+def _run_task(path: str, name: str, device: str | None, allocator: str | None) -> dict:
+    """In a worker: load `path` (validated by the parent), run variant `name`, return its entry."""
+    from memprof.runner.execute import run_variant
+    from memprof.scenario import load_scenario
+
+    loaded = load_scenario(
+        path, variants=[name], device=device, allocator=allocator, check_shapes=False
+    )
+    [variant] = loaded.variants
+    return run_variant(variant)
+
+
+def _crashed_entry(variant, message: str) -> dict[str, Any]:
+    """The entry of a variant whose worker died before it returned."""
+    from memprof.runner.execute import _failed_entry
+
+    entry = _failed_entry(variant, RuntimeError(message), None)
+    entry["error"]["type"] = "WorkerDied"
+    return entry
+
+
+def run_many(loaded_list: list, jobs: int, *, device=None, allocator=None, on_done=None) -> list:
+    """Reports of the loaded scenarios (in their order), YAML variants run in `jobs` processes.
+
+    on_done(scenario_index, variant_name): after each variant, for progress."""
+    from memprof.runner import assemble_report, run_loaded
+
+    tasks = []  # (scenario index, variant index, variant)
+    for i, sc in enumerate(loaded_list):
+        if getattr(sc, "run", None) is None:  # YAML: its variants go to the workers
+            tasks += [(i, j, v) for j, v in enumerate(sc.variants)]
+    entries: dict[tuple[int, int], dict] = {}
+    if tasks:
+        threads = max(1, default_jobs() // jobs)
+        saved = {k: os.environ.get(k) for k in _THREAD_VARS}
+        for k in _THREAD_VARS:  # read by BLAS when the worker imports numpy
+            os.environ[k] = str(threads)
+        import multiprocessing
+
+        pool = ProcessPoolExecutor(
+            max_workers=min(jobs, len(tasks)),
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(threads,),
+        )
+        try:
+            futures = {
+                pool.submit(_run_task, str(loaded_list[i].path), v.name, device, allocator): (
+                    i,
+                    j,
+                    v,
+                )
+                for i, j, v in tasks
+            }
+            for fut in as_completed(futures):
+                i, j, v = futures[fut]
+                try:
+                    entries[(i, j)] = fut.result()
+                except BrokenProcessPool:
+                    entries[(i, j)] = _crashed_entry(
+                        v, "its worker process died before the variant finished"
+                    )
+                except Exception as exc:  # the worker raised outside the variant's handling
+                    entries[(i, j)] = _crashed_entry(v, f"{type(exc).__name__}: {exc}")
+                if on_done is not None:
+                    on_done(i, v.name)
+        except BaseException:  # Ctrl-C: no worker outlives the command
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        finally:
+            for k, val in saved.items():
+                if val is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = val
+        pool.shutdown(wait=True)
+    reports = []
+    for i, sc in enumerate(loaded_list):
+        if getattr(sc, "run", None) is not None:
+            reports.append(run_loaded(sc))
+            if on_done is not None:
+                on_done(i, None)
+            continue
+        results = [entries[(i, j)] for j in range(len(sc.variants))]
+        reports.append(assemble_report(sc, results))
+    return reports

@@ -1,0 +1,83 @@
+"""`memprof run --jobs N`: variants of many scenarios in worker processes give the same reports
+as a serial run (everything but what is measured in time and the run id), the same exit code,
+and the same failures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from memprof.cli.app import app
+
+ROOT = Path(__file__).resolve().parents[2]
+# what legitimately differs between two runs of the same variants: time and identity
+TIMED = {
+    "run_id",
+    "created_at",
+    "duration_s",
+    "program_duration_s",
+    "time_s",
+    "start_s",
+    "end_s",
+    "program_duration_ratio",
+}
+
+BROKEN = """\
+name: broken-variant
+device: meta
+memory_limit: $limit
+inputs:
+  x: {shape: [64, 64]}
+program:
+  - {id: y, op: relu, in: x}
+variants:
+  fits: {limit: 1 MiB}
+  does_not: {limit: 20 KiB}
+"""
+
+
+def _differences(a, b, path="") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{path}/{k}: missing" for k in set(a) ^ set(b)]
+        for k in set(a) & set(b):
+            if k not in TIMED:
+                out += _differences(a[k], b[k], f"{path}/{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} vs {len(b)} items"]
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _differences(x, y, f"{path}[{i}]")
+        ]
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+def _run(tmp_path, folder, jobs, name):
+    out = tmp_path / f"{name}.json"
+    result = CliRunner().invoke(
+        app,
+        ["run", str(folder), "--device", "meta", "--jobs", str(jobs), "-q"]
+        + ["--runs", str(tmp_path / f"runs-{name}"), "--json", str(out)],
+    )
+    return result, json.loads(out.read_text())
+
+
+def test_parallel_reports_are_the_serial_reports(tmp_path):
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    for f in ("relu.yaml", "multi_branch.yaml", "activation_inplace.yaml"):
+        shutil.copy(ROOT / "scenarios" / f, folder / f)
+    (folder / "broken.yaml").write_text(BROKEN)
+    serial, a = _run(tmp_path, folder, 1, "serial")
+    parallel, b = _run(tmp_path, folder, 2, "parallel")
+    assert serial.exit_code == parallel.exit_code == 1  # the failing variant, in both
+    assert [r["scenario"]["name"] for r in a] == [r["scenario"]["name"] for r in b]
+    assert _differences(a, b) == []
+    [broken] = [r for r in b if r["scenario"]["name"] == "broken-variant"]
+    assert [v["status"] for v in broken["variants"]] == ["ok", "oom"]
+    assert "does_not" in parallel.output
