@@ -34,16 +34,21 @@ def _init_worker(threads: int) -> None:
     engine.set_num_threads(threads)
 
 
+_LOADED: dict[tuple, dict] = {}  # in a worker: each scenario file is parsed once
+
+
 def _run_task(path: str, name: str, device: str | None, allocator: str | None) -> dict:
-    """In a worker: load `path` (validated by the parent), run variant `name`, return its entry."""
+    """In a worker: load `path` (validated by the parent; parsed once per worker), run variant
+    `name`, return its entry."""
     from memprof.runner.execute import run_variant
     from memprof.scenario import load_scenario
 
-    loaded = load_scenario(
-        path, variants=[name], device=device, allocator=allocator, check_shapes=False
-    )
-    [variant] = loaded.variants
-    return run_variant(variant)
+    key = (path, device, allocator)
+    variants = _LOADED.get(key)
+    if variants is None:
+        loaded = load_scenario(path, device=device, allocator=allocator, check_shapes=False)
+        variants = _LOADED[key] = {v.name: v for v in loaded.variants}
+    return run_variant(variants[name])
 
 
 def _crashed_entry(variant, message: str) -> dict[str, Any]:
