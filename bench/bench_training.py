@@ -10,8 +10,12 @@ Each step is zero_grad(set_to_none=True), forward, loss, backward, SGD(momentum=
   forward+backward with a mean loss and the SGD step;
 - transformer block: TransformerEncoderLayer(d_model 256, 4 heads, feed-forward 1024,
   batch_first, dropout 0), batch 8, sequence 128, mean loss.
-Engine and torch steps alternate, so background load hits both alike; the table shows medians
-and issue 15's target beside each ratio (1.0x quiet; 1.3x loaded). torch runs at its default
+The engine and torch each run in a process of their own (in one process, numpy's OpenBLAS
+threads keep spinning for up to ~0.1 s after every matrix product and slow torch's threads,
+which flattered the engine's ratios before), driven in alternating bursts of 3 steps (each after a
+0.25 s pause, so that the other side's threads have stopped spinning) so that background load
+hits both alike; the table shows medians and issue 15's target beside each
+ratio (1.0x quiet; 1.3x loaded). torch runs at its default
 thread count; numpy's BLAS at its own default. `--load N` starts N busy processes for the
 run (the loaded figures: `--load 2` on this 2-core machine).
 
@@ -131,40 +135,86 @@ BENCHES = {
     "transformer d256 seq128 (8)": _transformer,
 }
 TARGET_QUIET, TARGET_LOADED = 1.0, 1.3
+GAP_S = 0.25  # OpenBLAS (numpy) and OpenMP (torch) threads spin for up to ~0.1 s when idle
 
 
-def run(reps: int = 30, warmup: int = 3, only: str | None = None) -> list[dict]:
-    import torch
+def _worker(lib_name: str, conn) -> None:
+    """A process that runs one framework's steps on request: ("make", bench name) builds the
+    step; ("run", k) runs k steps and answers their times; ("stop", None) ends."""
+    import importlib
 
-    import engine
-
-    rows = []
-    for name, make in BENCHES.items():
-        if only and only not in name:
-            continue
-        steps = {
-            "engine": make(engine, np.random.default_rng(0)),
-            "torch": make(torch, np.random.default_rng(0)),
-        }
-        times = {"engine": [], "torch": []}
-        for _ in range(warmup):
-            for step in steps.values():
-                step()
-        for _ in range(reps):
-            for lib, step in steps.items():
+    lib = importlib.import_module(lib_name)
+    step = None
+    while True:
+        cmd, arg = conn.recv()
+        if cmd == "make":
+            step = BENCHES[arg](lib, np.random.default_rng(0))
+            conn.send(getattr(lib, "get_num_threads", lambda: None)())
+        elif cmd == "run":
+            times = []
+            for _ in range(arg):
                 t0 = time.perf_counter()
                 step()
-                times[lib].append(time.perf_counter() - t0)
-        e, t = statistics.median(times["engine"]), statistics.median(times["torch"])
-        rows.append(
-            {
-                "bench": name,
-                "engine_ms": e * 1e3,
-                "torch_ms": t * 1e3,
-                "ratio": e / t,
-                "torch_threads": torch.get_num_threads(),
-            }
-        )
+                times.append(time.perf_counter() - t0)
+            conn.send(times)
+        else:
+            conn.close()
+            return
+
+
+def run(reps: int = 30, warmup: int = 3, only: str | None = None, burst: int = 3) -> list[dict]:
+    """Each framework in a process of its own (numpy's OpenBLAS spins its threads for up to
+    ~0.1 s after a matrix product, which in a shared process slows whatever runs next: torch's
+    OpenMP threads, or the engine's own pool), driven by this one in alternating bursts of
+    `burst` steps so that background load hits both alike, with a pause before each burst so
+    that the other process's threads have stopped spinning (they spin across processes too)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    workers = {}
+    for lib in ("engine", "torch"):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(lib, child), daemon=True)
+        proc.start()
+        workers[lib] = (proc, parent)
+    rows = []
+    try:
+        for name in BENCHES:
+            if only and only not in name:
+                continue
+            threads = {}
+            for lib, (_, conn) in workers.items():
+                conn.send(("make", name))
+                threads[lib] = conn.recv()
+            for _lib, (_, conn) in workers.items():
+                conn.send(("run", warmup))
+                conn.recv()
+            times = {"engine": [], "torch": []}
+            done = 0
+            while done < reps:
+                k = min(burst, reps - done)
+                for lib, (_, conn) in workers.items():
+                    time.sleep(GAP_S)  # the other side's spinning threads go idle first
+                    conn.send(("run", k))
+                    times[lib] += conn.recv()
+                done += k
+            e, t = statistics.median(times["engine"]), statistics.median(times["torch"])
+            rows.append(
+                {
+                    "bench": name,
+                    "engine_ms": e * 1e3,
+                    "torch_ms": t * 1e3,
+                    "ratio": e / t,
+                    "torch_threads": threads["torch"],
+                }
+            )
+    finally:
+        for proc, conn in workers.values():
+            try:
+                conn.send(("stop", None))
+            except (BrokenPipeError, OSError):
+                pass
+            proc.join(timeout=5)
     return rows
 
 
