@@ -138,12 +138,14 @@ TARGET_QUIET, TARGET_LOADED = 1.0, 1.3
 GAP_S = 0.25  # OpenBLAS (numpy) and OpenMP (torch) threads spin for up to ~0.1 s when idle
 
 
-def _worker(lib_name: str, conn) -> None:
+def _worker(lib_name: str, conn, own_blas: bool = False) -> None:
     """A process that runs one framework's steps on request: ("make", bench name) builds the
     step; ("run", k) runs k steps and answers their times; ("stop", None) ends."""
     import importlib
 
     lib = importlib.import_module(lib_name)
+    if own_blas and lib_name == "engine":
+        lib.set_num_threads(lib.get_num_threads(), own_blas=True)
     step = None
     while True:
         cmd, arg = conn.recv()
@@ -162,7 +164,9 @@ def _worker(lib_name: str, conn) -> None:
             return
 
 
-def run(reps: int = 30, warmup: int = 3, only: str | None = None, burst: int = 3) -> list[dict]:
+def run(
+    reps: int = 30, warmup: int = 3, only: str | None = None, burst: int = 3, own_blas=False
+) -> list[dict]:
     """Each framework in a process of its own (numpy's OpenBLAS spins its threads for up to
     ~0.1 s after a matrix product, which in a shared process slows whatever runs next: torch's
     OpenMP threads, or the engine's own pool), driven by this one in alternating bursts of
@@ -174,7 +178,7 @@ def run(reps: int = 30, warmup: int = 3, only: str | None = None, burst: int = 3
     workers = {}
     for lib in ("engine", "torch"):
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker, args=(lib, child), daemon=True)
+        proc = ctx.Process(target=_worker, args=(lib, child, own_blas), daemon=True)
         proc.start()
         workers[lib] = (proc, parent)
     rows = []
@@ -231,11 +235,16 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--load", type=int, default=0, help="busy processes during the run")
     parser.add_argument("--only", help="only the benches whose name contains this")
+    parser.add_argument(
+        "--own-blas",
+        action="store_true",
+        help="the engine owns the thread budget (engine.set_num_threads(n, own_blas=True))",
+    )
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
     hogs = _busy(args.load)
     try:
-        rows = run(args.reps, only=args.only)
+        rows = run(args.reps, only=args.only, own_blas=args.own_blas)
     finally:
         for h in hogs:
             h.kill()
@@ -249,7 +258,8 @@ def main() -> None:
         )
     print(
         f"(torch threads: {rows[0]['torch_threads']}; medians of {args.reps} alternating steps; "
-        f"{args.load} busy processes)"
+        f"{args.load} busy processes; engine BLAS: "
+        f"{'single-threaded, its pool splits products' if args.own_blas else 'its own threads'})"
     )
     if args.json:
         with open(args.json, "w") as fh:

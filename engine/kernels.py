@@ -33,13 +33,83 @@ _threads = max(1, min(os.cpu_count() or 1, 8))
 _pool: ThreadPoolExecutor | None = None
 
 
-def set_num_threads(n: int) -> None:
-    """Threads for large elementwise kernels on cpu (like torch.set_num_threads)."""
-    global _threads, _pool
+def set_num_threads(n: int, *, own_blas: bool | None = None) -> None:
+    """Threads for the engine's cpu kernels (like torch.set_num_threads).
+
+    own_blas=True makes the engine the one owner of the thread budget: numpy's BLAS runs
+    single-threaded and large matrix products are split across the engine's pool (gemm below);
+    False (the default) leaves BLAS its own threads. Measured on this 2-core machine
+    (bench/bench_training.py): owning the budget makes loaded steps 1.5-4x faster (MLP 108 ->
+    26 ms with two busy processes) and quiet ones up to 1.5-2x slower (small CNN 37 -> 56-71
+    ms), so it is a choice, not the default."""
+    global _threads, _pool, _own_blas
     _threads = max(1, int(n))
+    if own_blas is not None:
+        _own_blas = bool(own_blas)
+        _set_blas_threads(1 if _own_blas else None)
     if _pool is not None:
         _pool.shutdown(wait=False)
         _pool = None
+
+
+# --- matrix products on the engine's pool ---------------------------------------------------
+# numpy's BLAS (OpenBLAS) has threads of its own, which spin for up to ~0.1 s after every
+# product; next to the engine's pool or a busy machine they oversubscribe the cores (a 2-core
+# machine with two busy processes ran the MLP step 4x slower than with BLAS single-threaded).
+# With set_num_threads(n, own_blas=True) the engine owns the budget: BLAS single-threaded and
+# large products split across the engine's pool, whose idle threads sleep. The limit goes
+# through threadpoolctl (a dependency of memprof; the engine alone runs without it).
+GEMM_SPLIT_MACS = 1 << 21  # multiply-adds below which one call is quicker than a split
+_own_blas = False
+_blas_default = None  # BLAS's own thread count, to give back
+
+
+def _set_blas_threads(n: int | None) -> None:
+    global _blas_default
+    try:
+        from threadpoolctl import threadpool_info, threadpool_limits
+    except ImportError:
+        return
+    if _blas_default is None:
+        counts = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+        _blas_default = max(counts) if counts else 1
+    threadpool_limits(n if n is not None else _blas_default, user_api="blas")
+
+
+def gemm(a, b, out) -> None:
+    """out = a @ b (numpy arrays, any leading batch dims). When the engine owns the thread
+    budget, large products are split along the larger output dim across its pool, each part one
+    single-threaded BLAS call (results can then differ in the last bits between thread counts,
+    as with BLAS's own threads); otherwise one BLAS call."""
+    m, k = a.shape[-2], a.shape[-1]
+    n = b.shape[-1]
+    batch = out.size // max(m * n, 1)
+    parts = _threads
+    if not _own_blas or parts == 1 or batch * m * n * k < GEMM_SPLIT_MACS or max(m, n) < 2 * parts:
+        np.matmul(a, b, out=out)
+        return
+    if m >= n:
+        step = -(-m // parts)
+        ranges = [(r, min(r + step, m)) for r in range(0, m, step)]
+
+        def part(r):
+            np.matmul(a[..., r[0] : r[1], :], b, out=out[..., r[0] : r[1], :])
+    else:
+        step = -(-n // parts)
+        ranges = [(c, min(c + step, n)) for c in range(0, n, step)]
+
+        def part(r):
+            np.matmul(a, b[..., :, r[0] : r[1]], out=out[..., :, r[0] : r[1]])
+
+    list(_get_pool().map(part, ranges))
+
+
+def matmul_into(xp, a, b, out) -> None:
+    """out = a @ b on any backend: numpy's through gemm (the engine's pool), CuPy's as is."""
+    if xp is np and a.ndim >= 2 and b.ndim >= 2:
+        gemm(a, b, out)
+    else:
+        xp.matmul(a, b, out=out)
 
 
 def get_num_threads() -> int:

@@ -112,10 +112,10 @@ class Matmul(Function):
                     ad = ta._data
                 if tb is not None:
                     bd = tb._data
-                kernels.xp_of_device(dev).matmul(ad, bd, out=y._data)
+                kernels.matmul_into(kernels.xp_of_device(dev), ad, bd, y._data)
                 del ta, tb
             else:
-                kernels.xp_of_device(dev).matmul(ad, bd, out=y._data)
+                kernels.matmul_into(kernels.xp_of_device(dev), ad, bd, y._data)
         return y
 
     def backward(self, g):

@@ -121,7 +121,9 @@ class Adagrad(Optimizer):
         if weight_decay < 0.0:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if initial_accumulator_value < 0.0:
-            raise ValueError(f"Invalid initial_accumulator_value value: {initial_accumulator_value}")
+            raise ValueError(
+                f"Invalid initial_accumulator_value value: {initial_accumulator_value}"
+            )
         if eps < 0.0:
             raise ValueError(f"Invalid epsilon value: {eps}")
         defaults = dict(

@@ -39,3 +39,30 @@ def test_results_are_bitwise_equal_with_one_and_two_threads(name):
         kernels.set_num_threads(before)
     assert y1.tobytes() == y2.tobytes()
     assert g1.tobytes() == g2.tobytes()
+
+
+def test_owning_the_blas_budget_splits_products_and_gives_blas_back():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads():
+        return max(
+            i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"
+        )
+
+    before, n = blas_threads(), kernels.get_num_threads()
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((256, 384)), rng.standard_normal((384, 200))
+    try:
+        kernels.set_num_threads(2, own_blas=True)
+        assert blas_threads() == 1
+        for x, y in ((a, b), (a[None].repeat(3, 0), b), (a[:, :7].T @ a[:, :7], a[:7])):
+            out = np.empty(
+                np.broadcast_shapes(x.shape[:-1], (1,))[:-1] + (x.shape[-2], y.shape[-1])
+            )
+            kernels.gemm(x, y, out)
+            np.testing.assert_allclose(out, x @ y, rtol=1e-12, atol=1e-12)
+        y = engine.nn.functional.linear(engine.tensor(a), engine.tensor(b.T.copy()))
+        np.testing.assert_allclose(y.numpy(), a @ b, rtol=1e-12)
+    finally:
+        kernels.set_num_threads(n, own_blas=False)
+    assert blas_threads() == before

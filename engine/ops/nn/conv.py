@@ -128,7 +128,7 @@ class Conv2d(Function):
         wr = weight._data.reshape(groups, o // groups, cg * kh * kw) if _live(dev) else None
         b_col = bias._data[:, None] if bias is not None and _live(dev) else None
         for b, cols in self._columns(x):  # on meta this only allocates the workspace
-            xp.matmul(wr, cols, out=y._data[b].reshape(groups, o // groups, oh * ow))
+            kernels.matmul_into(xp, wr, cols, y._data[b].reshape(groups, o // groups, oh * ow))
             if b_col is not None:  # while the sample's output is still in cache
                 yb = y._data[b].reshape(o, oh * ow)
                 xp.add(yb, b_col, out=yb)
@@ -187,7 +187,7 @@ class Conv2d(Function):
             acc = gw._data.reshape(groups, og, ckk) if live else None
             part = kernels.Scratch((groups, ckk, og), dt, dev)
             for b, cols in self._columns(saved[0]):
-                xp.matmul(cols, g4[b].transpose(0, 2, 1), out=part.data)
+                kernels.matmul_into(xp, cols, g4[b].transpose(0, 2, 1), part.data)
                 if b == 0:
                     xp.copyto(acc, part.data.transpose(0, 2, 1))
                 else:
@@ -210,7 +210,7 @@ class Conv2d(Function):
             if _live(dev):
                 xp = kernels.xp_of_device(dev)
                 for b in range(n):
-                    xp.matmul(wt, g4[b], out=gx._data[b].reshape(groups, ckk, oh * ow))
+                    kernels.matmul_into(xp, wt, g4[b], gx._data[b].reshape(groups, ckk, oh * ow))
             return gx
         gcols = kernels.Scratch((c, kh, kw, oh, ow), dt, dev)
         stage = _Stage(self.geom, dt, dev)
@@ -223,7 +223,7 @@ class Conv2d(Function):
                 for j in range(kw)
             ]
             for b in range(n):
-                xp.matmul(wt, g4[b], out=gcols.data.reshape(groups, ckk, oh * ow))
+                kernels.matmul_into(xp, wt, g4[b], gcols.data.reshape(groups, ckk, oh * ow))
                 stage.t.data.fill(0)
                 for region, src in regions:
                     xp.add(region, src, out=region)

@@ -47,7 +47,7 @@ class Linear(Function):
             rows = math.prod(x.shape[:-1])
             x2, keep = (x._data, x) if x.ndim == 2 else _reshaped(x, (rows, n_in))
             y2 = y._data if y.ndim == 2 else y._data.reshape(rows, n_out)
-            xp.matmul(x2, weight._data.T, out=y2)
+            kernels.matmul_into(xp, x2, weight._data.T, y2)
             if bias is not None:
                 xp.add(y2, bias._data, out=y2)
             del keep
@@ -70,14 +70,14 @@ class Linear(Function):
             w = saved[1]
             gx = kernels.empty((rows, n_in), dt, dev)
             if _live(dev):
-                xp.matmul(g2, w._data, out=gx._data)
+                kernels.matmul_into(xp, g2, w._data, gx._data)
             gx = gx.view(self.x_shape) if len(self.x_shape) != 2 else gx
         if needs[1]:
             x = saved[0]
             gw = kernels.empty(self.w_shape, dt, dev)
             if _live(dev):
                 x2, xkeep = _reshaped(x, (rows, n_in))
-                xp.matmul(g2.T, x2, out=gw._data)
+                kernels.matmul_into(xp, g2.T, x2, gw._data)
                 del xkeep, x2
             del x
             gw = gw.view(self.w_shape)
