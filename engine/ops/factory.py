@@ -225,34 +225,19 @@ def _new_scenario(fn, doc, fill=False):
     return _S(args=args, call=call, doc=doc + " (the input's dtype and device)")
 
 
-_row(
-    "new_empty",
-    new_empty,
-    function=False,
-    method=True,
-    scenario=_new_scenario(new_empty, "a new uninitialised tensor"),
-)
-_row(
-    "new_zeros",
-    new_zeros,
-    function=False,
-    method=True,
-    scenario=_new_scenario(new_zeros, "a new tensor of zeros"),
-)
-_row(
-    "new_ones",
-    new_ones,
-    function=False,
-    method=True,
-    scenario=_new_scenario(new_ones, "a new tensor of ones"),
-)
-_row(
-    "new_full",
-    new_full,
-    function=False,
-    method=True,
-    scenario=_new_scenario(new_full, "a new tensor filled with fill_value", fill=True),
-)
+for _fn, _doc, _fill in (
+    (new_empty, "a new uninitialised tensor", False),
+    (new_zeros, "a new tensor of zeros", False),
+    (new_ones, "a new tensor of ones", False),
+    (new_full, "a new tensor filled with fill_value", True),
+):
+    _row(
+        _fn.__name__,
+        _fn,
+        function=False,
+        method=True,
+        scenario=_new_scenario(_fn, _doc, fill=_fill),
+    )
 _row(
     "randint",
     randint,

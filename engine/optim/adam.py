@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from engine import dtypes
 from engine.autograd.grad_mode import no_grad
-from engine.creation import tensor, zeros_like
 from engine.ops import _ns as _op_table
 from engine.optim.optimizer import Optimizer
 
@@ -33,16 +31,12 @@ class Adam(Optimizer):
         maximize: bool = False,
         decoupled_weight_decay: bool | None = None,
     ):
-        if lr < 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if eps < 0.0:
-            raise ValueError(f"Invalid epsilon value: {eps}")
+        self._check_non_negative(lr=lr, eps=eps)
         if not 0.0 <= betas[0] < 1.0:
             raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
         if not 0.0 <= betas[1] < 1.0:
             raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-        if weight_decay < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        self._check_non_negative(weight_decay=weight_decay)
         decoupled = self._decoupled if decoupled_weight_decay is None else decoupled_weight_decay
         defaults = dict(
             lr=lr,
@@ -56,15 +50,8 @@ class Adam(Optimizer):
         super().__init__(params, defaults)
 
     def _init_state(self, group, param) -> dict:
-        state = self.state[param]
-        if not state:
-            with self._state_context():
-                state["step"] = tensor(0.0, dtype=dtypes.float32)
-                state["exp_avg"] = zeros_like(param)
-                state["exp_avg_sq"] = zeros_like(param)
-                if group["amsgrad"]:
-                    state["max_exp_avg_sq"] = zeros_like(param)
-        return state
+        fields = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
+        return self._lazy_state(param, *fields)
 
     @no_grad()
     def step(self, closure=None):

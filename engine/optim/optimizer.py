@@ -104,6 +104,38 @@ class Optimizer:
             if fn is not None and not getattr(fn, "_optimizer_phase", False):
                 setattr(cls, name, _in_optimizer_phase(fn, step=name == "step"))
 
+    # PyTorch's words for a negative hyper-parameter, by argument name
+    _INVALID = {
+        "lr": "Invalid learning rate",
+        "eps": "Invalid epsilon value",
+        "momentum": "Invalid momentum value",
+        "weight_decay": "Invalid weight_decay value",
+        "alpha": "Invalid alpha value",
+        "lr_decay": "Invalid lr_decay value",
+        "initial_accumulator_value": "Invalid initial_accumulator_value value",
+    }
+
+    @classmethod
+    def _check_non_negative(cls, **values: float) -> None:
+        """ValueError with PyTorch's message for the first negative one, in the given order."""
+        for name, value in values.items():
+            if value < 0.0:
+                raise ValueError(f"{cls._INVALID[name]}: {value}")
+
+    def _lazy_state(self, param, *fields: str) -> dict:
+        """A parameter's state, made at its first step as PyTorch's is: a float32 `step`, then
+        one zeros tensor like the parameter per field, in that order (optimizer_state)."""
+        state = self.state[param]
+        if not state:
+            from engine import dtypes
+            from engine.creation import tensor, zeros_like
+
+            with self._state_context():
+                state["step"] = tensor(0.0, dtype=dtypes.float32)
+                for field in fields:
+                    state[field] = zeros_like(param)
+        return state
+
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
         self.state: defaultdict = defaultdict(dict)

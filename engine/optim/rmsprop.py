@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine import dtypes
 from engine.autograd.grad_mode import no_grad
-from engine.creation import full_like, tensor, zeros_like
+from engine.creation import full_like, tensor
 from engine.optim.optimizer import Optimizer
 
 
@@ -30,16 +30,9 @@ class RMSprop(Optimizer):
         *,
         maximize: bool = False,
     ):
-        if lr < 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if eps < 0.0:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if momentum < 0.0:
-            raise ValueError(f"Invalid momentum value: {momentum}")
-        if weight_decay < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if alpha < 0.0:
-            raise ValueError(f"Invalid alpha value: {alpha}")
+        self._check_non_negative(
+            lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay, alpha=alpha
+        )
         defaults = dict(
             lr=lr,
             alpha=alpha,
@@ -52,16 +45,12 @@ class RMSprop(Optimizer):
         super().__init__(params, defaults)
 
     def _init_state(self, group, param) -> dict:
-        state = self.state[param]
-        if not state:
-            with self._state_context():
-                state["step"] = tensor(0.0, dtype=dtypes.float32)
-                state["square_avg"] = zeros_like(param)
-                if group["momentum"] > 0:
-                    state["momentum_buffer"] = zeros_like(param)
-                if group["centered"]:
-                    state["grad_avg"] = zeros_like(param)
-        return state
+        fields = ["square_avg"]
+        if group["momentum"] > 0:
+            fields.append("momentum_buffer")
+        if group["centered"]:
+            fields.append("grad_avg")
+        return self._lazy_state(param, *fields)
 
     @no_grad()
     def step(self, closure=None):
@@ -114,18 +103,13 @@ class Adagrad(Optimizer):
         *,
         maximize: bool = False,
     ):
-        if lr < 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if lr_decay < 0.0:
-            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
-        if weight_decay < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if initial_accumulator_value < 0.0:
-            raise ValueError(
-                f"Invalid initial_accumulator_value value: {initial_accumulator_value}"
-            )
-        if eps < 0.0:
-            raise ValueError(f"Invalid epsilon value: {eps}")
+        self._check_non_negative(
+            lr=lr,
+            lr_decay=lr_decay,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            eps=eps,
+        )
         defaults = dict(
             lr=lr,
             lr_decay=lr_decay,
