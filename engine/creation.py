@@ -233,30 +233,7 @@ def _like_layout(t: Tensor, input, memory_format) -> Tensor:
     want = dense_strides_like(shape, input.stride())
     if want == contiguous_strides(shape, 1):
         return t
-    # the same storage, its elements in the order of the dims sorted by the wanted strides
-    order = sorted(range(len(shape)), key=lambda d: (-want[d], d))
-    arr = t._data
-    permuted = tuple(shape[d] for d in order)
-    arr = arr.reshape(permuted) if hasattr(arr, "reshape") else arr.view_as_shape(permuted)
-    inverse = [0] * len(order)
-    for i, d in enumerate(order):
-        inverse[d] = i
-    arr = arr.transpose(inverse)
-    item = arr.itemsize
-    if tuple(st // item for st in arr.strides) != want:  # a size-1 dim's stride: PyTorch's
-        byte_strides = tuple(w * item for w in want)
-        if isinstance(arr, np.ndarray):
-            arr = np.lib.stride_tricks.as_strided(arr, shape, byte_strides)
-        elif type(arr).__name__ == "MetaArray":
-            from engine.backends import meta
-
-            arr = meta.as_strided(arr, shape, byte_strides)
-        else:
-            import cupy
-
-            arr = cupy.lib.stride_tricks.as_strided(arr, shape, byte_strides)
-    t._data = arr
-    return t
+    return kernels.relayout(t, want)
 
 
 def _like(fn, fill=None):

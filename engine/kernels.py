@@ -31,6 +31,7 @@ from engine.storage import new_storage
 from engine.tensor import Tensor
 
 _prod = math.prod
+_ndarray = np.ndarray
 _SMALL_FAST_BYTES = 1 << 16  # the inline path: small results (larger: new_storage's checks)
 
 SCRATCH_ELEMS = 1 << 14
@@ -214,6 +215,138 @@ class Scratch:
 
     def __del__(self):
         self.release()
+
+
+def relayout(t: Tensor, strides: tuple) -> Tensor:
+    """t (new, C-contiguous, its own storage) re-viewed with these dense strides (elements):
+    the same storage, its elements in the order of the dims sorted by stride."""
+    shape = t.shape
+    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+    arr = t._data
+    permuted = tuple(shape[d] for d in order)
+    arr = arr.reshape(permuted) if hasattr(arr, "reshape") else arr.view_as_shape(permuted)
+    inverse = [0] * len(order)
+    for i, d in enumerate(order):
+        inverse[d] = i
+    arr = arr.transpose(inverse)
+    item = arr.itemsize
+    if tuple(st // item for st in arr.strides) != tuple(strides):  # size-1 dims' strides
+        byte_strides = tuple(w * item for w in strides)
+        if isinstance(arr, np.ndarray):
+            arr = np.lib.stride_tricks.as_strided(arr, shape, byte_strides)
+        elif type(arr).__name__ == "MetaArray":
+            from engine.backends import meta
+
+            arr = meta.as_strided(arr, shape, byte_strides)
+        else:
+            import cupy
+
+            arr = cupy.lib.stride_tricks.as_strided(arr, shape, byte_strides)
+    t._data = arr
+    return t
+
+
+def _dense_and_same(arrays, shape) -> tuple | None:
+    """The common strides (elements) when every operand has `shape` and the same
+    non-overlapping-and-dense strides (TensorIterator's fast setup), else None."""
+    first = None
+    for a in arrays:
+        if a.shape != shape:
+            return None
+        st = tuple(x // a.itemsize for x in a.strides)
+        if first is None:
+            first = st
+        elif st != first:
+            return None
+    if first is None:
+        return None
+    dims = sorted((i for i in range(len(shape)) if shape[i] >= 2), key=lambda i: first[i])
+    need = 1
+    for i in dims:
+        if first[i] != need:
+            return None
+        need *= shape[i]
+    return first
+
+
+def iterator_strides(shape: tuple, arrays) -> tuple | None:
+    """The strides (elements) PyTorch's TensorIterator gives a new output of `shape` computed
+    from these input arrays, or None for C order: the inputs' common dense layout when they all
+    have it (its fast setup), else the dims sorted by the inputs' strides (reorder_dimensions:
+    the first input decides, broadcast dims are ambiguous, equal strides break by size)."""
+    n = len(shape)
+    if n < 2:
+        return None
+    same = _dense_and_same(arrays, shape)
+    if same is not None:
+        return same
+    ops = []
+    for a in arrays:  # each input's strides over the output's dims (0 where broadcast)
+        off = n - a.ndim
+        st = [0] * n
+        for i in range(a.ndim):
+            if not (a.shape[i] == 1 and shape[off + i] != 1):
+                st[off + i] = a.strides[i] // a.itemsize
+        ops.append(st)
+    perm = list(range(n - 1, -1, -1))
+
+    def should_swap(d0, d1):
+        for st in ops:
+            s0, s1 = st[d0], st[d1]
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 < s1:
+                return -1
+            if s0 > s1:
+                return 1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+
+    for i in range(1, n):
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            c = should_swap(perm[d0], perm[d1])
+            if c > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif c < 0:
+                break
+    if perm == list(range(n - 1, -1, -1)):
+        return None
+    out = [0] * n
+    acc = 1
+    for d in perm:
+        out[d] = acc
+        acc *= shape[d]
+    return tuple(out)
+
+
+def empty_for(shape, dtype, device, *arrays) -> Tensor:
+    """A new result of an elementwise op on `arrays` (backend arrays or numbers), laid out as
+    PyTorch's TensorIterator lays it out: C order when every input is C-contiguous (the common
+    case, checked first), else the inputs' layout (a transposed input gives a transposed
+    result, as in torch, so that a later .contiguous() or view behaves as there)."""
+    for a in arrays:
+        if a.__class__ is _ndarray:
+            if a.ndim > 1 and not a.flags.c_contiguous:
+                break
+        elif getattr(a, "ndim", 0) > 1 and not _c_contiguous(a):
+            break
+    else:
+        return empty(shape, dtype, device)
+    t = empty(shape, dtype, device)
+    strides = iterator_strides(tuple(shape), [a for a in arrays if getattr(a, "ndim", 0) >= 1])
+    return t if strides is None else relayout(t, strides)
+
+
+def _c_contiguous(a) -> bool:
+    flags = getattr(a, "flags", None)
+    if flags is not None:
+        return flags.c_contiguous
+    from engine.backends.strided import contiguous_strides
+
+    return tuple(a.strides) == contiguous_strides(a.shape, a.itemsize) or a.size <= 1
 
 
 def zeros(shape, dtype, device) -> Tensor:

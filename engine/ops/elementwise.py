@@ -50,7 +50,7 @@ class Unary(Function):
                 dtype = dtypes.get_default_dtype()
         xd = x._data
         if out is None:
-            y = kernels.empty(xd.shape, dtype, x._device)
+            y = kernels.empty_for(xd.shape, dtype, x._device, xd)
         else:
             check_out(out, xd.shape, dtype, self.public_name)
             y = out
@@ -192,7 +192,7 @@ class Tanh(Unary):
     def backward(self, g):
         (y,) = self.saved_tensors
         # tanh_backward: g * (1 - y^2), one result buffer
-        out = kernels.empty(g.shape, g._dtype, g._device)
+        out = kernels.empty_for(g.shape, g._dtype, g._device, g._data, y._data)
         if g._device.type != "meta":
             xp = kernels.xp_of(g)
             _uf(xp, np.multiply, y._data, y._data, out=out._data)
@@ -223,7 +223,7 @@ class Sigmoid(Unary):
     def backward(self, g):
         (y,) = self.saved_tensors
         # sigmoid_backward: g * y * (1 - y), one result buffer
-        out = kernels.empty(g.shape, g._dtype, g._device)
+        out = kernels.empty_for(g.shape, g._dtype, g._device, g._data, y._data)
         if g._device.type != "meta":
             xp = kernels.xp_of(g)
             _uf(xp, np.subtract, 1, y._data, out=out._data)
@@ -259,7 +259,7 @@ class Relu(Unary):
         (y,) = self.saved_tensors
         # threshold_backward(g, y, 0): g where y > 0 else 0; one buffer, no mask temporary:
         # y >= 0, so sign(y) is exactly the 0/1 mask.
-        out = kernels.empty(g.shape, g._dtype, g._device)
+        out = kernels.empty_for(g.shape, g._dtype, g._device, g._data, y._data)
         if g._device.type != "meta":
             xp = kernels.xp_of(g)
             _uf(xp, np.sign, y._data, out=out._data)
@@ -297,7 +297,7 @@ class Erf(Unary):
     def backward(self, g):
         (x,) = self.saved_tensors
         # 2/sqrt(pi) * exp(-x^2) * g, in one result buffer
-        out = kernels.empty(g.shape, g._dtype, g._device)
+        out = kernels.empty_for(g.shape, g._dtype, g._device, g._data, x._data)
         if g._device.type != "meta":
             xp = kernels.xp_of(g)
             _uf(xp, np.multiply, x._data, x._data, out=out._data)
@@ -362,7 +362,7 @@ class Clamp(Function):
             shape = x.shape
         dtype = result_type(x, *(b for b in (lo, hi) if b is not None))
         if out is None:
-            y = kernels.empty(shape, dtype, x._device)
+            y = kernels.empty_for(shape, dtype, x._device, x._data, *(b._data for b in bound_t))
         else:
             check_out(out, shape, dtype, "clamp", (x.shape, *(b.shape for b in bound_t)))
             y = out
@@ -491,7 +491,7 @@ class Binary(Function):
             dtype = dtypes.get_default_dtype()
             cast = True
         if out is None:
-            y = kernels.empty(shape, dtype, dev)
+            y = kernels.empty_for(shape, dtype, dev, ad, bd)
         else:
             check_out(out, shape, dtype, self.opname, (sa, sb))
             y = out
@@ -781,7 +781,8 @@ class Compare(Binary):
         dev = device_of(a, b)
         shape = broadcast_shape(a, b, self.opname)
         if out is None:
-            y = kernels.empty(shape, dtypes.bool_, dev)
+            arrays = [t._data for t in (a, b) if isinstance(t, Tensor)]
+            y = kernels.empty_for(shape, dtypes.bool_, dev, *arrays)
         else:
             from engine.ops.common import check_out
 
