@@ -60,63 +60,93 @@ def _crashed_entry(variant, message: str) -> dict[str, Any]:
     return entry
 
 
-def run_many(loaded_list: list, jobs: int, *, device=None, allocator=None, on_done=None) -> list:
+def _pool(workers: int, threads: int) -> ProcessPoolExecutor:
+    import multiprocessing
+
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(threads,),
+    )
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Ctrl-C or an error here: no worker outlives the command."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _run_pool(pool, tasks, task_fn, args_of, entries, on_done) -> list:
+    """Run `tasks` on `pool`; returns the tasks a dead worker took down unfinished (a dead
+    worker breaks the whole pool, so which one died is not known yet)."""
+    broken = []
+    try:
+        futures = {pool.submit(task_fn, *args_of(t)): t for t in tasks}
+        for fut in as_completed(futures):
+            t = futures[fut]
+            i, j, v = t
+            try:
+                entries[(i, j)] = fut.result()
+            except BrokenProcessPool:
+                broken.append(t)
+                continue
+            except Exception as exc:  # the worker raised outside the variant's handling
+                entries[(i, j)] = _crashed_entry(v, f"{type(exc).__name__}: {exc}")
+            if on_done is not None:
+                on_done(i, v.name)
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+    return broken
+
+
+def run_many(
+    loaded_list: list, jobs: int, *, device=None, allocator=None, on_done=None, task=None
+) -> list:
     """Reports of the loaded scenarios (in their order), YAML variants run in `jobs` processes.
 
-    on_done(scenario_index, variant_name): after each variant, for progress."""
+    on_done(scenario_index, variant_name): after each variant, for progress. A worker that dies
+    breaks its pool: the variants it took down are run again one by one, each in a process of
+    its own, so only the variant that kills its process fails (with a message).
+    task: what a worker runs per variant (tests pass one that dies); default _run_task."""
     from memprof.runner import assemble_report, run_loaded
 
+    task_fn = task or _run_task
     tasks = []  # (scenario index, variant index, variant)
     for i, sc in enumerate(loaded_list):
         if getattr(sc, "run", None) is None:  # YAML: its variants go to the workers
             tasks += [(i, j, v) for j, v in enumerate(sc.variants)]
     entries: dict[tuple[int, int], dict] = {}
+
+    def args_of(t):
+        i, _, v = t
+        return (str(loaded_list[i].path), v.name, device, allocator)
+
     if tasks:
         threads = max(1, default_jobs() // jobs)
         saved = {k: os.environ.get(k) for k in _THREAD_VARS}
         for k in _THREAD_VARS:  # read by BLAS when the worker imports numpy
             os.environ[k] = str(threads)
-        import multiprocessing
-
-        pool = ProcessPoolExecutor(
-            max_workers=min(jobs, len(tasks)),
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(threads,),
-        )
         try:
-            futures = {
-                pool.submit(_run_task, str(loaded_list[i].path), v.name, device, allocator): (
-                    i,
-                    j,
-                    v,
-                )
-                for i, j, v in tasks
-            }
-            for fut in as_completed(futures):
-                i, j, v = futures[fut]
-                try:
-                    entries[(i, j)] = fut.result()
-                except BrokenProcessPool:
+            pool = _pool(min(jobs, len(tasks)), threads)
+            broken = _run_pool(pool, tasks, task_fn, args_of, entries, on_done)
+            for t in sorted(broken, key=lambda t: t[:2]):  # alone, in a process of its own
+                if _run_pool(_pool(1, threads), [t], task_fn, args_of, entries, on_done):
+                    i, j, v = t
                     entries[(i, j)] = _crashed_entry(
                         v, "its worker process died before the variant finished"
                     )
-                except Exception as exc:  # the worker raised outside the variant's handling
-                    entries[(i, j)] = _crashed_entry(v, f"{type(exc).__name__}: {exc}")
-                if on_done is not None:
-                    on_done(i, v.name)
-        except BaseException:  # Ctrl-C: no worker outlives the command
-            for proc in list(getattr(pool, "_processes", {}).values()):
-                proc.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+                    if on_done is not None:
+                        on_done(i, v.name)
         finally:
             for k, val in saved.items():
                 if val is None:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = val
-        pool.shutdown(wait=True)
     reports = []
     for i, sc in enumerate(loaded_list):
         if getattr(sc, "run", None) is not None:

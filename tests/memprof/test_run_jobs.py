@@ -81,3 +81,42 @@ def test_parallel_reports_are_the_serial_reports(tmp_path):
     [broken] = [r for r in b if r["scenario"]["name"] == "broken-variant"]
     assert [v["status"] for v in broken["variants"]] == ["ok", "oom"]
     assert "does_not" in parallel.output
+
+
+DIES = """\
+name: dies
+device: meta
+inputs:
+  x: {shape: [64, 64]}
+program:
+  - {id: y, op: relu, in: x, inplace: $inplace}
+variants:
+  a: {inplace: false}
+  die: {inplace: false}
+  b: {inplace: true}
+"""
+
+
+def test_a_worker_that_dies_fails_its_own_variant_only(tmp_path):
+    from memprof.runner.parallel import run_many
+    from memprof.scenario import load_scenarios
+    from tests.memprof._dying_worker import die_on_die
+
+    (tmp_path / "dies.yaml").write_text(DIES)
+    shutil.copy(ROOT / "scenarios" / "relu.yaml", tmp_path / "relu.yaml")
+    loaded, problems = load_scenarios([tmp_path], device="meta")
+    assert problems == []
+    done = []
+    reports = run_many(
+        loaded, 2, device="meta", task=die_on_die, on_done=lambda i, n: done.append(n)
+    )
+    by_name = {r["scenario"]["name"]: r for r in reports}
+    dies = {v["name"]: v for v in by_name["dies"]["variants"]}
+    assert dies["die"]["status"] == "error"
+    assert dies["die"]["error"]["type"] == "WorkerDied"
+    assert "died before the variant finished" in dies["die"]["error"]["message"]
+    assert dies["a"]["status"] == dies["b"]["status"] == "ok"
+    assert dies["a"]["peak_allocated_bytes"] == 2 * 64 * 64 * 4
+    assert dies["b"]["peak_allocated_bytes"] == 64 * 64 * 4
+    assert [v["status"] for v in by_name["relu-block"]["variants"]] == ["ok", "ok"]
+    assert sorted(done) == sorted(["a", "die", "b", "inplace", "out_of_place"])
