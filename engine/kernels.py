@@ -23,16 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from engine.allocator import tracked as _tracked
-from engine.allocator.tracked import _storage_ids
 from engine.backends import get_xp
-from engine.storage import Storage as _Storage
 from engine.storage import new_storage
 from engine.tensor import Tensor
 
-_prod = math.prod
 _ndarray = np.ndarray
-_SMALL_FAST_BYTES = 1 << 16  # the inline path: small results (larger: new_storage's checks)
 
 SCRATCH_ELEMS = 1 << 14
 PARALLEL_MIN_ELEMS = 1 << 18
@@ -131,46 +126,13 @@ def _get_pool() -> ThreadPoolExecutor:
 
 
 def empty(shape, dtype, device) -> Tensor:
-    """A new tensor on a new storage (the allocator is charged); values uninitialised.
-
-    The common case (a cpu tensor of a numpy dtype, tracking on, nobody observing the
-    allocator) is storage.new_storage's hot path written out here, so that a small op makes its
-    result in one call; everything else goes through new_storage."""
-    if type(shape) is not tuple:
-        shape = tuple(shape)
-    alloc = device._allocator
-    if (
-        device.type == "cpu"
-        and alloc is not None
-        and not alloc.observers
-        and not dtype.emulated
-        and _tracked.TRACKING
-    ):
-        np_dtype = dtype.np
-        nbytes = _prod(shape) * np_dtype.itemsize
-        if nbytes <= _SMALL_FAST_BYTES:  # far from int64 overflow and from MemoryError
-            data = np.empty(shape, np_dtype)
-            handle = alloc.model.charge(nbytes)  # may raise the limit's OutOfMemoryError
-            s = _new(_Storage)
-            s.data = data
-            s.handle = handle
-            s.nbytes = nbytes
-            s.device = device
-            s.id = next(_storage_ids)
-            s.epoch = alloc.epoch
-            s.version = 0
-            s.allocator = alloc
-            t = _new(Tensor)
-            t._data = data
-            t._storage = s
-            t._dtype = dtype
-            t._device = device
-            t._base = None
-            t.requires_grad = False
-            t._grad = None
-            t._grad_fn = None
-            return t
-    s = new_storage(shape, dtype.np, device, dtype.itemsize if dtype.emulated else 0)
+    """A new tensor on a new storage (the allocator is charged); values uninitialised."""
+    s = new_storage(
+        shape if type(shape) is tuple else tuple(shape),
+        dtype.np,
+        device,
+        dtype.itemsize if dtype.emulated else 0,
+    )
     t = _new(Tensor)
     t._data = s.data
     t._storage = s
