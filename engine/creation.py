@@ -8,6 +8,7 @@ import numpy as np
 
 from engine import dtypes, kernels
 from engine.backends import get_xp
+from engine.backends.strided import is_dense
 from engine.device import as_device
 from engine.storage import wrap_storage
 from engine.tensor import Tensor
@@ -173,44 +174,14 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     return _finish(t, requires_grad)
 
 
-def _non_overlapping_and_dense(shape, strides) -> bool:
-    """PyTorch's is_non_overlapping_and_dense: the strides are a contiguous layout of some
-    permutation of the dims (dims of size 1 ignored)."""
-    dims = sorted((i for i in range(len(shape)) if shape[i] >= 2), key=lambda i: strides[i])
-    need = 1
-    for i in dims:
-        if strides[i] != need:
-            return False
-        need *= shape[i]
-    return True
-
-
 def dense_strides_like(shape, strides) -> tuple[int, ...]:
     """The strides of `empty_like(x)` (memory_format=torch.preserve_format) for a tensor of
     this shape and these strides: its own when it is non-overlapping and dense, else a dense
     layout with its dims in the same order (PyTorch's infer_dense_strides)."""
     n = len(shape)
-    if _non_overlapping_and_dense(shape, strides):
+    if is_dense(shape, strides):
         return tuple(strides)
-    perm = list(range(n - 1, -1, -1))  # fastest first, as a contiguous layout has it
-
-    def should_swap(d0, d1):
-        s0, s1 = strides[d0], strides[d1]
-        if s0 == 0 or s1 == 0:
-            return 0
-        if s0 != s1:
-            return -1 if s0 < s1 else 1
-        return 1 if shape[d0] > shape[d1] else 0
-
-    for i in range(1, n):
-        d1 = i
-        for d0 in range(i - 1, -1, -1):
-            c = should_swap(perm[d0], perm[d1])
-            if c > 0:
-                perm[d0], perm[d1] = perm[d1], perm[d0]
-                d1 = d0
-            elif c < 0:
-                break
+    perm = kernels.stride_order(shape, [strides])  # fastest first
     out = [0] * n
     cur = 1
     for d in perm:

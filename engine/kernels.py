@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from engine.backends import get_xp
+from engine.backends.strided import is_dense
 from engine.storage import new_storage
 from engine.tensor import Tensor
 
@@ -208,52 +209,16 @@ def relayout(t: Tensor, strides: tuple) -> Tensor:
     return t
 
 
-def _dense_and_same(arrays, shape) -> tuple | None:
-    """The common strides (elements) when every operand has `shape` and the same
-    non-overlapping-and-dense strides (TensorIterator's fast setup), else None."""
-    first = None
-    for a in arrays:
-        if a.shape != shape:
-            return None
-        st = tuple(x // a.itemsize for x in a.strides)
-        if first is None:
-            first = st
-        elif st != first:
-            return None
-    if first is None:
-        return None
-    dims = sorted((i for i in range(len(shape)) if shape[i] >= 2), key=lambda i: first[i])
-    need = 1
-    for i in dims:
-        if first[i] != need:
-            return None
-        need *= shape[i]
-    return first
-
-
-def iterator_strides(shape: tuple, arrays) -> tuple | None:
-    """The strides (elements) PyTorch's TensorIterator gives a new output of `shape` computed
-    from these input arrays, or None for C order: the inputs' common dense layout when they all
-    have it (its fast setup), else the dims sorted by the inputs' strides (reorder_dimensions:
-    the first input decides, broadcast dims are ambiguous, equal strides break by size)."""
+def stride_order(shape, operands) -> list[int]:
+    """The dims fastest first, by the operands' strides (elements, 0 where broadcast), as
+    PyTorch sorts them (TensorIterator's reorder_dimensions; with one operand,
+    infer_dense_strides): an insertion sort from C order where the first operand that tells two
+    dims apart decides, a 0 stride tells nothing, and equal strides put the larger dim later."""
     n = len(shape)
-    if n < 2:
-        return None
-    same = _dense_and_same(arrays, shape)
-    if same is not None:
-        return same
-    ops = []
-    for a in arrays:  # each input's strides over the output's dims (0 where broadcast)
-        off = n - a.ndim
-        st = [0] * n
-        for i in range(a.ndim):
-            if not (a.shape[i] == 1 and shape[off + i] != 1):
-                st[off + i] = a.strides[i] // a.itemsize
-        ops.append(st)
     perm = list(range(n - 1, -1, -1))
 
     def should_swap(d0, d1):
-        for st in ops:
+        for st in operands:
             s0, s1 = st[d0], st[d1]
             if s0 == 0 or s1 == 0:
                 continue
@@ -274,6 +239,45 @@ def iterator_strides(shape: tuple, arrays) -> tuple | None:
                 d1 = d0
             elif c < 0:
                 break
+    return perm
+
+
+def _dense_and_same(arrays, shape) -> tuple | None:
+    """The common strides (elements) when every operand has `shape` and the same
+    non-overlapping-and-dense strides (TensorIterator's fast setup), else None."""
+    first = None
+    for a in arrays:
+        if a.shape != shape:
+            return None
+        st = tuple(x // a.itemsize for x in a.strides)
+        if first is None:
+            first = st
+        elif st != first:
+            return None
+    if first is None or not is_dense(shape, first):  # engine.backends.strided
+        return None
+    return first
+
+
+def iterator_strides(shape: tuple, arrays) -> tuple | None:
+    """The strides (elements) PyTorch's TensorIterator gives a new output of `shape` computed
+    from these input arrays, or None for C order: the inputs' common dense layout when they all
+    have it (its fast setup), else the dims sorted by the inputs' strides (stride_order)."""
+    n = len(shape)
+    if n < 2:
+        return None
+    same = _dense_and_same(arrays, shape)
+    if same is not None:
+        return same
+    ops = []
+    for a in arrays:  # each input's strides over the output's dims (0 where broadcast)
+        off = n - a.ndim
+        st = [0] * n
+        for i in range(a.ndim):
+            if not (a.shape[i] == 1 and shape[off + i] != 1):
+                st[off + i] = a.strides[i] // a.itemsize
+        ops.append(st)
+    perm = stride_order(shape, ops)
     if perm == list(range(n - 1, -1, -1)):
         return None
     out = [0] * n

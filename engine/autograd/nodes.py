@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from engine.autograd.function import _MAX_SEQ, Function
+from engine.backends.strided import is_dense
 from engine.tensor import Tensor
 
 
@@ -70,14 +71,7 @@ def _stealable(grad: Tensor, var: Tensor) -> bool:
 
 def _dense(a) -> bool:
     """Non-overlapping and dense (PyTorch's is_non_overlapping_and_dense), any order of dims."""
-    expected = a.itemsize
-    for n, st in sorted(zip(a.shape, a.strides, strict=True), key=lambda p: abs(p[1])):
-        if n == 1:
-            continue
-        if st != expected:
-            return False
-        expected *= n
-    return True
+    return is_dense(a.shape, a.strides, a.itemsize)
 
 
 class CopySlices(Function):

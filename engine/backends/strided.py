@@ -15,6 +15,20 @@ def contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]
     return tuple(reversed(strides))
 
 
+def is_dense(shape, strides, unit: int = 1) -> bool:
+    """PyTorch's is_non_overlapping_and_dense: the strides (in units of `unit`: 1 for element
+    strides, the itemsize for numpy's byte strides) are a contiguous layout of some permutation
+    of the dims; dims of fewer than 2 elements do not count."""
+    need = unit
+    for n, st in sorted(zip(shape, strides, strict=True), key=lambda p: abs(p[1])):
+        if n < 2:
+            continue
+        if st != need:
+            return False
+        need *= n
+    return True
+
+
 def view_strides(old_shape, old_strides, new_shape) -> tuple[int, ...] | None:
     """Strides for viewing (old_shape, old_strides) as new_shape without copying, or None.
 
