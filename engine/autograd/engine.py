@@ -116,7 +116,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
         while ready:
             _, _, node = heapq.heappop(ready)
             grads = buffers.pop(node)
-            hooks = _hooks_of(node) if type(node) is AccumulateGrad else node.tensor_hooks
+            hooks = _leaf_hooks(node) if type(node) is AccumulateGrad else node.tensor_hooks
             if hooks:
                 _run_hooks(hooks, grads)
             retained = node.retained
@@ -225,13 +225,11 @@ def _prune(targets, parents, capture: bool):
     return needed, wanted
 
 
-def _hooks_of(node):
-    """Tensor hooks on the gradient arriving at `node`: a leaf's (AccumulateGrad) or a
-    non-leaf's (registered on its grad_fn by output index)."""
-    if type(node) is AccumulateGrad:
-        hooks = getattr(node.variable, "_backward_hooks", None)
-        return {0: list(hooks.values())} if hooks else None
-    return getattr(node, "tensor_hooks", None)
+def _leaf_hooks(node):
+    """Tensor hooks on the gradient arriving at a leaf's AccumulateGrad (a non-leaf's are on
+    its grad_fn, `tensor_hooks`, by output index)."""
+    hooks = getattr(node.variable, "_backward_hooks", None)
+    return {0: list(hooks.values())} if hooks else None
 
 
 def _run_hooks(hooks, grads) -> None:
