@@ -24,7 +24,7 @@ from memprof.reports.schema import Category
 from memprof.reports.types import Comparison, Report, Variant
 from memprof.units import format_bytes
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CATEGORIES: tuple[str, ...] = get_args(Category)  # input, parameter, ..., temporary, other
 TIMELINE_COLUMNS = (
     "seq",
@@ -74,7 +74,10 @@ class Record(Protocol):
 
 def timeline(records: Sequence[Record], t0_ns: int) -> dict[str, list]:
     """Columnar timeline: one entry per event in every column. A free carries where it happened
-    (node, op, phase) and what was freed (category, tensor of its allocation)."""
+    (node, op, phase) and what was freed (category, tensor of its allocation). A recorder's
+    columnar log (memprof.runner.eventlog) gives its columns directly."""
+    if hasattr(records, "columns"):
+        return records.columns(t0_ns)
     cols: dict[str, list] = {c: [] for c in TIMELINE_COLUMNS}
     for r in records:
         cols["seq"].append(r.seq)
@@ -96,10 +99,14 @@ def timeline(records: Sequence[Record], t0_ns: int) -> dict[str, list]:
 
 def peak(records: Sequence[Record], *, top: int | None = None) -> dict[str, Any]:
     """The first event at which allocated bytes peaked, and the storages live right after it."""
-    best, index = -1, None
-    for i, r in enumerate(records):
-        if r.action != "oom" and r.allocated > best:
-            best, index = r.allocated, i
+    if hasattr(records, "peak_index"):  # a recorder's columnar log: its own fast scan
+        index = records.peak_index()
+        live_rows = [] if index is None else records.live_rows(index)
+    else:
+        best, index = -1, None
+        for i, r in enumerate(records):
+            if r.action != "oom" and r.allocated > best:
+                best, index = r.allocated, i
     if index is None:
         return {
             "event_index": None,
@@ -108,12 +115,15 @@ def peak(records: Sequence[Record], *, top: int | None = None) -> dict[str, Any]
             "live": [],
             "by_category": {},
         }
-    live: dict[int, Record] = {}
-    for r in records[: index + 1]:
-        if r.action == "alloc":
-            live[r.storage] = r
-        elif r.action == "free":
-            live.pop(r.storage, None)
+    if hasattr(records, "peak_index"):
+        live = {row: records[records.first[row]] for row in live_rows}
+    else:
+        live = {}
+        for r in records[: index + 1]:
+            if r.action == "alloc":
+                live[r.storage] = r
+            elif r.action == "free":
+                live.pop(r.storage, None)
     rows = sorted(live.values(), key=lambda r: (-r.bytes, r.seq))
     by_category: dict[str, int] = {}
     for r in rows:

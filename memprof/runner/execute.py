@@ -394,18 +394,6 @@ def _serialisable(value: Any) -> Any:
     return plain(value)
 
 
-def _number_storages(records) -> None:
-    """Storage ids as the report shows them: 1, 2, ... in order of first appearance in the
-    variant, so they do not depend on what ran before in the process (a serial run and
-    `memprof run --jobs N` give the same report)."""
-    ids: dict[int, int] = {}
-    for r in records:
-        sid = ids.get(r.storage)
-        if sid is None:
-            sid = ids[r.storage] = len(ids) + 1
-        r.storage = sid
-
-
 def _measure(run: _Run, on_iteration) -> Variant:
     from engine.errors import OutOfMemoryError
 
@@ -425,8 +413,7 @@ def _measure(run: _Run, on_iteration) -> Variant:
     t1 = _perf_ns()
     run.finish()
     model = run.alloc.model
-    records = run.rec.records
-    _number_storages(records)
+    records = run.rec.records  # storages numbered 1, 2, ... in order of first appearance
     entry: Variant = {
         "name": variant.name,
         "params": variant.params,
@@ -438,9 +425,9 @@ def _measure(run: _Run, on_iteration) -> Variant:
         "peak_reserved_bytes": model.max_reserved_bytes,
         "baseline_bytes": run.baseline_bytes,
         "final_allocated_bytes": model.allocated_bytes,
-        "num_allocs": sum(1 for r in records if r.action == "alloc"),
-        "num_frees": sum(1 for r in records if r.action == "free"),
-        "num_ooms": sum(1 for r in records if r.action == "oom"),
+        "num_allocs": records.count("alloc"),
+        "num_frees": records.count("free"),
+        "num_ooms": records.count("oom"),
         "iterations": spec.iterations,
         "duration_s": round((t1 - t0) / 1e9, 9),
         "program_duration_s": round(

@@ -1,7 +1,7 @@
 """The runner's allocator observer and its protocol.
 
-Every allocator event becomes a `Record` attributed to its node, op, phase, iteration, category
-and tensor name; a free inside the step that allocated the storage makes it `temporary`; tags
+Every allocator event is logged (memprof/runner/eventlog.py, a few typed arrays) attributed to
+its node, op, phase, iteration, category and tensor name; a free inside the step that allocated the storage makes it `temporary`; tags
 from autograd refine categories. The runner speaks to it in steps and phases only::
 
     rec = Recorder(allocator)
@@ -24,19 +24,12 @@ from typing import Any
 
 from engine.allocator import AllocEvent, MemoryObserver
 from memprof.reports.build import CATEGORIES, op_row
+from memprof.runner.eventlog import NO_EVENT, EventLog, EventSlice
 
 # Engine categories outside the report's list: module buffers (BatchNorm's running stats) are
 # module state made with the parameters.
 _ALIASES = {"buffer": "parameter"}
 _perf_ns = time.perf_counter_ns
-
-
-def _node(ctx: dict) -> str | None:
-    """The event's node: in backward, the backward node running (ReluBackward0, ...)."""
-    fn = ctx.get("grad_fn")
-    if fn is not None:
-        return fn.name()
-    return ctx.get("node")
 
 
 def _category(value):
@@ -47,7 +40,9 @@ def _category(value):
 
 @dataclass(slots=True)
 class Record:
-    """One allocator event as the report needs it. Category and tensor may be refined after the
+    """One allocator event as the report builder reads it, as a plain object (the recorder keeps
+    its events in an EventLog, whose `Event` views have these attributes; tests and tools may
+    build reports from these). Category and tensor may be refined after the
     event (a free inside the same op makes its allocation `temporary`; autograd tags a storage
     `saved_for_backward`), which is why records are mutable and shared by alloc and free.
     """
@@ -111,7 +106,7 @@ class Step:
         self.module: str | None = None
 
     @property
-    def records(self) -> list[Record]:
+    def records(self) -> EventSlice:
         return self._rec.records[self.first :]
 
 
@@ -123,14 +118,14 @@ class Recorder(MemoryObserver):
     """
 
     def __init__(self, allocator=None, t0_ns: int | None = None):
-        self.records: list[Record] = []
+        self.records = EventLog()
         self.ops: list[dict[str, Any]] = []
         self.phases: list[dict[str, Any]] = []
         self.allocator = allocator
         self.t0_ns = _perf_ns() if t0_ns is None else t0_ns
         self.span = 0  # the current step; events in one step share it
         self.per_op = False
-        self._live: dict[int, tuple[Record, tuple]] = {}
+        self._live: dict[int, tuple[int, tuple | None]] = {}  # storage id -> (row, span)
         self._op_span = 0
         self._last_op: object = None
         # cuda only: bytes CuPy's pool handed out that are not engine storages
@@ -280,47 +275,48 @@ class Recorder(MemoryObserver):
             return None
         return (self.span, self._op_span)
 
-    def _record(self, ev: AllocEvent, action: str, owner: Record | None = None) -> Record:
-        """The event as a Record, appended: attributed to its context; a free's category and
-        tensor are its allocation's (`owner`)."""
+    def _add(self, ev: AllocEvent, action: str, row: int | None = None) -> int:
+        """The event appended to the log, attributed to its context; returns its storage row.
+        A free's storage row is its allocation's (`row`), else a row of its own."""
         ctx = ev.context
-        rec = Record(
-            ev.seq,
-            ev.time_ns,
-            action,
-            ev.bytes,
-            ev.requested,
-            ev.allocated,
-            ev.reserved,
-            ev.storage_id,
-            _node(ctx),
+        log = self.records
+        index = len(log)
+        if row is None:
+            category = None if action == "free" else _category(ctx.get("category"))
+            tensor = None if action == "free" else ctx.get("tensor")
+            row = log.add_row(
+                ev.bytes,
+                ev.requested,
+                category,
+                tensor,
+                index if action != "free" else NO_EVENT,
+            )
+        fn = ctx.get("grad_fn")
+        place = (
+            fn.name() if fn is not None else ctx.get("node"),
             ctx.get("op"),
             ctx.get("phase"),
             ctx.get("iteration"),
-            owner,
-            None if action == "free" else _category(ctx.get("category")),
-            None if action == "free" else ctx.get("tensor"),
         )
-        fn = ctx.get("grad_fn")
-        if fn is not None:
-            rec.run_of = id(fn)
-        self.records.append(rec)
-        return rec
+        log.add(ev, action, place, row, None if fn is None else id(fn))
+        return row
 
     def on_alloc(self, ev: AllocEvent) -> None:
-        rec = self._record(ev, "alloc")
-        self._live[ev.storage_id] = (rec, self._span_key(rec.op))
+        row = self._add(ev, "alloc")
+        self._live[ev.storage_id] = (row, self._span_key(ev.context.get("op")))
 
     def on_free(self, ev: AllocEvent) -> None:
         ctx = ev.context
         entry = self._live.pop(ev.storage_id, None)
-        owner = None
+        row = None
         key = self._span_key(ctx.get("op"))
         if entry is not None:
-            owner, span = entry
-            if key is not None and span == key and owner.phase == ctx.get("phase"):
-                owner.category = "temporary"
-        self._record(ev, "free", owner)
+            row, span = entry
+            log = self.records
+            first = log.first[row]
+            if key is not None and span == key and log[first].phase == ctx.get("phase"):
+                log.set_category(row, "temporary")
+        self._add(ev, "free", row)
 
     def on_external(self, ev: AllocEvent) -> None:
         """CuPy's own pool requests (temporaries inside its kernels), outside tensor storages."""
@@ -336,27 +332,27 @@ class Recorder(MemoryObserver):
             ext["current_bytes"] -= ev.bytes
 
     def on_oom(self, ev: AllocEvent) -> None:
-        self._record(ev, "oom")
+        self._add(ev, "oom")
 
     def on_tag(self, storage_id: int, key: str, value) -> None:
         entry = self._live.get(storage_id)
         if entry is None:
             return
-        rec = entry[0]
+        log, row = self.records, entry[0]
         if key == "category":
-            if value == "saved_for_backward" and rec.tensor is not None:
+            if value == "saved_for_backward" and log.row_tensor(row) is not None:
                 return  # a named activation that autograd also keeps stays an activation
-            rec.category = _category(value)
+            log.set_category(row, _category(value))
         elif key == "saved_for_backward":
             if (
                 value
-                and rec.tensor is None
-                and rec.category in (None, "activation", "gradient", "other")
+                and log.row_tensor(row) is None
+                and log.row_category(row) in (None, "activation", "gradient", "other")
             ):
-                rec.category = "saved_for_backward"
+                log.set_category(row, "saved_for_backward")
         elif key == "inplace_clone":
-            rec.clone_of = value
-            rec.category = "saved_for_backward"
+            log.set_clone_of(row, value)
+            log.set_category(row, "saved_for_backward")
 
     # --- naming storages after the fact ---------------------------------------------------------
     def name_storage(self, storage_id: int, tensor: str, category: str | None = None) -> bool:
@@ -364,22 +360,16 @@ class Recorder(MemoryObserver):
         entry = self._live.get(storage_id)
         if entry is None:
             return False
-        entry[0].tensor = tensor
+        self.records.set_tensor(entry[0], tensor)
         if category is not None:
-            entry[0].category = category
+            self.records.set_category(entry[0], category)
         return True
 
     def allocated_since(self, storage_id: int, index: int) -> bool:
         """Whether a live storage was allocated at or after records[index]."""
         entry = self._live.get(storage_id)
-        if entry is None:
-            return False
-        records = self.records
-        for i in range(len(records) - 1, index - 1, -1):
-            if records[i] is entry[0]:
-                return True
-        return False
+        return entry is not None and self.records.first[entry[0]] >= index
 
     def live_tensor_name(self, storage_id: int) -> str | None:
         entry = self._live.get(storage_id)
-        return entry[0].tensor if entry else None
+        return self.records.row_tensor(entry[0]) if entry else None
