@@ -9,7 +9,7 @@ Prints one table; each figure comes with a reference measured in the same run, a
   1 s; reduction should keep the ratio small), checking that the exact peak is kept;
 - the run page in headless Chromium until its charts are drawn, against the small run's page in
   the same browser (target 3 s);
-- parsing the 100 MB report once (the server does it at startup, in the background) against
+- parsing the report once (3 MB packed; the server does it at startup, in the background) against
   `json.loads` of the same bytes.
 
 The speed targets live here, not in the tests (tests assert behaviour): the last line says
@@ -95,17 +95,26 @@ def measure_reduction(variant: dict, repeat: int) -> dict:
     }
 
 
-def measure_parse(path: Path) -> dict:
+def measure_parse(path: Path, repeat: int = 1) -> dict:
+    """A cold load of the report into a fresh RunCache (read, unpack, check, arrays), `repeat`
+    times interleaved with json.loads of the same bytes."""
     from web.cache import RunCache
 
     data = path.read_bytes()
-    t0 = time.perf_counter()
-    json.loads(data)
-    loads_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    RunCache(path.parent).get(path.stem)
-    parse_s = time.perf_counter() - t0
-    return {"loads_s": loads_s, "parse_s": parse_s, "mb": len(data) / 1e6}
+    loads, parses = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        json.loads(data)
+        loads.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        RunCache(path.parent).get(path.stem)
+        parses.append(time.perf_counter() - t0)
+    return {
+        "loads_s": best(loads),
+        "parse_s": best(parses),
+        "parse_median_s": statistics.median(parses),
+        "mb": len(data) / 1e6,
+    }
 
 
 class Server:
@@ -275,7 +284,7 @@ def main() -> None:
         path = save_report(report, runs)
         save_report(small, runs)
         reduction = measure_reduction(variant, args.repeat)
-        parse = measure_parse(path)
+        parse = measure_parse(path, args.repeat)
         server = Server(runs)
         try:
             warm_s = wait_until_parsed(server, report["run_id"])
@@ -319,18 +328,22 @@ def main() -> None:
         page = None
     rows += [
         (
-            f"parse the {parse['mb']:.0f} MB report once (cold)",
+            f"load the {parse['mb']:.1f} MB report cold (read, unpack, check)",
             parse["parse_s"],
             "json.loads of the same bytes",
             parse["loads_s"],
-            "",
+            f"target 1 s; median {parse['parse_median_s']:.3f} s",
         ),
         ("server start until the run is listed (background warm-up)", warm_s, "", None, ""),
         ("build the synthetic report (not the dashboard)", build_s, "", None, ""),
     ]
     print_table(rows)
-    ok = http["http_s"] < 1.0 and (page is None or page["page_s"] < 3.0)
-    print("within the targets (1 s per timeline request, 3 s per page)" if ok else "OVER TARGET")
+    ok = http["http_s"] < 1.0 and (page is None or page["page_s"] < 3.0) and parse["parse_s"] < 1.0
+    print(
+        "within the targets (1 s per timeline request and per cold load, 3 s per page)"
+        if ok
+        else "OVER TARGET"
+    )
     if args.json:
         args.json.write_text(
             json.dumps(

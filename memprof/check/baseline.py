@@ -154,10 +154,12 @@ def _entries(file: Path) -> Iterator[BaselineEntry]:
 
 
 def _from_report(data: Mapping[str, Any], source: str) -> Iterator[BaselineEntry]:
+    from memprof.reports.load import READABLE_VERSIONS
+
     version = data.get("schema_version")
-    if version != REPORT_SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS or type(version) is not int:
         raise _Bad(
-            f"expected a report with schema_version {REPORT_SCHEMA_VERSION}, found "
+            f"expected a report with schema_version {', '.join(map(str, READABLE_VERSIONS))}, found "
             f"{version!r}"
             + (
                 " (written by a newer memprof?)"

@@ -48,30 +48,220 @@ _TIMELINE_COLUMNS = (
 INT64 = 2**63
 
 
-def check_report(report: Any, source: str = "report") -> dict[str, Any]:
-    """The report, unchanged, if every reader can use it; else UnreadableReport."""
+READABLE_VERSIONS = (1, 2)  # 1: timeline and ops as plain lists only; 2: packed as well
+
+
+def check_report(report: Any, source: str = "report", *, arrays: bool = False) -> dict[str, Any]:
+    """The report as every reader uses it, if it is one; else UnreadableReport.
+
+    Packed timelines and op rows (schema_version 2, memprof/reports/packed.py) come back as
+    plain lists, and a schema_version 1 report (always plain) is read as it is; the result says
+    schema_version 2 either way. arrays=True: timelines come back as numpy arrays and `Labels`
+    (what the dashboard keeps) instead of lists. The report passed in is not changed.
+    """
     from memprof.reports.build import SCHEMA_VERSION
 
     if not isinstance(report, dict):
         _fail(source, None, f"not a memprof report (expected a JSON object, found {_kind(report)})")
     version = report.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS or type(version) is not int:
+        newer = type(version) is int and version > SCHEMA_VERSION
         raise UnreadableReport(
             f"{source}: unreadable report: schema_version {_short(version)}; this memprof reads "
-            f"schema_version {SCHEMA_VERSION}"
+            f"schema_version {', '.join(map(str, READABLE_VERSIONS))}"
+            + (" (upgrade memprof to read newer reports)" if newer else "")
         )
+    report, shown, checked_ops = _unpacked(report, source, arrays)
     try:
-        Report.model_validate(report)
+        Report.model_validate(shown)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         _fail(source, _loc(err["loc"]), _message(err))
     except RecursionError:  # a JSON value nested too deep for pydantic
         _fail(source, None, "expected a report, found values nested too deep")
-    _check_consistency(report, source)
+    for i, v in enumerate(report["variants"]):
+        if _is_decoded(v.get("timeline")):
+            _check_columns(source, f"variants[{i}].timeline", v["timeline"], arrays)
+            v["timeline"] = dict(v["timeline"])
+    _check_consistency(report, source, checked_ops)
+    if arrays:
+        from memprof.reports.reduce import TimelineArrays
+
+        for v in report["variants"]:
+            v["timeline"] = TimelineArrays.from_columns(v["timeline"])
+    report["schema_version"] = SCHEMA_VERSION
     return report
 
 
-def _check_consistency(report: dict[str, Any], source: str) -> None:
+def _unpacked(report: dict[str, Any], source: str, arrays: bool):
+    """(the report with its packed tables unpacked, what pydantic validates): the second has
+    each unpacked timeline replaced by an empty one, whose columns `_check_columns` checks."""
+    from memprof.reports.packed import PackError, is_packed, unpack_column, unpack_rows
+
+    variants = report.get("variants")
+    checked_ops: set[int] = set()
+    if not isinstance(variants, list):
+        return dict(report), report, checked_ops
+    out, shown = [], []
+    for i, v in enumerate(variants):
+        if not isinstance(v, dict):
+            out.append(v)
+            shown.append(v)
+            continue
+        v = dict(v)
+        view = v
+        where = f"variants[{i}]"
+        try:
+            if is_packed(v.get("ops")):
+                v["ops"] = unpack_rows(v["ops"], f"{where}.ops", _OpColumns(source, where))
+                checked_ops.add(i)
+                view = {**v, "ops": []}
+            tl = v.get("timeline")
+            if is_packed(tl):
+                n = tl["packed"] if type(tl["packed"]) is int else -1
+                columns = tl.get("columns")
+                if not (0 <= n < 2**40 and isinstance(columns, dict)):
+                    _fail(source, f"{where}.timeline", "expected {'packed': N, 'columns': {...}}")
+                missing = [c for c in _TIMELINE_COLUMNS if c not in columns]
+                if missing:
+                    _fail(source, f"{where}.timeline.columns", f"expected column {missing[0]!r}")
+                v["timeline"] = _Decoded(
+                    (c, unpack_column(columns[c], n, f"{where}.timeline.{c}", arrays=True))
+                    for c in _TIMELINE_COLUMNS
+                )
+                view = {**view, "timeline": {c: [] for c in _TIMELINE_COLUMNS}}
+        except PackError as exc:
+            _fail(source, None, str(exc))
+        out.append(v)
+        shown.append(view)
+    return {**report, "variants": out}, {**report, "variants": shown}, checked_ops
+
+
+class _OpColumns:
+    """Checks packed op rows a column at a time, on each column's distinct values (a column of
+    numbers as a whole), against the schema's OpRow: what pydantic would say of the rows, in
+    a fraction of its time for a run of many ops. Required keys no row may lack."""
+
+    def __init__(self, source: str, where: str):
+        from pydantic import TypeAdapter
+
+        from memprof.reports.schema import OpRow
+
+        self.source, self.where = source, where
+        self.fields = OpRow.model_fields
+        self.adapters = {k: TypeAdapter(f.annotation) for k, f in self.fields.items()}
+        self.TypeAdapter = TypeAdapter
+
+    def __call__(self, key: str, column, absent: list) -> None:
+        import numpy as np
+
+        field = self.fields.get(key)
+        if field is None:
+            return  # readers ignore fields they do not know
+        where = f"{self.where}.ops.{key}"
+        if absent and field.is_required():
+            i = absent[0]
+            _fail(self.source, f"{self.where}.ops[{i}].{key}", "expected this field, found none")
+        if isinstance(column, np.ndarray):
+            distinct = [column[:1].tolist()[0]] if len(column) else []
+            if key in ("duration_s", "start_s"):
+                _times(self.source, where, column)
+            elif column.dtype != np.int64:
+                distinct = np.unique(column).tolist()
+        else:
+            distinct = list(column.names) if hasattr(column, "names") else column
+        adapter = self.adapters[key]
+        for value in distinct:
+            try:
+                adapter.validate_python(value)
+            except ValidationError as exc:
+                err = exc.errors(include_url=False)[0]
+                _fail(self.source, where, _message(err))
+        if key in ("duration_s", "start_s") and not isinstance(column, np.ndarray):
+            _times(self.source, where, [x for x in distinct if x is not None])
+
+
+class _Decoded(dict):
+    """A timeline unpacked from its packed columns (its values are checked by _check_columns)."""
+
+
+def _is_decoded(timeline) -> bool:
+    return isinstance(timeline, _Decoded)
+
+
+_INT_COLUMNS = ("seq", "bytes", "requested", "allocated", "reserved", "storage")
+_NAME_COLUMNS = ("node", "op", "tensor")
+_CHOICES = {
+    "action": ("alloc", "free", "oom"),
+    "phase": ("setup", "forward", "backward", "optimizer", "release", None),
+}
+
+
+def _check_columns(source: str, where: str, tl: dict[str, Any], arrays: bool) -> None:
+    """Each unpacked column holds what its list would (integers, times, names or nulls; an
+    action, phase or category of the schema's), checked on its distinct values; then the
+    columns become lists (arrays=False) or numpy arrays and Labels (arrays=True)."""
+    import numpy as np
+
+    from memprof.reports.build import CATEGORIES
+    from memprof.reports.reduce import Labels
+
+    def bad(col: str, what: str, found) -> None:
+        _fail(source, f"{where}.{col}", f"expected {what}, found {_short(found)}")
+
+    for col, v in list(tl.items()):
+        numeric = col in _INT_COLUMNS or col == "time_s"
+        if isinstance(v, np.ndarray):  # packed as integers or times
+            if col in _NAME_COLUMNS or col in _CHOICES or col == "category":
+                bad(col, "names", "numbers")
+            if col in _INT_COLUMNS and v.dtype != np.int64:
+                bad(col, "integers", "times")
+            if col == "time_s":
+                v = v.astype(np.float64)
+            tl[col] = v
+            continue
+        distinct = list(v.names) if isinstance(v, Labels) else v  # "values": a plain list
+        if col in _INT_COLUMNS:
+            ok = lambda x: type(x) is int  # noqa: E731
+            what = "integers"
+        elif col == "time_s":
+            ok = lambda x: type(x) in (int, float)  # noqa: E731
+            what = "numbers"
+        elif col == "iteration":
+            ok = lambda x: x is None or type(x) is int  # noqa: E731
+            what = "integers or null"
+        elif col == "category":
+            ok = CATEGORIES.__contains__
+            what = "one of " + ", ".join(CATEGORIES)
+        elif col in _CHOICES:
+            ok = _CHOICES[col].__contains__
+            what = "one of " + ", ".join(map(str, _CHOICES[col]))
+        else:
+            ok = lambda x: x is None or isinstance(x, str)  # noqa: E731
+            what = "names or null"
+        for x in distinct:
+            if not ok(x):
+                bad(col, what, x)
+        if numeric:
+            dtype = np.int64 if col in _INT_COLUMNS else np.float64
+            if col in _INT_COLUMNS and any(not -INT64 <= x < INT64 for x in distinct):
+                bad(col, "64-bit integers", "larger")
+            if isinstance(v, Labels):
+                table = np.array(distinct or [0], dtype=dtype)
+                tl[col] = table[v.codes]
+            else:
+                tl[col] = np.array(v, dtype=dtype)
+        elif arrays and not isinstance(v, Labels):
+            tl[col] = Labels.encode(v, len(v))
+    if not arrays:
+        for col, v in tl.items():
+            if isinstance(v, np.ndarray):
+                tl[col] = v.tolist()
+            elif isinstance(v, Labels):
+                tl[col] = v.take(slice(None))
+
+
+def _check_consistency(report: dict[str, Any], source: str, checked_ops=frozenset()) -> None:
     names: set[str] = set()
     for i, v in enumerate(report["variants"]):
         where = f"variants[{i}]"
@@ -88,13 +278,13 @@ def _check_consistency(report: dict[str, Any], source: str) -> None:
                     f"expected {n} entries (as timeline.seq), found {len(tl[col])}",
                 )
         for col in ("bytes", "requested", "allocated", "reserved", "seq", "storage"):
-            if any(not -INT64 <= x < INT64 for x in tl[col]):
+            if isinstance(tl[col], list) and any(not -INT64 <= x < INT64 for x in tl[col]):
                 _fail(source, f"{where}.timeline.{col}", "expected 64-bit integers, found larger")
         _times(source, f"{where}.timeline.time_s", tl["time_s"])
         _times(source, f"{where}.duration_s", [v["duration_s"], v["program_duration_s"]])
         for j, p in enumerate(v["phases"]):
             _times(source, f"{where}.phases[{j}]", [p["start_s"], p["end_s"]])
-        for j, op in enumerate(v["ops"]):
+        for j, op in enumerate([] if i in checked_ops else v["ops"]):
             _times(source, f"{where}.ops[{j}]", [op["duration_s"], op.get("start_s") or 0.0])
         for field in (
             "peak_allocated_bytes",
@@ -146,6 +336,10 @@ _COMPARISON_FLOATS = (
 def _times(source: str, field: str, values, what: str = "a time in seconds") -> None:
     """Times are finite and of a run's size (Python's json reads NaN and Infinity, and 1e308
     seconds overflows every nanosecond clock)."""
+    if hasattr(values, "dtype"):  # unpacked nanoseconds: finite by construction
+        if len(values) and float(abs(values).max()) > MAX_SECONDS:
+            _fail(source, field, f"expected {what} (at most {MAX_SECONDS:g})")
+        return
     for x in values:
         if not (isinstance(x, (int, float)) and math.isfinite(x) and abs(x) <= MAX_SECONDS):
             _fail(source, field, f"expected {what} (finite, at most {MAX_SECONDS:g}), found {x!r}")
@@ -156,9 +350,14 @@ def _fail(source: str, field: str | None, message: str):
     raise UnreadableReport(f"{source}: unreadable report: {what}{message}")
 
 
+_UNION_MEMBERS = ("Timeline", "PackedTable", "list[OpRow]")  # pydantic names a union's branch
+
+
 def _loc(loc: tuple) -> str:
     out = ""
     for part in loc:
+        if part in _UNION_MEMBERS:
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:

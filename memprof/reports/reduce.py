@@ -45,9 +45,14 @@ class Labels:
     codes: np.ndarray
     names: tuple[str | None, ...]
 
+    def __len__(self) -> int:
+        return len(self.codes)
+
     @classmethod
-    def encode(cls, values: list[Any], n: int) -> Labels:
-        if not values:
+    def encode(cls, values: list[Any] | Labels, n: int) -> Labels:
+        if isinstance(values, Labels):  # unpacked from a report file: already codes
+            return values
+        if not len(values):
             return cls(np.zeros(n, dtype=np.int32), (None,))
         lut: dict[Any, int] = {}
         codes = np.fromiter((lut.setdefault(v, len(lut)) for v in values), dtype=np.int32, count=n)
@@ -84,35 +89,47 @@ class TimelineArrays:
         Raises ValueError when the columns do not have one length.
         """
         timeline = timeline or {}
-        allocated_col = timeline.get("allocated") or []
-        n = len(allocated_col)
+
+        def col(key: str):  # lists from a report dict; arrays and Labels from a packed file
+            column = timeline.get(key)
+            return column if column is not None and len(column) else None
+
+        allocated_col = col("allocated")
+        n = 0 if allocated_col is None else len(allocated_col)
         for key, column in timeline.items():
-            if isinstance(column, list) and len(column) != n:
+            if hasattr(column, "__len__") and len(column) != n:
                 raise ValueError(
                     f"timeline column {key!r} has {len(column)} entries, 'allocated' has {n}"
                 )
 
         def ints(key: str) -> np.ndarray:
-            column = timeline.get(key)
-            if not column:
+            column = col(key)
+            if column is None:
                 return np.zeros(n, dtype=np.int64)
+            if isinstance(column, np.ndarray):
+                return column.astype(np.int64, copy=False)
             return np.fromiter(column, dtype=np.int64, count=n)
 
         allocated = ints("allocated")
-        reserved = ints("reserved") if timeline.get("reserved") else allocated.copy()
-        time_col = timeline.get("time_s")
-        time_s = (
-            np.fromiter(time_col, dtype=np.float64, count=n)
-            if time_col
-            else np.arange(n, dtype=np.float64)
-        )
+        reserved = ints("reserved") if col("reserved") is not None else allocated.copy()
+        time_col = col("time_s")
+        if time_col is None:
+            time_s = np.arange(n, dtype=np.float64)
+        elif isinstance(time_col, np.ndarray):
+            time_s = time_col.astype(np.float64, copy=False)
+        else:
+            time_s = np.fromiter(time_col, dtype=np.float64, count=n)
         size = ints("bytes")
-        action = Labels.encode(timeline.get("action") or [], n)
+
+        def labels(key: str) -> Labels:
+            return Labels.encode(col(key) if col(key) is not None else [], n)
+
+        action = labels("action")
         # An alloc adds its bytes, a free removes them, an "oom" (a refused request) neither.
         sign = np.array(
             [1 if a == "alloc" else -1 if a == "free" else 0 for a in action.names], dtype=np.int64
         )
-        signed = size * sign[action.codes] if timeline.get("action") else size
+        signed = size * sign[action.codes] if col("action") is not None else size
         return cls(
             n=n,
             time_s=time_s,
@@ -121,11 +138,11 @@ class TimelineArrays:
             reserved=reserved,
             signed_bytes=signed,
             action=action,
-            node=Labels.encode(timeline.get("node") or [], n),
-            op=Labels.encode(timeline.get("op") or [], n),
-            tensor=Labels.encode(timeline.get("tensor") or [], n),
-            phase=Labels.encode(timeline.get("phase") or [], n),
-            category=Labels.encode(timeline.get("category") or [], n),
+            node=labels("node"),
+            op=labels("op"),
+            tensor=labels("tensor"),
+            phase=labels("phase"),
+            category=labels("category"),
             peak_index=int(np.argmax(allocated)) if n else -1,
         )
 

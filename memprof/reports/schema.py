@@ -84,6 +84,29 @@ class Timeline(_Model):
     storage: list[int] = Field(description="storage id: links a free to its alloc")
 
 
+class PackedColumn(_Model):
+    """One packed column (memprof/reports/packed.py): exactly one of `int` (64-bit integers,
+    delta-coded, zlib, base64), `ns` (seconds as integer nanoseconds, packed as `int`),
+    `labels` + `codes` (distinct values, and each entry's index into them packed as `int`), or
+    `values` (a plain JSON list)."""
+
+    int: str | None = None
+    ns: str | None = None
+    labels: list[Any] | None = None
+    codes: str | None = None
+    values: list[Any] | None = None
+
+
+class PackedTable(_Model):
+    """Equal-length columns, packed (docs/report-format.md, "Packed columns")."""
+
+    packed: int = Field(ge=0, description="entries per column")
+    columns: dict[str, PackedColumn]
+    absent: dict[str, list[int]] | None = Field(
+        None, description="rows only: for a key some rows lack, the indexes of those rows"
+    )
+
+
 class PhaseSpan(_Model):
     name: Phase
     iteration: int | None
@@ -170,10 +193,12 @@ class Variant(_Model):
     iterations: int = 1
     duration_s: float = Field(description="setup and all iterations")
     program_duration_s: float = Field(0.0, description="the iterations only (no setup)")
-    timeline: Timeline
+    timeline: Timeline | PackedTable = Field(
+        description="columnar; saved packed (schema_version 2), read back as lists"
+    )
     phases: list[PhaseSpan]
     peak: Peak
-    ops: list[OpRow]
+    ops: list[OpRow] | PackedTable = Field(description="saved packed, read back as a list")
     warnings: list[Warning_]
     expectations: list[ExpectationRow]
 
@@ -208,7 +233,9 @@ class Comparison(_Model):
 class Report(_Model):
     """One run of one scenario: every variant, and the comparison against the baseline variant."""
 
-    schema_version: Literal[1]
+    schema_version: Literal[1, 2] = Field(
+        description="2: timeline and ops may be packed tables; 1: plain lists only"
+    )
     tool: Tool
     run_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
     created_at: str

@@ -144,9 +144,37 @@ def _umask() -> int:
     return mask
 
 
-def dumps_report(report: dict[str, Any] | list[dict[str, Any]]) -> str:
-    """Compact JSON, as reports are saved (NaN is refused: JSON has none)."""
+def dumps_report(report: dict[str, Any] | list[dict[str, Any]], *, packed: bool = True) -> str:
+    """Compact JSON, as reports are saved (NaN is refused: JSON has none). packed: each variant's
+    timeline and op rows as packed columns (memprof/reports/packed.py, a few bytes per event);
+    packed=False writes them as plain lists (what `read_report` gives back either way)."""
+    if packed:
+        report = (
+            [pack_report(r) for r in report] if isinstance(report, list) else pack_report(report)
+        )
     return json.dumps(report, separators=(",", ":"), allow_nan=False)
+
+
+def pack_report(report: dict[str, Any]) -> dict[str, Any]:
+    """A shallow copy of the report whose variants' timeline and ops are packed tables when
+    they have PACK_MIN entries or more (fewer read better as plain lists, and packing them
+    saves nothing); the report itself is not changed; what is packed already stays as it is."""
+    from memprof.reports.packed import PACK_MIN, is_packed, pack_columns, pack_rows
+
+    variants = report.get("variants") if isinstance(report, dict) else None
+    if not isinstance(variants, list):
+        return report
+    out = []
+    for v in variants:
+        if isinstance(v, dict):
+            v = dict(v)
+            tl, ops = v.get("timeline"), v.get("ops")
+            if isinstance(tl, dict) and not is_packed(tl) and len(tl.get("seq", ())) >= PACK_MIN:
+                v["timeline"] = pack_columns(tl)
+            if isinstance(ops, list) and len(ops) >= PACK_MIN:
+                v["ops"] = pack_rows(ops)
+        out.append(v)
+    return {**report, "variants": out}
 
 
 def write_report(report: dict[str, Any], path: str | os.PathLike) -> Path:
@@ -228,12 +256,13 @@ def read_report(path: str | os.PathLike) -> dict[str, Any]:
     return require_report(data, str(path))
 
 
-def require_report(report: Any, source: str = "report") -> dict[str, Any]:
-    """The report if every reader can use it (docs/report-format.md, this schema_version), else
+def require_report(report: Any, source: str = "report", *, arrays: bool = False) -> dict[str, Any]:
+    """The report as readers use it (packed columns unpacked; arrays=True: timelines as
+    memprof.reports.reduce.TimelineArrays) if it is one (docs/report-format.md), else
     InvalidInput (memprof.reports.load.UnreadableReport) naming the first bad field."""
     from memprof.reports.load import check_report
 
-    return check_report(report, source)
+    return check_report(report, source, arrays=arrays)
 
 
 def list_report_paths(runs_dir: str | os.PathLike) -> list[Path]:

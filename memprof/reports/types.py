@@ -180,7 +180,7 @@ class Comparison(TypedDict):
 class Report(TypedDict):
     """One run of one scenario: every variant, and the comparison."""
 
-    schema_version: Literal[1]
+    schema_version: Literal[2]
     tool: Tool
     run_id: str
     created_at: str

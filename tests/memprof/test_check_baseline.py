@@ -115,8 +115,8 @@ def test_malformed_json_is_reported_with_file_line_and_column(tmp_path):
             "with keys name",
         ),
         (
-            '{"schema_version": 2, "scenario": {"name": "s"}, "variants": []}',
-            "expected a report with schema_version 1, found 2 (written by a newer memprof?)",
+            '{"schema_version": 3, "scenario": {"name": "s"}, "variants": []}',
+            "expected a report with schema_version 1, 2, found 3 (written by a newer memprof?)",
         ),
         (
             '{"schema_version": 1, "scenario": {"name": "s"}, "variants": [{"name": "v", "status": "ok", '

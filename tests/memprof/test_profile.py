@@ -4,7 +4,6 @@ saved like any run."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 import engine
 import memprof
 from memprof.reports.schema import Report
+from memprof.reports.store import read_report
 from memprof.runner import run_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def test_profile_saves_a_report_that_the_commands_read(tmp_path):
         y = engine.relu(x)
     # then the report is saved as a run, with its history row
     assert prof.recorded is not None and prof.recorded.ok
-    saved = json.loads(prof.recorded.path.read_text())
+    saved = read_report(prof.recorded.path)  # packed columns read back as lists
     assert saved["run_id"] == prof.report["run_id"]
     assert saved["variants"][0]["peak_allocated_bytes"] == 128 * 2**20
     assert (tmp_path / "history.sqlite").exists()

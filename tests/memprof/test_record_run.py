@@ -8,6 +8,7 @@ import pytest
 
 from memprof import history
 from memprof.reports.record import record_run
+from memprof.reports.store import read_report
 from memprof.runner import run_scenario
 from tests.memprof.test_runner_engine import RELU, scenario
 
@@ -22,7 +23,11 @@ def test_a_run_is_saved_whole_and_appended_to_the_history(tmp_path, report):
 
     assert recorded.ok and recorded.in_history
     assert recorded.path == tmp_path / "runs" / f"{report['run_id']}.json"
-    assert json.loads(recorded.path.read_text()) == json.loads(json.dumps(report))
+    saved = json.loads(recorded.path.read_text())
+    assert saved["variants"][0]["timeline"]["packed"] == len(
+        report["variants"][0]["timeline"]["seq"]
+    )
+    assert read_report(recorded.path) == json.loads(json.dumps(report))  # unpacked: the same
     rows = history.query(tmp_path / "runs", "relu")
     assert {(r["variant"], r["peak_allocated_bytes"]) for r in rows} == {
         (v["name"], v["peak_allocated_bytes"]) for v in report["variants"]

@@ -52,7 +52,7 @@ CASES = [
     (_set(("baseline_variant",), "zz"), "baseline_variant: expected a variant name"),
     (_set(("comparison", "rows", 0, "variant"), "zz"), "comparison.rows[0].variant"),
     (_set(("variants",), {}), "variants: expected a list"),
-    (_set(("schema_version",), 2), "schema_version 2"),
+    (_set(("schema_version",), 3), "schema_version 3"),
     (_set(("variants", 0, "timeline", "time_s"), [0.0, 1e308]), "variants[0].timeline.time_s"),
     (_set(("variants", 0, "duration_s"), float("nan")), "variants[0].duration_s"),
     (_set(("comparison", "rows", 0, "duration_s"), float("inf")), "comparison.rows[0]"),

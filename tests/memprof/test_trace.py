@@ -240,8 +240,8 @@ def test_memprof_report_writes_the_trace_and_the_page_when_both_are_asked_for(tm
 
 def test_memprof_report_trace_refuses_a_file_that_is_not_a_report(tmp_path):
     bad = tmp_path / "bad.json"
-    bad.write_text('{"schema_version": 2, "variants": []}')
+    bad.write_text('{"schema_version": 3, "variants": []}')
     result = runner.invoke(app, ["report", str(bad), "--trace", str(tmp_path / "t.json")])
     assert result.exit_code == 2
-    assert "schema_version 2" in result.output
+    assert "schema_version 3" in result.output
     assert not (tmp_path / "t.json").exists()

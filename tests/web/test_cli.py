@@ -69,7 +69,7 @@ def test_report_finds_a_run_id_in_the_runs_directory(tmp_path, base_report):
     ("content", "message"),
     [
         ("{not json", "cannot read the report"),
-        ('{"schema_version": 2, "variants": []}', "schema_version 2"),
+        ('{"schema_version": 3, "variants": []}', "schema_version 3"),
         ("[1, 2]", "not a memprof report"),
     ],
 )

@@ -51,13 +51,16 @@ def _whole_report(cache: CacheDep, run_id: str) -> dict:
     """The run's report with its timelines (the cache keeps none): 404 for no such run, 500
     for a file that is not a report."""
     run = load_run(cache, run_id)
+    from memprof.errors import InvalidInput
+    from memprof.reports.store import require_report
+
     try:
         report = json.loads(run.path.read_bytes())  # the cache keeps no timeline lists
+        return require_report(report, run.path.name)  # packed columns back as lists
     except FileNotFoundError:
         raise HTTPException(404, f"no run {run_id!r} in the runs directory") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, InvalidInput) as exc:
         raise UnreadableReport(f"{run.path.name} cannot be read: {exc}") from None
-    return report
 
 
 @router.get(
