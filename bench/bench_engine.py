@@ -13,6 +13,8 @@ Three parts (targets from issue 2):
    Target: on/off <= 1.03.
 3. Dispatch: 10,000 ops on 4-element tensors, per-op time beside torch's and numpy's.
    Target: within 3x of torch.
+4. erf and GELU on 4M float32 values (issue 15: an accurate float32 erf that is not ~10x
+   torch's): time beside torch's, and each side's largest error against float64 erf/GELU.
 
 Engine and torch runs are interleaved round by round, so a noisy (shared) machine slows both
 sides alike. Each figure is the best round (the least disturbed one, as `timeit` advises) and
@@ -202,7 +204,38 @@ def small_ops(rounds: int, n_ops: int = 10_000) -> list[dict]:
     return rows
 
 
-def print_table(large, small, info) -> None:
+SPECIAL_N = 1 << 22
+ERF_TARGET = 10.0
+
+
+def special_ops(rounds: int) -> list[dict]:
+    """erf and exact GELU on 4M float32 values in [-6, 6]: time and accuracy beside torch's."""
+    x = np.linspace(-6, 6, SPECIAL_N, dtype=np.float32)
+    ex = engine.tensor(x)
+    gelu = engine.nn.functional.gelu
+    rows = []
+    ops = {"erf": (engine.erf, "erf"), "gelu": (gelu, "gelu")}
+    for name, (fn, tname) in ops.items():
+        row = {"op": name}
+        fns = {"engine": lambda fn=fn: fn(ex)}
+        ours = fn(ex).numpy().astype(np.float64)
+        if torch is not None:
+            tx = torch.from_numpy(x)
+            tfn = torch.erf if tname == "erf" else torch.nn.functional.gelu
+            fns["torch"] = lambda tfn=tfn, tx=tx: tfn(tx)
+            ref = tfn(torch.from_numpy(x.astype(np.float64))).numpy()
+            row["engine_max_err"] = float(np.abs(ours - ref).max())
+            row["torch_max_err"] = float(np.abs(tfn(tx).numpy().astype(np.float64) - ref).max())
+        times = interleaved(fns, rounds, inner=2)
+        row["engine_ms"] = best(times["engine"]) * 1e3
+        if torch is not None:
+            row["torch_ms"] = best(times["torch"]) * 1e3
+            row["engine_over_torch"] = ratio(times, "engine", "torch")
+        rows.append(row)
+    return rows
+
+
+def print_table(large, small, info, special=()) -> None:
     print(f"# engine vs torch ({info})")
     print()
     print(
@@ -232,6 +265,22 @@ def print_table(large, small, info) -> None:
             f"{r['op']:<22}{r['engine_us']:>9.2f}{r.get('torch_us', float('nan')):>9.2f}"
             f"{r['numpy_us']:>9.2f}{r.get('engine_over_torch', float('nan')):>11.2f}"
         )
+    if special:
+        print()
+        print(
+            f"## erf and GELU, {SPECIAL_N:,} float32 values in [-6, 6] ({STAT.__name__} ms; "
+            f"target erf engine/torch < {ERF_TARGET:g}; max abs error against float64)"
+        )
+        print(
+            f"{'op':<12}{'engine':>10}{'torch':>10}{'eng/torch':>11}{'engine err':>13}{'torch err':>12}"
+        )
+        nan = float("nan")
+        for r in special:
+            print(
+                f"{r['op']:<12}{r['engine_ms']:>10.2f}{r.get('torch_ms', nan):>10.2f}"
+                f"{r.get('engine_over_torch', nan):>11.2f}{r.get('engine_max_err', nan):>13.2e}"
+                f"{r.get('torch_max_err', nan):>12.2e}"
+            )
 
 
 def main(argv=None) -> int:
@@ -256,10 +305,13 @@ def main(argv=None) -> int:
     )
     large = large_ops(rounds)
     small = small_ops(rounds)
+    special = special_ops(rounds)
     if args.json:
-        print(json.dumps({"info": info, "large": large, "small": small}, indent=2))
+        print(
+            json.dumps({"info": info, "large": large, "small": small, "special": special}, indent=2)
+        )
     else:
-        print_table(large, small, info)
+        print_table(large, small, info, special)
     return 0
 
 

@@ -659,15 +659,69 @@ def _erf_block(out, x):
     np.copyto(out, result, casting="unsafe")
 
 
+# float32 and float16 results: erf(x) = x P(x^2) / Q(x^2) for |x| <= 4, computed in float64
+# (P, Q fitted by iterated least squares on Chebyshev nodes against float64 erf; |error| < 2e-9
+# there, so the float32 result is within half an ulp + 2e-9 of erf: 98.8% of float32 inputs give
+# erf correctly rounded, torch's kernel 99.1%), and x clamped to +-4 beyond (erf(4) = 1 - 1.5e-8,
+# which is 1.0 in float32 and float16, as erf of anything larger). About 8x faster than the
+# float64 series below, which float64 results keep.
+_ERF_P = (
+    1.1283791820950761,
+    0.1847110019910626,
+    0.054332679704439786,
+    0.0038395557887676503,
+    0.0003826926532280731,
+    4.780532839595618e-06,
+    -1.3666787514326842e-08,
+)
+_ERF_Q = (
+    1.0,
+    0.4970294087790748,
+    0.11382657545948907,
+    0.015453570074791248,
+    0.0013095851178017146,
+    6.400921974496717e-05,
+)
+
+
+def _horner(u, coefs, out):
+    np.multiply(u, coefs[-1], out=out)
+    out += coefs[-2]
+    for c in coefs[-3::-1]:
+        out *= u
+        out += c
+    return out
+
+
+def _erf_rational_block(x, out):
+    z = np.clip(x, -4.0, 4.0, dtype=np.float64)
+    u = z * z
+    p = _horner(u, _ERF_P, np.empty_like(u))
+    q = _horner(u, _ERF_Q, np.empty_like(u))
+    p *= z
+    np.divide(p, q, out=out, casting="unsafe")
+
+
 def erf_into(xp, x, out):
-    """out = erf(x) to float64 precision; numpy has no erf, CuPy has cupyx.scipy.special.erf."""
+    """out = erf(x): to float64 precision for float64, within half an ulp + 2e-9 for float32 and
+    float16 (_ERF_P); numpy has no erf, CuPy has cupyx.scipy.special.erf."""
     if xp is not np:
         import cupyx.scipy.special
 
         cupyx.scipy.special.erf(x, out=out)
         return out
+    if out.dtype.itemsize < 8 and out.dtype.kind == "f":
+        if isinstance(x, np.ndarray) and x.shape == out.shape and x.flags.c_contiguous:
+            run_parallel(lambda xb, ob: blocked(_erf_rational_block_out, ob, xb), out, x)
+        else:
+            blocked(_erf_rational_block_out, out, x)
+        return out
     blocked(_erf_block, out, x)
     return out
+
+
+def _erf_rational_block_out(out, x):
+    _erf_rational_block(x, out)
 
 
 def numel(shape) -> int:
