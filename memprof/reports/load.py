@@ -16,6 +16,7 @@ traceback or a broken index.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -79,16 +80,19 @@ def check_report(report: Any, source: str = "report", *, arrays: bool = False) -
         _fail(source, _loc(err["loc"]), _message(err))
     except RecursionError:  # a JSON value nested too deep for pydantic
         _fail(source, None, "expected a report, found values nested too deep")
+    decoded = [v for v in report["variants"] if _is_decoded(v.get("timeline"))]
     for i, v in enumerate(report["variants"]):
         if _is_decoded(v.get("timeline")):
-            _check_columns(source, f"variants[{i}].timeline", v["timeline"], arrays)
-            v["timeline"] = dict(v["timeline"])
-    _check_consistency(report, source, checked_ops)
+            _check_columns(source, f"variants[{i}].timeline", v["timeline"])
+    _check_consistency(report, source, checked_ops)  # on arrays: no pass over a list per event
     if arrays:
         from memprof.reports.reduce import TimelineArrays
 
         for v in report["variants"]:
             v["timeline"] = TimelineArrays.from_columns(v["timeline"])
+    else:
+        for v in decoded:
+            v["timeline"] = _as_lists(v["timeline"])
     report["schema_version"] = SCHEMA_VERSION
     return report
 
@@ -137,20 +141,27 @@ def _unpacked(report: dict[str, Any], source: str, arrays: bool):
     return {**report, "variants": out}, {**report, "variants": shown}, checked_ops
 
 
+@functools.cache
+def _op_adapters() -> dict:
+    """A pydantic validator per OpRow field, made once per process."""
+    from pydantic import TypeAdapter
+
+    from memprof.reports.schema import OpRow
+
+    return {k: TypeAdapter(f.annotation) for k, f in OpRow.model_fields.items()}
+
+
 class _OpColumns:
     """Checks packed op rows a column at a time, on each column's distinct values (a column of
     numbers as a whole), against the schema's OpRow: what pydantic would say of the rows, in
     a fraction of its time for a run of many ops. Required keys no row may lack."""
 
     def __init__(self, source: str, where: str):
-        from pydantic import TypeAdapter
-
         from memprof.reports.schema import OpRow
 
         self.source, self.where = source, where
         self.fields = OpRow.model_fields
-        self.adapters = {k: TypeAdapter(f.annotation) for k, f in self.fields.items()}
-        self.TypeAdapter = TypeAdapter
+        self.adapters = _op_adapters()
 
     def __call__(self, key: str, column, absent: list) -> None:
         import numpy as np
@@ -197,10 +208,10 @@ _CHOICES = {
 }
 
 
-def _check_columns(source: str, where: str, tl: dict[str, Any], arrays: bool) -> None:
+def _check_columns(source: str, where: str, tl: dict[str, Any]) -> None:
     """Each unpacked column holds what its list would (integers, times, names or nulls; an
-    action, phase or category of the schema's), checked on its distinct values; then the
-    columns become lists (arrays=False) or numpy arrays and Labels (arrays=True)."""
+    action, phase or category of the schema's), checked on its distinct values; numbers end as
+    numpy arrays, the rest as Labels (a plain "values" list of names stays a list)."""
     import numpy as np
 
     from memprof.reports.build import CATEGORIES
@@ -251,14 +262,20 @@ def _check_columns(source: str, where: str, tl: dict[str, Any], arrays: bool) ->
                 tl[col] = table[v.codes]
             else:
                 tl[col] = np.array(v, dtype=dtype)
-        elif arrays and not isinstance(v, Labels):
-            tl[col] = Labels.encode(v, len(v))
-    if not arrays:
-        for col, v in tl.items():
-            if isinstance(v, np.ndarray):
-                tl[col] = v.tolist()
-            elif isinstance(v, Labels):
-                tl[col] = v.take(slice(None))
+
+
+def _as_lists(tl: dict[str, Any]) -> dict[str, list]:
+    """A checked, unpacked timeline (_check_columns) as the report's plain lists."""
+    from memprof.reports.reduce import Labels
+
+    return {
+        col: v.take(slice(None))
+        if isinstance(v, Labels)
+        else v
+        if isinstance(v, list)
+        else v.tolist()
+        for col, v in tl.items()
+    }
 
 
 def _check_consistency(report: dict[str, Any], source: str, checked_ops=frozenset()) -> None:
