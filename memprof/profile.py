@@ -467,6 +467,7 @@ class Profile:
 
         model = self.alloc.model
         records = self.rec.records
+        counts = records.counts()
         t0 = self.t0_ns
         ops, phases = [], []
         # one op row per run of events of the same node, phase and iteration
@@ -535,9 +536,9 @@ class Profile:
             "peak_reserved_bytes": model.max_reserved_bytes,
             "baseline_bytes": baseline,
             "final_allocated_bytes": model.allocated_bytes,
-            "num_allocs": records.count("alloc"),
-            "num_frees": records.count("free"),
-            "num_ooms": records.count("oom"),
+            "num_allocs": counts["alloc"],
+            "num_frees": counts["free"],
+            "num_ooms": counts["oom"],
             "iterations": iterations,
             "duration_s": round((t1 - t0) / 1e9, 9),
             "program_duration_s": round(program, 9),

@@ -143,11 +143,15 @@ class EventLog:
 
     __hash__ = object.__hash__
 
-    def count(self, action: str) -> int:
-        """How many events are `action` (alloc, free or oom)."""
-        code = _ACTION_CODE[action]
-        per_place = [p[0] == code for p in self.places.values]
-        return sum(1 for w in self.where if per_place[w])
+    def counts(self) -> dict[str, int]:
+        """How many events of each action: {"alloc": n, "free": n, "oom": n}, in one pass."""
+        per_place = [0] * len(self.places.values)
+        for w in self.where:
+            per_place[w] += 1
+        out = dict.fromkeys(ACTIONS, 0)
+        for place, n in zip(self.places.values, per_place, strict=True):
+            out[ACTIONS[place[0]]] += n
+        return out
 
     def nbytes(self) -> int:
         """Bytes the columns hold (without the interned tables)."""

@@ -414,6 +414,7 @@ def _measure(run: _Run, on_iteration) -> Variant:
     run.finish()
     model = run.alloc.model
     records = run.rec.records  # storages numbered 1, 2, ... in order of first appearance
+    counts = records.counts()
     entry: Variant = {
         "name": variant.name,
         "params": variant.params,
@@ -425,9 +426,9 @@ def _measure(run: _Run, on_iteration) -> Variant:
         "peak_reserved_bytes": model.max_reserved_bytes,
         "baseline_bytes": run.baseline_bytes,
         "final_allocated_bytes": model.allocated_bytes,
-        "num_allocs": records.count("alloc"),
-        "num_frees": records.count("free"),
-        "num_ooms": records.count("oom"),
+        "num_allocs": counts["alloc"],
+        "num_frees": counts["free"],
+        "num_ooms": counts["oom"],
         "iterations": spec.iterations,
         "duration_s": round((t1 - t0) / 1e9, 9),
         "program_duration_s": round(
