@@ -693,7 +693,7 @@ def _horner(u, coefs, out):
     return out
 
 
-def _erf_rational_block(x, out):
+def _erf_rational_block(out, x):
     z = np.clip(x, -4.0, 4.0, dtype=np.float64)
     u = z * z
     p = _horner(u, _ERF_P, np.empty_like(u))
@@ -710,18 +710,11 @@ def erf_into(xp, x, out):
 
         cupyx.scipy.special.erf(x, out=out)
         return out
-    if out.dtype.itemsize < 8 and out.dtype.kind == "f":
-        if isinstance(x, np.ndarray) and x.shape == out.shape and x.flags.c_contiguous:
-            run_parallel(lambda xb, ob: blocked(_erf_rational_block_out, ob, xb), out, x)
-        else:
-            blocked(_erf_rational_block_out, out, x)
+    if out.dtype.itemsize < 8 and out.dtype.kind == "f":  # threads when run_parallel can split
+        run_parallel(lambda xb, ob: blocked(_erf_rational_block, ob, xb), out, x)
         return out
     blocked(_erf_block, out, x)
     return out
-
-
-def _erf_rational_block_out(out, x):
-    _erf_rational_block(x, out)
 
 
 def numel(shape) -> int:
