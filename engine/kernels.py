@@ -23,12 +23,24 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from engine.allocator import tracked as _tracked
+from engine.allocator.tracked import _storage_ids
 from engine.backends import get_xp
 from engine.backends.strided import is_dense
-from engine.storage import new_storage
+from engine.errors import OutOfMemoryError
+from engine.storage import (
+    Storage,
+    _fake_addresses,
+    _MetaStorage,
+    allocator_for,
+    other_backend_array,
+)
 from engine.tensor import Tensor
 
 _ndarray = np.ndarray
+_np_empty = np.empty
+_prod = math.prod
+_INT64_MAX = (1 << 63) - 1
 
 SCRATCH_ELEMS = 1 << 14
 PARALLEL_MIN_ELEMS = 1 << 18
@@ -127,15 +139,60 @@ def _get_pool() -> ThreadPoolExecutor:
 
 
 def empty(shape, dtype, device) -> Tensor:
-    """A new tensor on a new storage (the allocator is charged); values uninitialised."""
-    s = new_storage(
-        shape if type(shape) is tuple else tuple(shape),
-        dtype.np,
-        device,
-        dtype.itemsize if dtype.emulated else 0,
-    )
+    """A new tensor on a new C-contiguous storage, charged to the device's allocator; values
+    uninitialised. The one allocation path of the engine: every storage an op makes (and so
+    every byte the allocator sees) comes from here, the storage and its tensor in one step.
+
+    An OutOfMemoryError (the model's limit, or the system refusing a cpu array) leaves nothing
+    behind and no peak raised; with tracking off (engine.allocator.tracked.tracking(False))
+    nothing is charged at all. The bytes charged per element are the dtype's: an emulated dtype
+    (bfloat16, held in float32) is charged its own 2 bytes.
+    """
+    if type(shape) is not tuple:
+        shape = tuple(shape)
+    np_dtype = dtype.np
+    nbytes = _prod(shape) * dtype.itemsize
+    if nbytes > _INT64_MAX:  # PyTorch refuses it at creation, meta included
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(shape)}")
+    cpu = device.type == "cpu"
+    if cpu:
+        # The system's memory first: when it refuses (MemoryError under `ulimit -v`, or past
+        # what the OS will overcommit) nothing was charged, so the peak stays what the program
+        # really held; observers get an "oom" event.
+        try:
+            data = _np_empty(shape, np_dtype)
+        except MemoryError:
+            _refused(device, nbytes)
+    if _tracked.TRACKING:  # may raise the limit's OutOfMemoryError (a cpu array is then dropped)
+        alloc = device._allocator or allocator_for(device)
+        if alloc.observers:
+            handle, sid, epoch = alloc.allocate(nbytes)
+        else:  # TrackedAllocator.allocate with nobody to tell: the hot path, inline
+            sid = next(_storage_ids)
+            handle = alloc.model.charge(nbytes)
+            epoch = alloc.epoch
+    else:
+        alloc = handle = None
+        sid = epoch = 0
+    if cpu:
+        s = _new(Storage)
+    else:
+        data = other_backend_array(shape, np_dtype, device, alloc, handle, sid, epoch, nbytes)
+        if device.type == "meta":
+            s = _new(_MetaStorage)
+            s.fake_address = next(_fake_addresses) << 32
+        else:
+            s = _new(Storage)
+    s.data = data
+    s.nbytes = nbytes
+    s.device = device
+    s.handle = handle
+    s.id = sid
+    s.epoch = epoch
+    s.version = 0
+    s.allocator = alloc
     t = _new(Tensor)
-    t._data = s.data
+    t._data = data
     t._storage = s
     t._dtype = dtype
     t._device = device
@@ -144,6 +201,16 @@ def empty(shape, dtype, device) -> Tensor:
     t._grad = None
     t._grad_fn = None
     return t
+
+
+def _refused(device, nbytes: int):
+    if _tracked.TRACKING:
+        (device._allocator or allocator_for(device)).refused(nbytes)
+    raise OutOfMemoryError(
+        f"{device} out of memory: the system refused {nbytes} bytes",
+        device=str(device),
+        requested=nbytes,
+    ) from None
 
 
 _new = object.__new__

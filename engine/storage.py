@@ -8,18 +8,14 @@ a storage's base tensor, all its views and detached aliases share it.
 from __future__ import annotations
 
 import itertools
-import math
-
-import numpy as np
 
 from engine.allocator import tracked
-from engine.allocator.tracked import _storage_ids, get_allocator
+from engine.allocator.tracked import get_allocator
 from engine.backends import cupy_module
 from engine.backends.meta import MetaArray
 from engine.errors import OutOfMemoryError
 
 _fake_addresses = itertools.count(1)
-_prod = math.prod
 
 
 def allocator_for(dev):
@@ -98,66 +94,11 @@ def alias_storage(s: Storage) -> Storage:
 
 
 _new = object.__new__
-_INT64_MAX = (1 << 63) - 1
 
 
-def new_storage(shape: tuple, np_dtype, dev, itemsize: int = 0) -> Storage:
-    """Allocate a C-contiguous storage of `shape`; storage.data is the backend array.
-
-    An OutOfMemoryError (the model's limit, or the system refusing a cpu array) leaves nothing
-    behind and no peak raised; with tracking off (engine.allocator.tracked.tracking(False))
-    nothing is charged at all. `itemsize`: the bytes charged per element when they differ from
-    the array's (an emulated dtype: bfloat16 is held in float32 and charged 2 bytes).
-    """
-    nbytes = _prod(shape) * (itemsize or np_dtype.itemsize)
-    if nbytes > _INT64_MAX:  # PyTorch refuses it at creation, meta included
-        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(shape)}")
-    if dev.type == "cpu":
-        # The system's memory first: when it refuses (MemoryError under `ulimit -v`, or past
-        # what the OS will overcommit) nothing was charged, so the peak stays what the program
-        # really held; observers get an "oom" event.
-        try:
-            data = np.empty(shape, np_dtype)
-        except MemoryError:
-            if tracked.TRACKING:
-                (dev._allocator or allocator_for(dev)).refused(nbytes)
-            raise OutOfMemoryError(
-                f"{dev} out of memory: the system refused {nbytes} bytes",
-                device=str(dev),
-                requested=nbytes,
-            ) from None
-    if tracked.TRACKING:  # may raise the limit's OutOfMemoryError (a cpu array is then dropped)
-        alloc = dev._allocator or allocator_for(dev)
-        if alloc.observers:
-            handle, sid, epoch = alloc.allocate(nbytes)
-        else:  # TrackedAllocator.allocate without observers to tell: the hot path, inline
-            sid = next(_storage_ids)
-            handle = alloc.model.charge(nbytes)
-            epoch = alloc.epoch
-    else:
-        alloc = handle = None
-        sid = epoch = 0
-    if dev.type == "cpu":
-        s = _new(Storage)
-    else:
-        data = _other_backend(shape, np_dtype, dev, alloc, handle, sid, epoch, nbytes)
-        if dev.type == "meta":
-            s = _new(_MetaStorage)
-            s.fake_address = next(_fake_addresses) << 32
-        else:
-            s = _new(Storage)
-    s.data = data
-    s.nbytes = nbytes
-    s.device = dev
-    s.handle = handle
-    s.id = sid
-    s.epoch = epoch
-    s.version = 0
-    s.allocator = alloc
-    return s
-
-
-def _other_backend(shape, np_dtype, dev, alloc, handle, sid, epoch, nbytes):
+def other_backend_array(shape, np_dtype, dev, alloc, handle, sid, epoch, nbytes):
+    """The array of a new meta or cuda storage (kernels.empty charged `alloc` already: on
+    failure the charge is given back)."""
     try:
         if dev.type == "meta":
             return MetaArray.contiguous(shape, np_dtype)
