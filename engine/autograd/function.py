@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import linecache
 import os
+import textwrap
 import weakref
 
 from engine.allocator import tracked as _tracked
@@ -307,8 +308,22 @@ class Function:
             _round_emulated(*result)
 
         node.sequence_nr = next(_sequence)
-        node.next_functions = tuple([_edge(t) if t.requires_grad else None for t in tensors])
-        node.input_dtypes = tuple([t._dtype for t in tensors])  # gradients are cast to these
+        # the edges, and the dtypes gradients are cast to (written out for the usual arities: a
+        # comprehension is a call of its own)
+        if len(tensors) == 2:
+            a, b = tensors
+            node.next_functions = (
+                _edge(a) if a.requires_grad else None,
+                _edge(b) if b.requires_grad else None,
+            )
+            node.input_dtypes = (a._dtype, b._dtype)
+        elif len(tensors) == 1:
+            a = tensors[0]
+            node.next_functions = (_edge(a) if a.requires_grad else None,)
+            node.input_dtypes = (a._dtype,)
+        else:
+            node.next_functions = tuple([_edge(t) if t.requires_grad else None for t in tensors])
+            node.input_dtypes = tuple([t._dtype for t in tensors])
         if to_save or node.retain_output:
             saved = []
             for i in to_save:
@@ -362,31 +377,43 @@ _NOTHING_SAVED = ()  # a node that keeps nothing shares this (release_saved only
 # "*args" / "args" for Function.apply, "a0, a1" / "(a0, a1)" for a specialised one (packing and
 # unpacking *args costs a noticeable part of a small op).
 _APPLY_TEMPLATE = """
-def apply(cls, {params}, out=None, op=None, **attrs):
+{header}
     if _AUTOCAST.active:  # inside engine.autocast: the op's casting policy
         cast = _autocast.for_primitive(cls, {args})
         if cast is not None:
             {unpack} = cast
-    if out is not None:  # PyTorch's checks before a write (inline: in-place ops are small)
-        if out is not {first}:
-            check_out(cls, {args}, out, op)
-        check_inplace(out)
-        if out._base is not None and 0 in out._data.strides and not cls.writes_overlap:
-            check_overlap(out)  # (only a view can overlap itself: expand, broadcast_to)
-    if STATE.enabled and cls.differentiable:
+    if out is None:
+        if STATE.enabled and cls.differentiable:
 {record}
-    # No history to record: the lean path every op takes under no_grad or without grads.
-    node = _new(cls)
-    if attrs or _tracked.observed:
-        result = node._forward_named(op or cls.__name__, {args}, out, attrs)
-    elif out is None:  # forward's out defaults to None: a call without keywords is cheaper
-        result = node.forward({call})
+        # No history to record: the lean path every op takes under no_grad or without grads.
+        if _tracked.observed:
+            result = _new(cls)._forward_named(op or cls.__name__, {args}, None, attrs)
+        elif attrs:
+            result = _new(cls).forward({call}, **attrs)
+        else:  # a call without keywords is cheaper
+            result = _new(cls).forward({call})
         if result.__class__ is Tensor and not result._dtype.emulated:
             return result  # the common case, straight back
-    else:
-        result = node.forward({call}, out=out)
-    if out is not None:
+    else:  # PyTorch's checks before a write (inline: in-place ops are small)
+        if out is not {first}:
+            check_out(cls, {args}, out, op)
+        if out._base is not None:
+            check_inplace(out)
+            if 0 in out._data.strides and not cls.writes_overlap:
+                check_overlap(out)  # (only a view can overlap itself: expand, broadcast_to)
+        elif out.requires_grad:
+            check_inplace(out)  # (a tensor that is no view and needs no grad passes it)
+        if STATE.enabled and cls.differentiable:
+{record}
+        if _tracked.observed:
+            result = _new(cls)._forward_named(op or cls.__name__, {args}, out, attrs)
+        elif attrs:
+            result = _new(cls).forward({call}, out=out, **attrs)
+        else:  # (a call with **attrs costs more even when attrs is empty)
+            result = _new(cls).forward({call}, out=out)
         out._storage.version += 1
+        if result is out and not out._dtype.emulated:
+            return out  # the common case of an in-place op, straight back
     if type(result) is Tensor:
         if result._dtype.emulated and (result._base is None or out is not None):
             _round_emulated(result)  # (a view shows values that are rounded already)
@@ -396,7 +423,8 @@ def apply(cls, {params}, out=None, op=None, **attrs):
 """
 
 
-def _generate_apply(arity: int | None):
+def _source(arity: int | None, names=None, header=None) -> str:
+    """The dispatcher's text for `arity` positional arguments (None: any number, as *args)."""
     if arity is None:
         fields = dict(
             params="*args",
@@ -405,37 +433,48 @@ def _generate_apply(arity: int | None):
             unpack="args",
             call="*args",
             record=(
-                "        for a in args:\n"
-                "            if isinstance(a, Tensor) and a.requires_grad:\n"
-                "                return _new(cls)._record(args, out, op or cls.__name__, attrs)"
+                "            for a in args:\n"
+                "                if isinstance(a, Tensor) and a.requires_grad:\n"
+                "                    return _new(cls)._record(args, out, op or cls.__name__, attrs)"
             ),
         )
     else:
-        names = [f"a{i}" for i in range(arity)]
+        names = names or [f"a{i}" for i in range(arity)]
         fields = dict(
             params=", ".join(names),
-            first="a0",
+            first=names[0],
             args="(" + ", ".join(names) + ",)",
             unpack="(" + ", ".join(names) + ",)",
             call=", ".join(names),
             record=(
-                "        if "
+                "            if "
                 + " or ".join(f"isinstance({n}, Tensor) and {n}.requires_grad" for n in names)
                 + ":\n"
-                + "            return _new(cls)._record("
+                + "                return _new(cls)._record("
                 + "("
                 + ", ".join(names)
                 + ",), out, op or cls.__name__, attrs)"
             ),
         )
-    source = _APPLY_TEMPLATE.format(**fields)
+    fields["header"] = (header or "def apply(cls, {params}, out=None, op=None, **attrs):").format(
+        **fields
+    )
+    return _APPLY_TEMPLATE.format(**fields)
+
+
+def _compile(source: str, label: str) -> dict:
     # A file name inside engine/ (profilers skip the engine's frames by their folder), with the
     # source in linecache so that tracebacks show the generated lines.
-    filename = os.path.join(_HERE, f"<apply: {'any' if arity is None else arity} args>")
+    filename = os.path.join(_HERE, f"<{label}>")
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace = {}
     exec(compile(source, filename, "exec"), globals(), namespace)  # noqa: S102 - our template
-    return classmethod(namespace["apply"])
+    return namespace
+
+
+def _generate_apply(arity: int | None):
+    label = f"apply: {'any' if arity is None else arity} args"
+    return classmethod(_compile(_source(arity), label)["apply"])
 
 
 _SPECIALISED: dict[int, classmethod] = {}
@@ -446,6 +485,27 @@ def specialised_apply(arity: int) -> classmethod:
     fn = _SPECIALISED.get(arity)
     if fn is None:
         fn = _SPECIALISED[arity] = _generate_apply(arity)
+    return fn
+
+
+_METHOD_NAMES = {1: ["input"], 2: ["input", "other"]}
+_NO_ATTRS: dict = {}  # (never written: forward gets a copy of attrs, **attrs)
+
+
+def direct_form(cls, op: str, arity: int):
+    """`cls.apply(input[, other], out=out, op=op)` as one function of its own: the same
+    dispatcher text with `cls` and `op` bound, so that a Tensor method or an operator
+    (``Tensor.relu``, ``a + b``) reaches forward without a wrapper's call in between.
+    Signature ``(input[, other], *, out=None)``."""
+    names = _METHOD_NAMES[arity]
+    body = _source(arity, names, header="def direct({params}, *, out=None):")
+    source = (
+        "def factory(cls, op, attrs):\n" + textwrap.indent(body, "    ") + "    return direct\n"
+    )
+    fn = _compile(source, f"{op}: {cls.__name__}.apply, {arity} args")["factory"](
+        cls, op, _NO_ATTRS
+    )
+    fn.__name__ = fn.__qualname__ = op
     return fn
 
 

@@ -13,6 +13,7 @@ import builtins
 import math
 
 from engine import dtypes
+from engine.autograd.function import direct_form
 from engine.device import as_device
 from engine.ops import elementwise as E
 from engine.ops import linalg as L
@@ -34,6 +35,13 @@ def _export(name, **options):
     return deco
 
 
+def _direct(cls, name, arity):
+    """`cls.apply(input[, other], out=out, op=name)` as a function of its own (no wrapper call)."""
+    fn = direct_form(cls, name, arity)
+    fn.__module__ = __name__
+    return fn
+
+
 # ---------------------------------------------------------------------------------------------
 # unary: f(x, out=None), f_(x), Tensor.f / Tensor.f_
 # ---------------------------------------------------------------------------------------------
@@ -51,8 +59,7 @@ def _unary(name, cls, functional=None, functional_inplace=False):
     if name in _SCENARIO_UNARY:
         scenario = Scenario(doc=f"elementwise {name}; {name}_ in place")
 
-    def fn(input, *, out=None):
-        return apply(input, out=out, op=name)
+    fn = _direct(cls, name, 1)  # fn(input, *, out=None): cls.apply with no wrapper between
 
     def fn_(input):
         return apply(input, out=input, op=name + "_")
@@ -299,9 +306,7 @@ class Scale(E.Unary):
 
 def _binary_plain(name, cls):
     apply = cls.apply
-
-    def fn(input, other, *, out=None):
-        return apply(input, other, out=out, op=name)
+    fn = _direct(cls, name, 2)  # fn(input, other, *, out=None)
 
     def fn_(input, other):
         return apply(input, other, out=input, op=name + "_")
@@ -945,16 +950,18 @@ def _register_methods() -> None:
         __neg__=neg,
         __abs__=abs,
         __invert__=logical_not,
-        __add__=add,
-        __radd__=add,
+        # the operators reach forward directly (no wrapper: each call counts on tiny tensors);
+        # number + tensor is tensor + number, as in PyTorch
+        __add__=_direct(E.Add, "add", 2),
+        __radd__=_direct(E.Add, "add", 2),
         __iadd__=add_,
-        __sub__=sub,
+        __sub__=_direct(E.Sub, "sub", 2),
         __rsub__=lambda self, o: E.Sub.apply(o, self, op="rsub"),
         __isub__=sub_,
-        __mul__=mul,
-        __rmul__=mul,
+        __mul__=_direct(E.Mul, "mul", 2),
+        __rmul__=_direct(E.Mul, "mul", 2),
         __imul__=mul_,
-        __truediv__=div,
+        __truediv__=_direct(E.Div, "div", 2),
         # number / tensor is self.reciprocal() * number in PyTorch (the reciprocal is kept)
         __rtruediv__=lambda self, o: mul(reciprocal(self), o),
         __itruediv__=lambda self, o: div_(self, o),

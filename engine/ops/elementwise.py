@@ -50,7 +50,11 @@ class Unary(Function):
                 dtype = dtypes.get_default_dtype()
         xd = x._data
         if out is None:
-            y = kernels.empty_for(xd.shape, dtype, x._device, xd)
+            shape = xd.shape
+            if len(shape) < 2:  # one layout only (the check below is a call of its own)
+                y = kernels.empty(shape, dtype, x._device)
+            else:
+                y = kernels.empty_for(shape, dtype, x._device, xd)
         else:
             check_out(out, xd.shape, dtype, self.public_name)
             y = out
@@ -491,7 +495,10 @@ class Binary(Function):
             dtype = dtypes.get_default_dtype()
             cast = True
         if out is None:
-            y = kernels.empty_for(shape, dtype, dev, ad, bd)
+            if len(shape) < 2:  # one layout only (the check below is a call of its own)
+                y = kernels.empty(shape, dtype, dev)
+            else:
+                y = kernels.empty_for(shape, dtype, dev, ad, bd)
         else:
             check_out(out, shape, dtype, self.opname, (sa, sb))
             y = out

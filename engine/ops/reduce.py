@@ -8,7 +8,7 @@ from collections import namedtuple
 import numpy as np
 
 from engine import dtypes, kernels
-from engine.autograd.function import Function
+from engine.autograd.function import Function, specialised_apply
 from engine.ops.common import result_buffer
 from engine.tensor import Tensor, _wrap_dim
 
@@ -48,6 +48,8 @@ _ALL_DIMS = [tuple(range(n)) for n in range(33)]
 
 
 class Sum(Function):
+    apply = specialised_apply(1)  # one tensor argument
+
     def forward(self, x, out=None, dim=None, keepdim=False, dtype=None):
         xd = x._data
         full = dim is None and not keepdim
@@ -83,6 +85,8 @@ class Sum(Function):
 
 
 class Mean(Function):
+    apply = specialised_apply(1)  # one tensor argument
+
     def forward(self, x, out=None, dim=None, keepdim=False, dtype=None):
         if not x._dtype.is_floating_point and dtype is None:
             raise RuntimeError(
@@ -113,6 +117,8 @@ class Mean(Function):
 
 class Amax(Function):
     """amax/amin over dims; the gradient is split evenly between ties (as PyTorch)."""
+
+    apply = specialised_apply(1)  # one tensor argument
 
     retain_inputs = (0,)
     retain_output = True
@@ -148,6 +154,8 @@ class Amin(Amax):
 
 class MaxDim(Function):
     """max/min along one dim: (values, indices); the gradient goes to the index (as PyTorch)."""
+
+    apply = specialised_apply(1)  # one tensor argument
 
     retain_inputs = ()
     reducer = "max"
@@ -197,6 +205,8 @@ class Softmax(Function):
     kernels keep them in registers, so here they are reported as `scratch`, not charged to
     memory_allocated. No full-size temporary in either direction.
     """
+
+    apply = specialised_apply(1)  # one tensor argument
 
     retain_output = True
     log = False

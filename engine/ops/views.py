@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from engine import dtypes, kernels
-from engine.autograd.function import Function
+from engine.autograd.function import Function, specialised_apply
 from engine.autograd.grad_mode import STATE
 from engine.backends.strided import infer_shape, view_strides
 from engine.ops.common import broadcast_shape, check_out, data, sum_to
@@ -58,6 +58,8 @@ def view_array(x: Tensor, shape):
 
 
 class View(Function):
+    apply = specialised_apply(1)  # one tensor argument
+
     def forward(self, x, out=None, shape=()):
         shape = infer_shape(shape, math.prod(x._data.shape))
         self.in_shape = x._data.shape
@@ -77,6 +79,8 @@ class View(Function):
 
 
 class Permute(Function):
+    apply = specialised_apply(1)  # one tensor argument
+
     def forward(self, x, out=None, dims=()):
         dims = tuple(_wrap_dim(d, x.ndim) for d in dims)
         if sorted(dims) != list(range(x.ndim)):
@@ -101,6 +105,8 @@ class Permute(Function):
 
 
 class Expand(Function):
+    apply = specialised_apply(1)  # one tensor argument
+
     def forward(self, x, out=None, shape=()):
         shape = tuple(shape)
         lead = len(shape) - x.ndim
@@ -156,6 +162,8 @@ def _np_index(index):
 
 class Select(Function):
     """Basic indexing: ints, slices, None, Ellipsis -> a view."""
+
+    apply = specialised_apply(1)  # one tensor argument
 
     def forward(self, x, out=None, index=None):
         self.in_shape = x.shape
@@ -347,6 +355,8 @@ class IndexPut(_KeepsIndex, Function):
 
 
 class Clone(Function):
+    apply = specialised_apply(1)  # one tensor argument
+
     def forward(self, x, out=None):
         return kernels.copy_new(x)
 
@@ -429,6 +439,8 @@ class Fill(Function):
 
 class Cast(Function):
     """to(dtype=..., device=...): a new tensor (or self when nothing changes)."""
+
+    apply = specialised_apply(1)  # one tensor argument
 
     def forward(self, x, out=None, dtype=None, device=None):
         self.src_dtype, self.src_device = x._dtype, x._device
@@ -513,6 +525,8 @@ class Diagonal(Function):
     """diagonal(x, offset, dim1, dim2): a view of the entries x[..., i, ..., i + offset, ...]
     with the diagonal as the last dim (PyTorch's DiagonalBackward0: a zeros tensor of x's shape
     whose diagonal receives the gradient)."""
+
+    apply = specialised_apply(1)  # one tensor argument
 
     def forward(self, x, out=None, offset=0, dim1=0, dim2=1):
         if x.ndim < 2:
