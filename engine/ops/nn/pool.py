@@ -92,20 +92,23 @@ def _tiled(geo) -> bool:
 
 
 def _tiled_max(xp, x3, y3, i3, geo, q0: int, q1: int) -> bool:
-    """Max pooling of planes q0..q1 over tiling windows, without masked index writes: the
-    values start as each window's first entry, then every other position of the window
-    (row-major, as PyTorch's kernel scans it) replaces them where strictly greater, noting its
-    position in the window as one byte; the flat indices are computed from those bytes at the
-    end. The first maximum wins, as in torch. Returns False (having written nothing) when the
-    planes hold a NaN: those take the general path, where the last NaN wins as in torch. The
-    bool and byte temporaries cover chunks of planes (_MASK_ELEMS elements)."""
+    """Max pooling of planes q0..q1 over tiling windows, without masked writes: the values
+    start as each window's first entry, then every other position k of the window (row-major,
+    as PyTorch's kernel scans it) takes over where strictly greater (np.maximum: no NaN here)
+    and notes its position as one byte: code = max(code, k * greater), since k only grows.
+    The flat indices are computed from those bytes at the end. The first maximum wins, as in
+    torch. Returns False (having written nothing) when the planes hold a NaN: those take the
+    general path, where the last NaN wins as in torch. The bool and byte temporaries cover
+    chunks of planes (_MASK_ELEMS elements)."""
     n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
     if xp.isnan(xp.max(x3[q0:q1])):
         return False
     hh, ww = oh * kh, ow * kw
     chunks, step = _plane_chunks(q1 - q0, oh * ow)
     mask = xp.empty((step, oh, ow), dtype=bool)
-    code = xp.empty((step, oh, ow), dtype=np.uint8 if kh * kw < 256 else np.int64)
+    code_dtype = np.uint8 if kh * kw < 256 else np.int64
+    code = xp.empty((step, oh, ow), dtype=code_dtype)
+    taken = xp.empty((step, oh, ow), dtype=code_dtype)
     rows = (xp.arange(oh) * kh * w)[:, None]
     cols = (xp.arange(ow) * kw)[None, :]
     for p0, p1 in chunks:
@@ -113,14 +116,16 @@ def _tiled_max(xp, x3, y3, i3, geo, q0: int, q1: int) -> bool:
         yr = y3[p0:p1]
         cr = code[: p1 - p0]
         m = mask[: p1 - p0]
+        tk = taken[: p1 - p0]
         yr[...] = x3[p0:p1, 0:hh:kh, 0:ww:kw]
         cr.fill(0)
         for k in range(1, kh * kw):
             i, j = divmod(k, kw)
             v = x3[p0:p1, i:hh:kh, j:ww:kw]
             xp.greater(v, yr, out=m)
-            xp.copyto(yr, v, where=m)
-            xp.copyto(cr, k, where=m)
+            xp.maximum(yr, v, out=yr)
+            xp.multiply(m, code_dtype(k), out=tk)
+            xp.maximum(cr, tk, out=cr)
         ir = i3[p0:p1]
         xp.floor_divide(cr, kw, out=ir)  # the window row
         ir *= w
