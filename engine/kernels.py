@@ -537,6 +537,63 @@ def extremum_scalar(f, x, value, out):
     return out
 
 
+SUM_BLOCK = 1 << 16  # a full reduction adds blocks of this many elements, then the partials
+
+
+def add_reduce(x, axis, dtype, out, keepdims: bool = False) -> None:
+    """out[...] = np.add.reduce(x, axis, dtype, keepdims=keepdims), on the pool when large.
+
+    Two cases split, both with results that do not depend on the number of threads (one
+    thread runs the same blocks in turn):
+    - a full reduction (axis None) of a C-contiguous array: fixed blocks of SUM_BLOCK elements
+      are summed (pairwise, by numpy) on the pool, then their partials in order, in `dtype`;
+    - a reduction over the last axis only, of a C-contiguous array: rows are independent, so
+      the pool takes row ranges and every row is summed exactly as one call would.
+    Anything else is one numpy call."""
+    n = x.size
+    if n >= PARALLEL_MIN_ELEMS and type(x) is np.ndarray and x.flags.c_contiguous:
+        run = _get_pool().map if _threads > 1 else map  # (the same blocks with one thread)
+        if axis is None:
+            flat = x.reshape(-1)
+            bounds = range(0, n, SUM_BLOCK)
+            partials = np.empty(len(bounds), dtype)
+            lo_hi = [(i, min(i + SUM_BLOCK * 16, n)) for i in range(0, n, SUM_BLOCK * 16)]
+
+            def part(b):
+                lo, hi = b
+                k0 = lo // SUM_BLOCK
+                blocks = flat[lo:hi]
+                full = (hi - lo) // SUM_BLOCK
+                if full:
+                    np.add.reduce(
+                        blocks[: full * SUM_BLOCK].reshape(full, SUM_BLOCK),
+                        1,
+                        dtype,
+                        partials[k0 : k0 + full],
+                    )
+                if full * SUM_BLOCK < hi - lo:
+                    partials[k0 + full] = np.add.reduce(blocks[full * SUM_BLOCK :], None, dtype)
+
+            list(run(part, lo_hi))
+            np.add.reduce(partials, None, dtype, out, keepdims)
+            return
+        nd = x.ndim
+        if nd >= 2 and (axis == nd - 1 or axis == (nd - 1,) or axis == -1 or axis == (-1,)):
+            rows = x.reshape(-1, x.shape[-1])
+            dest = out.reshape(-1) if out.flags.c_contiguous else None
+            if dest is not None and dest.size == rows.shape[0]:
+                k = max(1, min(_threads * CHUNKS_PER_THREAD, rows.shape[0]))
+                step = -(-rows.shape[0] // k)
+                list(
+                    run(
+                        lambda r: np.add.reduce(rows[r : r + step], 1, dtype, dest[r : r + step]),
+                        range(0, rows.shape[0], step),
+                    )
+                )
+                return
+    np.add.reduce(x, axis, dtype, out, keepdims)
+
+
 def run_parallel(func, out, *arrays):
     """Call func(*chunks, out_chunk) over contiguous equal-shape arrays split across threads."""
     n = out.size

@@ -72,7 +72,10 @@ class Sum(Function):
         if kind == "cpu":  # np.add.reduce is np.sum without its Python wrapper; positional
             # arguments (array, axis, dtype, out, keepdims) and axis=None for a full reduction
             # are its quickest call
-            _add_reduce(xd, None if full else dims, rdt.np, y._data, keepdim)
+            if xd.size < kernels.PARALLEL_MIN_ELEMS:
+                _add_reduce(xd, None if full else dims, rdt.np, y._data, keepdim)
+            else:  # large: on the pool
+                kernels.add_reduce(xd, None if full else dims, rdt.np, y._data, keepdim)
         elif kind != "meta":
             kernels.xp_of(x).sum(x._data, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
         return y
@@ -102,7 +105,8 @@ class Mean(Function):
         y = result_buffer(out, reduced_shape(shape, dims, keepdim), rdt, x._device, "mean")
         kind = x._device.type
         if kind == "cpu":  # what np.mean does with a dtype, without its Python wrapper
-            _add_reduce(xd, dims, rdt.np, y._data, keepdim)
+            whole = not keepdim and len(dims) == xd.ndim
+            kernels.add_reduce(xd, None if whole else dims, rdt.np, y._data, keepdim)
             np.true_divide(y._data, count, out=y._data, casting="unsafe")
         elif kind != "meta":
             kernels.xp_of(x).mean(xd, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)

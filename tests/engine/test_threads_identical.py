@@ -17,6 +17,9 @@ PROGRAMS = {
     "exp_mul_add": lambda x: (x.exp() * 0.5 + x).sigmoid(),
     "relu_maxpool": lambda x: engine.nn.functional.max_pool2d(x.view(8, 16, 64, 64).relu(), 2),
     "softmax": lambda x: x.view(512, 1024).softmax(-1),
+    # full reductions add fixed blocks on the pool; last-axis reductions split rows
+    "sum_mean": lambda x: x * x.sum() + x * x.mean(),
+    "row_sums": lambda x: x.view(512, 1024).sum(-1) + x.view(512, 1024).mean(-1),
 }
 
 
