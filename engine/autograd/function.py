@@ -23,6 +23,7 @@ import itertools
 import linecache
 import os
 import textwrap
+import types
 import weakref
 
 from engine.allocator import tracked as _tracked
@@ -489,7 +490,7 @@ def specialised_apply(arity: int) -> classmethod:
 
 
 _METHOD_NAMES = {1: ["input"], 2: ["input", "other"]}
-_NO_ATTRS: dict = {}  # (never written: forward gets a copy of attrs, **attrs)
+_NO_ATTRS = types.MappingProxyType({})  # a direct form's attributes: none, read-only
 
 
 def direct_form(cls, op: str, arity: int):

@@ -183,3 +183,60 @@ def test_view_shapes(shape, expected):
 def test_view_refuses_bad_shapes(shape, message):
     with pytest.raises(RuntimeError, match=message):
         engine.arange(12.0).view(*shape)
+
+
+# --------------------------------------------------------------------------------------------
+# the direct forms: operators and plain ops are the dispatcher with class and op name bound
+
+
+class _Ops(engine.allocator.MemoryObserver):
+    def __init__(self):
+        self.ops = []
+
+    def on_alloc(self, event):
+        self.ops.append(event.context.get("op"))
+
+
+@pytest.mark.parametrize(
+    "call, op, node",
+    [
+        (lambda a, b: a + b, "add", "AddBackward0"),
+        (lambda a, b: 2 + a, "add", "AddBackward0"),
+        (lambda a, b: a - b, "sub", "SubBackward0"),
+        (lambda a, b: a * b, "mul", "MulBackward0"),
+        (lambda a, b: 3 * a, "mul", "MulBackward0"),
+        (lambda a, b: a / b, "div", "DivBackward0"),
+        (lambda a, b: a.exp(), "exp", "ExpBackward0"),
+        (lambda a, b: engine.maximum(a, b), "maximum", "MaximumBackward0"),
+    ],
+    ids=["add", "radd", "sub", "mul", "rmul", "div", "exp", "maximum"],
+)
+def test_operators_name_their_op_record_history_and_match_the_functions(call, op, node):
+    rng = np.random.default_rng(0)
+    a = engine.tensor(rng.random(5, dtype=np.float32) + 0.5, requires_grad=True)
+    b = engine.tensor(rng.random(5, dtype=np.float32) + 0.5)
+    rec = _Ops()
+    alloc = engine.allocator.get_allocator("cpu")
+    alloc.add_observer(rec)
+    try:
+        y = call(a, b)
+    finally:
+        alloc.remove_observer(rec)
+    assert rec.ops == [op]  # the result's allocation is attributed to the op, as engine.<op>'s
+    assert y.grad_fn.name() == node
+    y.sum().backward()
+    assert a.grad is not None and a.grad.shape == (5,)
+    with engine.no_grad():
+        z = call(a, b)
+    assert z.grad_fn is None and np.array_equal(z.numpy(), y.detach().numpy())
+
+
+def test_direct_forms_take_out_and_refuse_unknown_keywords():
+    x = engine.tensor(np.array([-1.0, 2.0], np.float32))
+    y = engine.empty(2)
+    assert engine.relu(x, out=y) is y and y.tolist() == [0.0, 2.0]
+    assert engine.maximum(x, 0.5, out=y) is y and y.tolist() == [0.5, 2.0]
+    with pytest.raises(TypeError):
+        engine.relu(x, inplace=True)
+    with pytest.raises(TypeError):
+        x.__add__(x, alpha=2)  # Tensor.add takes alpha; the operator does not
