@@ -26,6 +26,7 @@ import numpy as np
 from engine.allocator import tracked as _tracked
 from engine.allocator.tracked import _storage_ids
 from engine.backends import get_xp
+from engine.backends.meta import MetaArray
 from engine.backends.strided import is_dense
 from engine.errors import OutOfMemoryError
 from engine.storage import (
@@ -361,9 +362,15 @@ def empty_for(shape, dtype, device, *arrays) -> Tensor:
     case, checked first), else the inputs' layout (a transposed input gives a transposed
     result, as in torch, so that a later .contiguous() or view behaves as there)."""
     for a in arrays:
-        if a.__class__ is _ndarray:
+        cls = a.__class__
+        if cls is _ndarray:
             if a.ndim > 1 and not a.flags.c_contiguous:
                 break
+        elif cls is MetaArray:
+            if len(a.shape) > 1 and not a.c_contiguous:
+                break
+        elif cls is float or cls is int or cls is bool:
+            continue  # a Python number operand
         elif getattr(a, "ndim", 0) > 1 and not _c_contiguous(a):
             break
     else:

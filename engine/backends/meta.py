@@ -18,6 +18,7 @@ __name__meta__ = "meta"
 
 _new = object.__new__
 _STRIDES: dict[tuple, tuple] = {}  # (shape, itemsize) -> C-contiguous strides
+_MADE: dict[tuple, tuple] = {}  # (shape, dtype) as given -> (shape, dtype, strides), normalised
 
 
 class MetaArray:
@@ -38,19 +39,31 @@ class MetaArray:
         """A new C-contiguous array: the storage path's constructor (`shape` a tuple of ints,
         `dtype` a numpy dtype already), with the strides of recent shapes remembered."""
         a = _new(MetaArray)
-        a.shape = shape = tuple(map(int, shape))
-        a.dtype = dtype = np.dtype(dtype)
-        key = (shape, dtype.itemsize)
-        strides = _STRIDES.get(key)
-        if strides is None:
-            if len(_STRIDES) > 4096:
+        made = _MADE.get((shape, dtype))
+        if made is None:  # normalised once per (shape, dtype): ints, a numpy dtype, C strides
+            norm_shape, norm_dtype = tuple(map(int, shape)), np.dtype(dtype)
+            key = (norm_shape, norm_dtype.itemsize)
+            strides = _STRIDES.get(key)
+            if strides is None:
+                strides = _STRIDES[key] = contiguous_strides(norm_shape, norm_dtype.itemsize)
+            if len(_MADE) > 4096:
+                _MADE.clear()
                 _STRIDES.clear()
-            strides = _STRIDES[key] = contiguous_strides(shape, dtype.itemsize)
-        a.strides = strides
+            made = _MADE[(shape, dtype)] = (norm_shape, norm_dtype, strides)
+        a.shape, a.dtype, a.strides = made
         a.offset = 0
         return a
 
     # --- numpy-like metadata -------------------------------------------------------------
+    @property
+    def c_contiguous(self) -> bool:
+        """C-contiguous strides exactly, or at most one element (kernels.empty_for asks)."""
+        key = (self.shape, self.dtype.itemsize)
+        strides = _STRIDES.get(key)
+        if strides is None:
+            strides = contiguous_strides(*key)
+        return self.strides == strides or math.prod(self.shape) <= 1
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
