@@ -78,7 +78,9 @@ def _max_offsets(xp, geo):
             if hw <= lw:
                 continue
             flat = xp.asarray(rows + np.arange(w0, w0 + (hw - lw) * sw, sw)[None, :])
-            out.append((lh, hh, lw, hw, _sl(h0, hh - lh, sh), _sl(w0, hw - lw, sw), flat))
+            out.append(
+                (lh, hh, lw, hw, _sl(h0, hh - lh, sh), _sl(w0, hw - lw, sw), flat, i * kw + j)
+            )
     return out
 
 
@@ -135,31 +137,62 @@ def _tiled_max(xp, x3, y3, i3, geo, q0: int, q1: int) -> bool:
 
 
 def _general_max(xp, x3, y3, i3, geo, q0: int, q1: int) -> None:
-    """Max pooling of planes q0..q1, any geometry: -inf and each window's first in-bounds
-    position to start (as torch), then one masked pass per kernel offset; NaN wins."""
+    """Max pooling of planes q0..q1, any geometry, without masked writes: -inf to start, then
+    per kernel offset k (row-major, as torch scans a window) the values take np.maximum over
+    the offset's in-bounds outputs and k + 1 is kept as one byte where the offset took over
+    (strictly greater, or a NaN: the last NaN wins, as torch; np.maximum keeps a NaN once in):
+    code = max(code, (k + 1) * took), since k only grows. The flat indices are computed from
+    the codes at the end; where no offset took over (a window of -inf) the index is the
+    window's first in-bounds position, as torch's. The temporaries cover chunks of planes
+    (_MASK_ELEMS elements)."""
     n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
     hs = np.arange(oh) * sh - ph
-    hs = np.where(hs < 0, hs + (-hs + dh - 1) // dh * dh, hs)
     ws = np.arange(ow) * sw - pw
-    ws = np.where(ws < 0, ws + (-ws + dw - 1) // dw * dw, ws)
+    base = xp.asarray(hs[:, None] * w + ws[None, :])  # window origin (maybe in the padding)
+    hs0 = np.where(hs < 0, hs + (-hs + dh - 1) // dh * dh, hs)
+    ws0 = np.where(ws < 0, ws + (-ws + dw - 1) // dw * dw, ws)
+    first = xp.asarray(hs0[:, None] * w + ws0[None, :])  # first in-bounds position
     y3[q0:q1].fill(-np.inf)
-    i3[q0:q1] = xp.asarray(hs[:, None] * w + ws[None, :])
+    code_dtype = np.uint8 if kh * kw < 255 else np.int32
+    nan_possible = bool(xp.isnan(xp.max(x3[q0:q1])))
     chunks, step = _plane_chunks(q1 - q0, oh * ow)
     mask = xp.empty((step, oh, ow), dtype=bool)
-    nan = xp.empty((step, oh, ow), dtype=bool)
+    nan = xp.empty((step, oh, ow), dtype=bool) if nan_possible else None
+    code = xp.empty((step, oh, ow), dtype=code_dtype)
+    taken = xp.empty((step, oh, ow), dtype=code_dtype)
+    col = xp.empty((step, oh, ow), dtype=np.int64)
     offsets = _max_offsets(xp, geo)
     for p0, p1 in chunks:
         p0, p1 = p0 + q0, p1 + q0
-        for lh, hh, lw, hw, hsl, wsl, flat in offsets:
+        cr = code[: p1 - p0]
+        cr.fill(0)
+        for lh, hh, lw, hw, hsl, wsl, flat, k in offsets:
             v = x3[p0:p1, hsl, wsl]
             yr = y3[p0:p1, lh:hh, lw:hw]
             m = mask[: p1 - p0, lh:hh, lw:hw]
-            nm = nan[: p1 - p0, lh:hh, lw:hw]
             xp.greater(v, yr, out=m)
-            xp.not_equal(v, v, out=nm)  # NaN wins, as in torch
-            xp.logical_or(m, nm, out=m)
-            xp.copyto(yr, v, where=m)
-            xp.copyto(i3[p0:p1, lh:hh, lw:hw], flat, where=m)
+            if nan is not None:
+                nm = nan[: p1 - p0, lh:hh, lw:hw]
+                xp.not_equal(v, v, out=nm)  # NaN wins, as in torch
+                xp.logical_or(m, nm, out=m)
+            xp.maximum(yr, v, out=yr)
+            tk = taken[: p1 - p0, lh:hh, lw:hw]
+            xp.multiply(m, code_dtype(k + 1), out=tk)
+            cs = cr[: p1 - p0, lh:hh, lw:hw]
+            xp.maximum(cs, tk, out=cs)
+        # code k + 1 -> the flat index of kernel offset (k // kw, k % kw) in that window
+        ir = i3[p0:p1]
+        cl = col[: p1 - p0]
+        none = mask[: p1 - p0]
+        xp.equal(cr, 0, out=none)
+        xp.subtract(cr, 1, out=ir, dtype=np.int64, casting="unsafe")
+        xp.remainder(ir, kw, out=cl)
+        xp.floor_divide(ir, kw, out=ir)
+        ir *= dh * w
+        cl *= dw
+        ir += cl
+        ir += base
+        xp.copyto(ir, first, where=none)
 
 
 class MaxPool2d(Function):
@@ -202,19 +235,21 @@ class MaxPool2d(Function):
             xp.put_along_axis(gx._data.reshape(n * c, h * w), i2, g2, axis=1)
             del gkeep
         elif _live(dev):
+            # windows that overlap: an input may be the maximum of several, so the gradients
+            # are added at the argmax positions one after the other in output order (ufunc.at),
+            # as torch's kernel adds them; the flat positions cover a chunk of planes at a time
             xp = kernels.xp_of(g)
-            g3, gkeep = _reshaped(g, (n * c, oh, ow))
-            i3 = idx._data.reshape(n * c, oh, ow)
-            gx3 = gx._data.reshape(n * c, h, w)
+            g2, gkeep = _reshaped(g, (n * c, oh * ow))
+            i2 = idx._data.reshape(n * c, oh * ow)
+            gflat = gx._data.reshape(-1)
             chunks, step = _plane_chunks(n * c, oh * ow)
-            mask = xp.empty((step, oh, ow), dtype=bool)
-            offsets = _max_offsets(xp, self.geom)
+            pos = xp.empty((step, oh * ow), dtype=np.int64)
+            plane = (xp.arange(step, dtype=np.int64) * (h * w))[:, None]
             for p0, p1 in chunks:
-                for lh, hh, lw, hw, hsl, wsl, flat in offsets:
-                    m = mask[: p1 - p0, lh:hh, lw:hw]
-                    xp.equal(i3[p0:p1, lh:hh, lw:hw], flat, out=m)
-                    dst = gx3[p0:p1, hsl, wsl]
-                    xp.add(dst, g3[p0:p1, lh:hh, lw:hw], out=dst, where=m)
+                pr = pos[: p1 - p0]
+                xp.add(i2[p0:p1], plane[: p1 - p0], out=pr)
+                pr += p0 * h * w
+                xp.add.at(gflat, pr.reshape(-1), g2[p0:p1].reshape(-1))
             del gkeep
         return (gx,)
 
