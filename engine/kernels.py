@@ -13,12 +13,16 @@ are avoided where possible; where a kernel needs scratch space it says so:
 Speed: work of PARALLEL_MIN_ELEMS elements or more is split across `get_num_threads()` threads
 (numpy releases the GIL in ufuncs), in CHUNKS_PER_THREAD chunks per thread so that a thread
 slowed by a busy core takes fewer (`ufunc`, `run_parallel`, `extremum_scalar`, `axpy`).
+One owner of the cores at a time (`pool_threads`): while BLAS's own threads are still spinning
+after a matrix product (OpenBLAS keeps them busy-waiting for a while), the engine's kernels run
+on the calling thread instead of putting two more threads on the same cores.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -45,6 +49,11 @@ _INT64_MAX = (1 << 63) - 1
 
 SCRATCH_ELEMS = 1 << 14
 PARALLEL_MIN_ELEMS = 1 << 18
+# How long BLAS's threads keep the cores after a product that ran on them: OpenBLAS's threads
+# spin for about 2**28 cycles (~0.1 s) before they sleep (its THREAD_TIMEOUT default).
+BLAS_SPIN_S = 0.1
+_blas_last = -math.inf  # perf_counter() when the last BLAS-threaded product ended
+_perf = time.perf_counter
 _threads = max(1, min(os.cpu_count() or 1, 8))
 _pool: ThreadPoolExecutor | None = None
 
@@ -101,7 +110,12 @@ def gemm(a, b, out) -> None:
     n = b.shape[-1]
     batch = out.size // max(m * n, 1)
     parts = _threads
-    if not _own_blas or parts == 1 or batch * m * n * k < GEMM_SPLIT_MACS or max(m, n) < 2 * parts:
+    if not _own_blas:  # BLAS's own threads: they own the cores for a while (pool_threads)
+        global _blas_last
+        np.matmul(a, b, out=out)
+        _blas_last = _perf()
+        return
+    if parts == 1 or batch * m * n * k < GEMM_SPLIT_MACS or max(m, n) < 2 * parts:
         np.matmul(a, b, out=out)
         return
     if m >= n:
@@ -129,6 +143,18 @@ def matmul_into(xp, a, b, out) -> None:
 
 
 def get_num_threads() -> int:
+    return _threads
+
+
+def pool_threads(n: int) -> int:
+    """How many threads work of `n` elements is split across now: the engine's threads for
+    large work, unless BLAS's own threads ran a product less than BLAS_SPIN_S ago and are still
+    spinning on the cores (then 1: the calling thread). The split never changes results: the
+    kernels cut work into the same blocks whatever the thread count."""
+    if _threads == 1 or n < PARALLEL_MIN_ELEMS:
+        return 1
+    if not _own_blas and _perf() - _blas_last < BLAS_SPIN_S:
+        return 1
     return _threads
 
 
@@ -441,7 +467,7 @@ def ufunc(f, *args, out, **kw):
     identical to one call.
     """
     n = out.size
-    if _threads > 1 and n >= PARALLEL_MIN_ELEMS and type(out) is np.ndarray:
+    if type(out) is np.ndarray and pool_threads(n) > 1:
         if _parallel_ufunc(f, args, out, kw):
             return out
     f(*args, out=out, **kw)
@@ -537,7 +563,7 @@ def extremum_scalar(f, x, value, out):
             j = min(i + BLOCK_ELEMS, hi)
             f(fx[i:j], block[: j - i], out=fo[i:j])
 
-    if _threads > 1 and n >= PARALLEL_MIN_ELEMS:
+    if pool_threads(n) > 1:
         list(_get_pool().map(part, _chunks(n)))
     else:
         part((0, n))
@@ -559,7 +585,7 @@ def add_reduce(x, axis, dtype, out, keepdims: bool = False) -> None:
     Anything else is one numpy call."""
     n = x.size
     if n >= PARALLEL_MIN_ELEMS and type(x) is np.ndarray and x.flags.c_contiguous:
-        run = _get_pool().map if _threads > 1 else map  # (the same blocks with one thread)
+        run = _get_pool().map if pool_threads(n) > 1 else map  # (the same blocks either way)
         if axis is None:
             flat = x.reshape(-1)
             bounds = range(0, n, SUM_BLOCK)
@@ -604,7 +630,7 @@ def add_reduce(x, axis, dtype, out, keepdims: bool = False) -> None:
 def run_parallel(func, out, *arrays):
     """Call func(*chunks, out_chunk) over contiguous equal-shape arrays split across threads."""
     n = out.size
-    if _threads > 1 and n >= PARALLEL_MIN_ELEMS and type(out) is np.ndarray:
+    if type(out) is np.ndarray and pool_threads(n) > 1:
         fo = _flat(out)
         flats = [
             _flat(a) if isinstance(a, np.ndarray) and a.shape == out.shape else None for a in arrays
@@ -686,7 +712,7 @@ def axpy(out, a, b, alpha, xp=np):
                     np.multiply(fb[i:j], alpha, out=s, casting="unsafe")
                     np.add(fa[i:j], s, out=fo[i:j], casting="unsafe")
 
-            if _threads > 1 and n >= PARALLEL_MIN_ELEMS:
+            if pool_threads(n) > 1:
                 list(_get_pool().map(part, _chunks(n)))
             else:
                 part((0, n))

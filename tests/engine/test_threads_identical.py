@@ -32,6 +32,12 @@ def _run(name: str, threads: int):
     return y.detach().numpy().copy(), x.grad.numpy().copy()
 
 
+@pytest.fixture(autouse=True)
+def _cores_free(monkeypatch):
+    # no BLAS product just ran: the pool takes large work (kernels.pool_threads)
+    monkeypatch.setattr(kernels, "_blas_last", -float("inf"))
+
+
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_results_are_bitwise_equal_with_one_and_two_threads(name):
     before = kernels.get_num_threads()
@@ -69,3 +75,20 @@ def test_owning_the_blas_budget_splits_products_and_gives_blas_back():
     finally:
         kernels.set_num_threads(n, own_blas=False)
     assert blas_threads() == before
+
+
+def test_the_pool_steps_aside_while_blas_threads_spin(monkeypatch):
+    before = kernels.get_num_threads()
+    try:
+        kernels.set_num_threads(2)
+        big = kernels.PARALLEL_MIN_ELEMS
+        assert kernels.pool_threads(big) == 2 and kernels.pool_threads(big - 1) == 1
+        a = np.ones((64, 64), np.float32)
+        kernels.gemm(a, a, np.empty_like(a))  # BLAS's own threads ran a product just now
+        assert kernels.pool_threads(big) == 1
+        monkeypatch.setattr(kernels, "_blas_last", kernels._perf() - kernels.BLAS_SPIN_S)
+        assert kernels.pool_threads(big) == 2  # their spin is over: the pool has the cores
+        kernels.set_num_threads(1)
+        assert kernels.pool_threads(big) == 1
+    finally:
+        kernels.set_num_threads(before)

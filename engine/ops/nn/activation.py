@@ -121,8 +121,8 @@ def _chunked(xp, func, out, *arrays):
             j = min(i + _SCRATCH, hi)
             func(*[f[i:j] for f in flats], fo[i:j], s1[: j - i], s2[: j - i])
 
-    threads = kernels.get_num_threads()
-    if threads == 1 or n < kernels.PARALLEL_MIN_ELEMS:
+    threads = kernels.pool_threads(n)
+    if threads == 1:
         run(0, n)
         return
     # the engine's pool (numpy releases the GIL inside each ufunc); ranges are whole scratch

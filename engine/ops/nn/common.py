@@ -127,8 +127,8 @@ def _blocked(func, out, *arrays) -> bool:
                 scratch[: j - i],
             )
 
-    threads = kernels.get_num_threads()
-    if threads > 1 and n >= kernels.PARALLEL_MIN_ELEMS:
+    threads = kernels.pool_threads(n)
+    if threads > 1:
         per = -(-n // threads)
         list(kernels._get_pool().map(part, [(i, min(i + per, n)) for i in range(0, n, per)]))
     else:

@@ -64,23 +64,20 @@ def _plane_chunks(planes: int, plane_elems: int):
     return [(p0, min(p0 + step, planes)) for p0 in range(0, planes, step)], min(step, planes)
 
 
-def _max_offsets(xp, geo):
-    """Per kernel offset: output ranges, input slices and the flat input index of each output."""
+def _max_offsets(geo):
+    """Per kernel offset (i, j) that reaches the input: the outputs it covers (rows lh:hh,
+    columns lw:hw), the input slices they read, and k = i * kw + j."""
     n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
     out = []
     for i in range(kh):
         lh, hh, h0 = _span(oh, sh, ph, i * dh, h)
         if hh <= lh:
             continue
-        rows = np.arange(h0, h0 + (hh - lh) * sh, sh)[:, None] * w
         for j in range(kw):
             lw, hw, w0 = _span(ow, sw, pw, j * dw, w)
             if hw <= lw:
                 continue
-            flat = xp.asarray(rows + np.arange(w0, w0 + (hw - lw) * sw, sw)[None, :])
-            out.append(
-                (lh, hh, lw, hw, _sl(h0, hh - lh, sh), _sl(w0, hw - lw, sw), flat, i * kw + j)
-            )
+            out.append((lh, hh, lw, hw, _sl(h0, hh - lh, sh), _sl(w0, hw - lw, sw), i * kw + j))
     return out
 
 
@@ -161,12 +158,12 @@ def _general_max(xp, x3, y3, i3, geo, q0: int, q1: int) -> None:
     code = xp.empty((step, oh, ow), dtype=code_dtype)
     taken = xp.empty((step, oh, ow), dtype=code_dtype)
     col = xp.empty((step, oh, ow), dtype=np.int64)
-    offsets = _max_offsets(xp, geo)
+    offsets = _max_offsets(geo)
     for p0, p1 in chunks:
         p0, p1 = p0 + q0, p1 + q0
         cr = code[: p1 - p0]
         cr.fill(0)
-        for lh, hh, lw, hw, hsl, wsl, flat, k in offsets:
+        for lh, hh, lw, hw, hsl, wsl, k in offsets:
             v = x3[p0:p1, hsl, wsl]
             yr = y3[p0:p1, lh:hh, lw:hw]
             m = mask[: p1 - p0, lh:hh, lw:hw]
