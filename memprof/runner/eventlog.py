@@ -109,6 +109,10 @@ class EventLog:
     def set_clone_of(self, row: int, op) -> None:
         self.clone_of[row] = self.strings.code(op)
 
+    def phase_of(self, index: int):
+        """Event `index`'s phase (what `log[index].phase` gives, without making the view)."""
+        return self.places.values[self.where[index]][3]
+
     def row_category(self, row: int):
         return self.categories.values[self.category[row]]
 

@@ -314,7 +314,7 @@ class Recorder(MemoryObserver):
             row, span = entry
             log = self.records
             first = log.first[row]
-            if key is not None and span == key and log[first].phase == ctx.get("phase"):
+            if key is not None and span == key and log.phase_of(first) == ctx.get("phase"):
                 log.set_category(row, "temporary")
         self._add(ev, "free", row)
 
