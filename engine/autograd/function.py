@@ -498,16 +498,21 @@ def direct_form(cls, op: str, arity: int):
     dispatcher text with `cls` and `op` bound, so that a Tensor method or an operator
     (``Tensor.relu``, ``a + b``) reaches forward without a wrapper's call in between.
     Signature ``(input[, other], *, out=None)``."""
-    names = _METHOD_NAMES[arity]
-    body = _source(arity, names, header="def direct({params}, *, out=None):")
-    source = (
-        "def factory(cls, op, attrs):\n" + textwrap.indent(body, "    ") + "    return direct\n"
-    )
-    fn = _compile(source, f"{op}: {cls.__name__}.apply, {arity} args")["factory"](
-        cls, op, _NO_ATTRS
-    )
+    factory = _DIRECT_FACTORIES.get(arity)
+    if factory is None:  # the text is compiled once per arity; each op gets its own closure
+        names = _METHOD_NAMES[arity]
+        body = _source(arity, names, header="def direct({params}, *, out=None):")
+        source = (
+            "def factory(cls, op, attrs):\n" + textwrap.indent(body, "    ") + "    return direct\n"
+        )
+        factory = _DIRECT_FACTORIES[arity] = _compile(source, f"direct: {arity} args")["factory"]
+    fn = factory(cls, op, _NO_ATTRS)
     fn.__name__ = fn.__qualname__ = op
+    fn.__code__ = fn.__code__.replace(co_name=op, co_qualname=op)  # profiles show the op
     return fn
+
+
+_DIRECT_FACTORIES: dict = {}
 
 
 Function.apply = _generate_apply(None)
