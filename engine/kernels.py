@@ -52,6 +52,8 @@ PARALLEL_MIN_ELEMS = 1 << 18
 # How long BLAS's threads keep the cores after a product that ran on them: OpenBLAS's threads
 # spin for about 2**28 cycles (~0.1 s) before they sleep (its THREAD_TIMEOUT default).
 BLAS_SPIN_S = 0.1
+# OpenBLAS runs a product on one thread up to this m*n*k (65536 * GEMM_MULTITHREAD_THRESHOLD 4)
+BLAS_THREADED_MNK = 1 << 18
 _blas_last = -math.inf  # perf_counter() when the last BLAS-threaded product ended
 _perf = time.perf_counter
 _threads = max(1, min(os.cpu_count() or 1, 8))
@@ -113,7 +115,8 @@ def gemm(a, b, out) -> None:
     if not _own_blas:  # BLAS's own threads: they own the cores for a while (pool_threads)
         global _blas_last
         np.matmul(a, b, out=out)
-        _blas_last = _perf()
+        if m * n * k > BLAS_THREADED_MNK:
+            _blas_last = _perf()
         return
     if parts == 1 or batch * m * n * k < GEMM_SPLIT_MACS or max(m, n) < 2 * parts:
         np.matmul(a, b, out=out)
