@@ -108,16 +108,16 @@ def gemm(a, b, out) -> None:
     budget, large products are split along the larger output dim across its pool, each part one
     single-threaded BLAS call (results can then differ in the last bits between thread counts,
     as with BLAS's own threads); otherwise one BLAS call."""
+    global _blas_last
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
-    batch = out.size // max(m * n, 1)
-    parts = _threads
     if not _own_blas:  # BLAS's own threads: they own the cores for a while (pool_threads)
-        global _blas_last
         np.matmul(a, b, out=out)
         if m * n * k > BLAS_THREADED_MNK:
             _blas_last = _perf()
         return
+    batch = out.size // max(m * n, 1)
+    parts = _threads
     if parts == 1 or batch * m * n * k < GEMM_SPLIT_MACS or max(m, n) < 2 * parts:
         np.matmul(a, b, out=out)
         return
@@ -591,8 +591,7 @@ def add_reduce(x, axis, dtype, out, keepdims: bool = False) -> None:
         run = _get_pool().map if pool_threads(n) > 1 else map  # (the same blocks either way)
         if axis is None:
             flat = x.reshape(-1)
-            bounds = range(0, n, SUM_BLOCK)
-            partials = np.empty(len(bounds), dtype)
+            partials = np.empty(-(-n // SUM_BLOCK), dtype)
             lo_hi = [(i, min(i + SUM_BLOCK * 16, n)) for i in range(0, n, SUM_BLOCK * 16)]
 
             def part(b):

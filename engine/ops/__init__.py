@@ -923,6 +923,7 @@ def setitem(self, index, value):
 # ---------------------------------------------------------------------------------------------
 def _register_methods() -> None:
     """Rows that are Tensor methods only (no engine.<name>): views, casts, Python operators."""
+    add_op, mul_op = _direct(E.Add, "add", 2), _direct(E.Mul, "mul", 2)  # each both ways
     extra = dict(
         view=view,
         expand=expand,
@@ -952,14 +953,14 @@ def _register_methods() -> None:
         __invert__=logical_not,
         # the operators reach forward directly (no wrapper: each call counts on tiny tensors);
         # number + tensor is tensor + number, as in PyTorch
-        __add__=_direct(E.Add, "add", 2),
-        __radd__=_direct(E.Add, "add", 2),
+        __add__=add_op,
+        __radd__=add_op,
         __iadd__=add_,
         __sub__=_direct(E.Sub, "sub", 2),
         __rsub__=lambda self, o: E.Sub.apply(o, self, op="rsub"),
         __isub__=sub_,
-        __mul__=_direct(E.Mul, "mul", 2),
-        __rmul__=_direct(E.Mul, "mul", 2),
+        __mul__=mul_op,
+        __rmul__=mul_op,
         __imul__=mul_,
         __truediv__=_direct(E.Div, "div", 2),
         # number / tensor is self.reciprocal() * number in PyTorch (the reciprocal is kept)

@@ -105,8 +105,11 @@ class Mean(Function):
         y = result_buffer(out, reduced_shape(shape, dims, keepdim), rdt, x._device, "mean")
         kind = x._device.type
         if kind == "cpu":  # what np.mean does with a dtype, without its Python wrapper
-            whole = not keepdim and len(dims) == xd.ndim
-            kernels.add_reduce(xd, None if whole else dims, rdt.np, y._data, keepdim)
+            if xd.size < kernels.PARALLEL_MIN_ELEMS:  # as Sum: small work is one numpy call
+                _add_reduce(xd, dims, rdt.np, y._data, keepdim)
+            else:  # large: on the pool
+                whole = not keepdim and len(dims) == xd.ndim
+                kernels.add_reduce(xd, None if whole else dims, rdt.np, y._data, keepdim)
             np.true_divide(y._data, count, out=y._data, casting="unsafe")
         elif kind != "meta":
             kernels.xp_of(x).mean(xd, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
