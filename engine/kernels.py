@@ -145,6 +145,16 @@ def matmul_into(xp, a, b, out) -> None:
         xp.matmul(a, b, out=out)
 
 
+def einsum_into(xp, subscripts: str, *operands, out) -> None:
+    """out[...] = einsum(subscripts, *operands) on any backend: numpy writes into `out`;
+    CuPy's einsum takes no `out`, so its (small, reduced) result is copied in (CuPy's own
+    temporary, seen by its memory hook as an external allocation)."""
+    if xp is np:
+        np.einsum(subscripts, *operands, out=out)
+    else:
+        out[...] = xp.einsum(subscripts, *operands)
+
+
 def get_num_threads() -> int:
     return _threads
 

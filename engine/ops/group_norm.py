@@ -101,7 +101,7 @@ class GroupNorm(Function):
             xp = kernels.xp_of(gy)
             dy = gy._data.reshape(n, c, hw)
             xc = x._data.reshape(n, c, hw)
-            xp.einsum("nci,nci->nc", dy, xc, out=ds._data)
+            kernels.einsum_into(xp, "nci,nci->nc", dy, xc, out=ds._data)
             xp.sum(dy, axis=2, out=db._data)
             m = mean._data.repeat(c // g, axis=1)  # (n, c): small
             r = rstd._data.repeat(c // g, axis=1)

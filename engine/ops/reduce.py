@@ -143,7 +143,11 @@ class Amax(Function):
         )
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
-            getattr(xp, self.reducer)(x._data, axis=dims, keepdims=keepdim, out=y._data)
+            reduce = getattr(xp, self.reducer)
+            if xp is np or self.reducer == "max":
+                reduce(x._data, axis=dims, keepdims=keepdim, out=y._data)
+            else:  # CuPy 14's min(out=...) fails inside CuPy (max does not): copy the result in
+                y._data[...] = reduce(x._data, axis=dims, keepdims=keepdim)
         return y
 
     def backward(self, g):

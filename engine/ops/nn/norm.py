@@ -240,7 +240,7 @@ class LayerNorm(Function):
             xp.subtract(x2, mean._data[:, None], out=h2)
             xp.multiply(h2, rstd._data[:, None], out=h2)
             if gw is not None:
-                xp.einsum("md,md->d", g2, h2, out=gw._data.reshape(-1))
+                kernels.einsum_into(xp, "md,md->d", g2, h2, out=gw._data.reshape(-1))
             if gb is not None:
                 xp.sum(g2, axis=0, out=gb._data.reshape(-1))
             if gx is not None:

@@ -12,7 +12,10 @@ from engine.tensor import Tensor
 
 
 class _Ternary(Function):
-    """out = f(self, a, b) for tensors of one shape (broadcasting allowed, charged when it is)."""
+    """out = f(self, a, b) for tensors of one shape (broadcasting allowed). PyTorch's fused
+    kernel allocates nothing but the result; where the engine needs a full-size temporary (a
+    broadcast operand, or the CuPy backend, which cannot run the blocked loop) it is kernel
+    scratch, reported apart from memory_allocated (kernels.Scratch)."""
 
     opname = "ternary"
 
@@ -24,7 +27,8 @@ class _Ternary(Function):
         return result_buffer(out, shape, result_type(*args), dev, self.opname), dev
 
     def _combine(self, s, t1, t2, out, value, pair: str):
-        """out = s + value * pair(t1, t2), blocked with a scratch (charged when it cannot be)."""
+        """out = s + value * pair(t1, t2), blocked with a small scratch (a full-size one when
+        it cannot be)."""
         self.value = value
         y, dev = self._prepare_out(s, t1, t2, out)
         if _live(dev):
@@ -38,11 +42,11 @@ class _Ternary(Function):
                 xp.add(a, scratch, out=o)
 
             if not _blocked(fn, y._data, s._data, t1._data, t2._data):
-                tmp = kernels.empty(y.shape, y._dtype, dev)
-                combine(t1._data, t2._data, out=tmp._data)
+                tmp = kernels.Scratch(y.shape, y._dtype, dev)
+                combine(t1._data, t2._data, out=tmp.data)
                 if value != 1:
-                    xp.multiply(tmp._data, value, out=tmp._data)
-                xp.add(s._data, tmp._data, out=y._data)
+                    xp.multiply(tmp.data, value, out=tmp.data)
+                xp.add(s._data, tmp.data, out=y._data)
                 del tmp
         return y
 
@@ -138,14 +142,14 @@ class Lerp(_Ternary):
                         xp.subtract(b, scratch, out=o)
 
                 if not _blocked(fn, y._data, s._data, end._data):
-                    tmp = kernels.empty(y.shape, y._dtype, dev)
-                    fn(y._data, s._data, end._data, tmp._data)
+                    tmp = kernels.Scratch(y.shape, y._dtype, dev)
+                    fn(y._data, s._data, end._data, tmp.data)
                     del tmp
             else:
-                tmp = kernels.empty(y.shape, y._dtype, dev)
-                xp.subtract(end._data, s._data, out=tmp._data)
-                xp.multiply(tmp._data, weight._data, out=tmp._data)
-                xp.add(s._data, tmp._data, out=y._data)
+                tmp = kernels.Scratch(y.shape, y._dtype, dev)
+                xp.subtract(end._data, s._data, out=tmp.data)
+                xp.multiply(tmp.data, weight._data, out=tmp.data)
+                xp.add(s._data, tmp.data, out=y._data)
                 del tmp
         return y
 
