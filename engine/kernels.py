@@ -541,6 +541,12 @@ def _parallel_ufunc(f, args, out, kw) -> bool:
 # a same-length array of the scalar they take the fast one. Large inputs go through blocks of
 # BLOCK_ELEMS against a cached constant block (uncharged: it is small and shared).
 BLOCK_ELEMS = 1 << 16
+# The block of kernels that run a chain of numpy calls per block on the pool (GELU, the
+# activations, erf, axpy, addcmul): every call takes the GIL to start, and a thread waiting for
+# it wakes late on this machine, so each call must be long. 4M float32 GELU forward, 1 / 2
+# threads: 16K-element blocks 12.4 / 20.1 ms (two threads slower than one), 64K 10.0 / 11.4,
+# 256K 10.3 / 6.6. The per-thread scratch is not charged (bounded: threads x a few blocks).
+POOL_BLOCK = 1 << 18
 _const_blocks: dict = {}
 
 
@@ -713,7 +719,7 @@ def axpy(out, a, b, alpha, xp=np):
         fo, fa, fb = _flat(out), _flat(a), _flat(b)
         if fo is not None and fa is not None and fb is not None:
             n = fo.size
-            step = SCRATCH_ELEMS
+            step = POOL_BLOCK
 
             def part(bounds):
                 lo, hi = bounds
@@ -751,8 +757,8 @@ def _dtype_of(arr):
     return from_numpy_dtype(arr.dtype)
 
 
-def blocked(fn, out, *arrays) -> None:
-    """Call fn(out_block, *array_blocks) over blocks of at most SCRATCH_ELEMS elements.
+def blocked(fn, out, *arrays, step: int = SCRATCH_ELEMS) -> None:
+    """Call fn(out_block, *array_blocks) over blocks of at most `step` elements.
 
     `arrays` (numpy arrays or numbers) must broadcast to out's shape. Contiguous operands are
     cut into flat chunks, others along their leading axes, so any layout works. Kernels use this
@@ -760,7 +766,7 @@ def blocked(fn, out, *arrays) -> None:
     """
     arrays = [np.broadcast_to(a, out.shape) if isinstance(a, np.ndarray) else a for a in arrays]
     n = out.size
-    if out.ndim == 0 or n <= SCRATCH_ELEMS:
+    if out.ndim == 0 or n <= step:
         fn(out, *arrays)
         return
     flat = out.flags.c_contiguous and all(
@@ -769,14 +775,14 @@ def blocked(fn, out, *arrays) -> None:
     if flat:
         fo = out.reshape(-1)
         fa = [a.reshape(-1) if isinstance(a, np.ndarray) else a for a in arrays]
-        for i in range(0, n, SCRATCH_ELEMS):
-            j = min(i + SCRATCH_ELEMS, n)
+        for i in range(0, n, step):
+            j = min(i + step, n)
             fn(fo[i:j], *[a[i:j] if isinstance(a, np.ndarray) else a for a in fa])
         return
     if out.shape[0] == 1:
-        blocked(fn, out[0], *[a[0] if isinstance(a, np.ndarray) else a for a in arrays])
+        blocked(fn, out[0], *[a[0] if isinstance(a, np.ndarray) else a for a in arrays], step=step)
         return
-    rows = max(1, SCRATCH_ELEMS // max(1, n // out.shape[0]))
+    rows = max(1, step // max(1, n // out.shape[0]))
     for i in range(0, out.shape[0], rows):
         blocked(
             fn,
@@ -880,7 +886,7 @@ def erf_into(xp, x, out):
         cupyx.scipy.special.erf(x, out=out)
         return out
     if out.dtype.itemsize < 8 and out.dtype.kind == "f":  # threads when run_parallel can split
-        run_parallel(lambda xb, ob: blocked(_erf_rational_block, ob, xb), out, x)
+        run_parallel(lambda xb, ob: blocked(_erf_rational_block, ob, xb, step=POOL_BLOCK), out, x)
         return out
     blocked(_erf_block, out, x)
     return out

@@ -17,8 +17,9 @@ derivatives.yaml (torch 2.13, checked with its CPU profiler in tests/engine/test
 The clone is made by Function.apply (autograd.function._clone_overwritten) before the kernel
 overwrites the input, so it shows on the timeline tagged `inplace_clone`.
 
-Kernels work in blocks of at most kernels.SCRATCH_ELEMS elements with two scratch blocks that are
-not charged (PyTorch's fused kernels hold the same values in registers); they read strided and
+Kernels work in blocks of at most kernels.SCRATCH_ELEMS elements (kernels.POOL_BLOCK per thread
+when a large contiguous input is split over the pool) with two scratch blocks that are not
+charged (PyTorch's fused kernels hold the same values in registers); they read strided and
 broadcast operands where they are (a broadcast gradient is not copied).
 """
 
@@ -35,6 +36,7 @@ from engine.ops.registry import REQUIRED, Scenario, register
 from engine.tensor import Tensor
 
 _SCRATCH = kernels.SCRATCH_ELEMS
+_BLOCK = kernels.POOL_BLOCK  # flat blocks on the pool
 
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
@@ -84,10 +86,10 @@ def _run(xp, func, out, *arrays):
         def part(*chunks):
             *ins, fo = chunks
             m = fo.size
-            s1 = np.empty(min(_SCRATCH, m), dtype=fo.dtype)
+            s1 = np.empty(min(_BLOCK, m), dtype=fo.dtype)
             s2 = np.empty_like(s1)
-            for i in range(0, m, _SCRATCH):
-                j = min(i + _SCRATCH, m)
+            for i in range(0, m, _BLOCK):
+                j = min(i + _BLOCK, m)
                 func(*[f[i:j] for f in ins], fo[i:j], s1[: j - i], s2[: j - i])
 
         kernels.run_parallel(part, out.reshape(-1), *[a.reshape(-1) for a in arrays])

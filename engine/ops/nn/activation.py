@@ -9,46 +9,38 @@ import numpy as np
 from engine import kernels
 from engine.autograd.function import Function
 from engine.ops.common import result_buffer
-from engine.ops.nn.common import _SCRATCH, _live
+from engine.ops.nn.common import _live
 from engine.tensor import Tensor
 
+_BLOCK = kernels.POOL_BLOCK
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
 _SQRT2_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-def _erf_abs_chunk(xp, z, out, s1, s2):
-    """out = erf(|z|) (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7); s1, s2 are scratch."""
-    a1, a2, a3, a4, a5, p = (
-        0.254829592,
-        -0.284496736,
-        1.421413741,
-        -1.453152027,
-        1.061405429,
-        0.3275911,
-    )
-    xp.abs(z, out=s2)
-    xp.multiply(s2, p, out=out)
-    xp.add(out, 1.0, out=out)
-    xp.reciprocal(out, out=out)  # t
-    xp.multiply(s2, s2, out=s2)
-    xp.negative(s2, out=s2)
-    xp.exp(s2, out=s2)  # exp(-z^2)
-    xp.multiply(out, a5, out=s1)
-    for a in (a4, a3, a2, a1):
-        xp.add(s1, a, out=s1)
-        xp.multiply(s1, out, out=s1)
-    xp.multiply(s1, s2, out=s1)
-    xp.subtract(1.0, s1, out=out)
+# Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7 in erf) for erfc(a / sqrt(2)) / 2, a = |x|:
+# t = 1 / (1 + p a / sqrt(2)), erfc(a / sqrt(2)) / 2 = t (a1 + t (a2 + ... + t a5)) exp(-a^2 / 2)
+# with the 1/sqrt(2) and the half folded into the constants.
+_AS_P = 0.3275911 * _SQRT1_2
+_AS_A = tuple(0.5 * c for c in (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429))
 
 
-def _phi_chunk(xp, x, out, s1, s2):
-    """out = Phi(x) = 0.5 * (1 + erf(x / sqrt(2)))."""
-    xp.multiply(x, _SQRT1_2, out=s1)
-    _erf_abs_chunk(xp, s1, out, s1, s2)
-    xp.copysign(out, x, out=out)
-    xp.add(out, 1.0, out=out)
-    xp.multiply(out, 0.5, out=out)
+def _upper_tail_chunk(xp, x, out, s1, s2):
+    """s2 = Q(|x|) = 1 - Phi(|x|) (the normal distribution's upper tail), s1 = exp(-x^2 / 2),
+    out = |x|; one exp and one division, no sign operations."""
+    xp.abs(x, out=out)
+    xp.multiply(out, _AS_P, out=s1)
+    xp.add(s1, 1.0, out=s1)
+    xp.divide(1.0, s1, out=s1)  # t
+    a1, a2, a3, a4, a5 = _AS_A
+    xp.multiply(s1, a5, out=s2)
+    for c in (a4, a3, a2, a1):
+        xp.add(s2, c, out=s2)
+        xp.multiply(s2, s1, out=s2)
+    xp.multiply(out, out, out=s1)
+    xp.multiply(s1, -0.5, out=s1)
+    xp.exp(s1, out=s1)
+    xp.multiply(s2, s1, out=s2)
 
 
 def _tanh_inner(xp, x, out):
@@ -65,11 +57,16 @@ def _gelu_chunk(xp, approximate, x, out, s1, s2):
     if approximate == "tanh":
         _tanh_inner(xp, x, s1)
         xp.add(s1, 1.0, out=s1)
-    else:
-        _phi_chunk(xp, x, s1, out, s2)
-        xp.multiply(s1, 2.0, out=s1)
-    xp.multiply(s1, x, out=out)
+        xp.multiply(s1, x, out=out)
+        xp.multiply(out, 0.5, out=out)
+        return
+    # x Phi(x) = relu(x) - |x| Q(|x|): relu(x) = (x + |x|) / 2 exactly, and no cancellation in
+    # the lower tail, where x Phi(x) = x Q(|x|) is small (x / 2 (1 + erf(x / sqrt 2)) loses it)
+    _upper_tail_chunk(xp, x, out, s1, s2)
+    xp.multiply(s2, out, out=s2)
+    xp.add(out, x, out=out)
     xp.multiply(out, 0.5, out=out)
+    xp.subtract(out, s2, out=out)
 
 
 def _gelu_grad_chunk(xp, approximate, x, g, out, s1, s2):
@@ -88,11 +85,11 @@ def _gelu_grad_chunk(xp, approximate, x, g, out, s1, s2):
         xp.multiply(s1, 0.5, out=s1)
         xp.add(out, s1, out=out)
     else:
-        # Phi(x) + x phi(x)
-        _phi_chunk(xp, x, out, s1, s2)
-        xp.multiply(x, x, out=s1)
-        xp.multiply(s1, -0.5, out=s1)
-        xp.exp(s1, out=s1)
+        # Phi(x) + x phi(x), Phi(x) = 1/2 + sign(x) (1/2 - Q(|x|)), phi(x) = exp(-x^2/2)/sqrt(2 pi)
+        _upper_tail_chunk(xp, x, out, s1, s2)
+        xp.subtract(0.5, s2, out=out)
+        xp.copysign(out, x, out=out)
+        xp.add(out, 0.5, out=out)
         xp.multiply(s1, x, out=s1)
         xp.multiply(s1, _INV_SQRT_2PI, out=s1)
         xp.add(out, s1, out=out)
@@ -115,10 +112,10 @@ def _chunked(xp, func, out, *arrays):
     n = fo.size
 
     def run(lo: int, hi: int) -> None:  # one thread's range, with its own scratch
-        s1 = np.empty(min(_SCRATCH, max(hi - lo, 1)), dtype=fo.dtype)
+        s1 = np.empty(min(_BLOCK, max(hi - lo, 1)), dtype=fo.dtype)
         s2 = np.empty_like(s1)
-        for i in range(lo, hi, _SCRATCH):
-            j = min(i + _SCRATCH, hi)
+        for i in range(lo, hi, _BLOCK):
+            j = min(i + _BLOCK, hi)
             func(*[f[i:j] for f in flats], fo[i:j], s1[: j - i], s2[: j - i])
 
     threads = kernels.pool_threads(n)
@@ -127,8 +124,8 @@ def _chunked(xp, func, out, *arrays):
         return
     # the engine's pool (numpy releases the GIL inside each ufunc); ranges are whole scratch
     # chunks, so every element is computed by the same operations whatever the thread count
-    chunks = -(-n // _SCRATCH)
-    per = -(-chunks // threads) * _SCRATCH
+    chunks = -(-n // _BLOCK)
+    per = -(-chunks // threads) * _BLOCK
     list(kernels._get_pool().map(lambda lo: run(lo, min(lo + per, n)), range(0, n, per)))
 
 

@@ -12,6 +12,7 @@ from engine.ops.views import view_array
 from engine.tensor import Tensor
 
 _SCRATCH = kernels.SCRATCH_ELEMS
+_BLOCK = kernels.POOL_BLOCK  # flat blocks on the pool
 
 
 def _live(dev) -> bool:
@@ -118,9 +119,9 @@ def _blocked(func, out, *arrays) -> bool:
 
     def part(bounds):
         lo, hi = bounds
-        scratch = np.empty(min(_SCRATCH, max(hi - lo, 1)), dtype=fo.dtype)
-        for i in range(lo, hi, _SCRATCH):
-            j = min(i + _SCRATCH, hi)
+        scratch = np.empty(min(_BLOCK, max(hi - lo, 1)), dtype=fo.dtype)
+        for i in range(lo, hi, _BLOCK):
+            j = min(i + _BLOCK, hi)
             func(
                 fo[i:j],
                 *[f[i:j] if isinstance(f, np.ndarray) else f for f in flats],
