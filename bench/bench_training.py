@@ -151,7 +151,7 @@ def _worker(lib_name: str, conn, own_blas: bool = False) -> None:
         cmd, arg = conn.recv()
         if cmd == "make":
             step = BENCHES[arg](lib, np.random.default_rng(0))
-            conn.send(getattr(lib, "get_num_threads", lambda: None)())
+            conn.send((getattr(lib, "get_num_threads", lambda: None)(), _blas_kernels()))
         elif cmd == "run":
             times = []
             for _ in range(arg):
@@ -162,6 +162,22 @@ def _worker(lib_name: str, conn, own_blas: bool = False) -> None:
         else:
             conn.close()
             return
+
+
+def _blas_kernels() -> str:
+    """Which kernels numpy's OpenBLAS runs in this process, and whether the environment chose
+    them (OPENBLAS_CORETYPE: this machine's environment pins Haswell's AVX2 kernels on an
+    AVX-512 CPU, where OpenBLAS would pick SkylakeX's, about 1.8x faster on float32 GEMM)."""
+    import os
+
+    import threadpoolctl
+
+    arch = next(
+        (i.get("architecture") for i in threadpoolctl.threadpool_info() if "architecture" in i),
+        "unknown",
+    )
+    pinned = os.environ.get("OPENBLAS_CORETYPE")
+    return f"{arch} kernels" + (f" (OPENBLAS_CORETYPE={pinned})" if pinned else "")
 
 
 def run(
@@ -189,7 +205,9 @@ def run(
             threads = {}
             for lib, (_, conn) in workers.items():
                 conn.send(("make", name))
-                threads[lib] = conn.recv()
+                threads[lib], blas = conn.recv()
+                if lib == "engine":
+                    blas_kernels = blas
             for _lib, (_, conn) in workers.items():
                 conn.send(("run", warmup))
                 conn.recv()
@@ -210,6 +228,7 @@ def run(
                     "torch_ms": t * 1e3,
                     "ratio": e / t,
                     "torch_threads": threads["torch"],
+                    "engine_blas": blas_kernels,
                 }
             )
     finally:
@@ -259,7 +278,8 @@ def main() -> None:
     print(
         f"(torch threads: {rows[0]['torch_threads']}; medians of {args.reps} alternating steps; "
         f"{args.load} busy processes; engine BLAS: "
-        f"{'single-threaded, its pool splits products' if args.own_blas else 'its own threads'})"
+        f"{'single-threaded, its pool splits products' if args.own_blas else 'its own threads'}, "
+        f"{rows[0]['engine_blas']})"
     )
     if args.json:
         with open(args.json, "w") as fh:
