@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from engine import host_cache
 from engine.allocator import tracked as _tracked
 from engine.allocator.tracked import _storage_ids
 from engine.backends import get_xp
@@ -44,6 +45,8 @@ from engine.tensor import Tensor
 
 _ndarray = np.ndarray
 _np_empty = np.empty
+_CACHE_MIN = host_cache.MIN_BYTES
+_cache_take = host_cache.take
 _prod = math.prod
 _INT64_MAX = (1 << 63) - 1
 
@@ -199,10 +202,12 @@ def empty(shape, dtype, device) -> Tensor:
         # The system's memory first: when it refuses (MemoryError under `ulimit -v`, or past
         # what the OS will overcommit) nothing was charged, so the peak stays what the program
         # really held; observers get an "oom" event.
-        try:
-            data = _np_empty(shape, np_dtype)
-        except MemoryError:
-            _refused(device, nbytes)
+        data = _cache_take(shape, np_dtype) if nbytes >= _CACHE_MIN else None
+        if data is None:
+            try:
+                data = _np_empty(shape, np_dtype)
+            except MemoryError:
+                _refused(device, nbytes)
     if _tracked.TRACKING:  # may raise the limit's OutOfMemoryError (a cpu array is then dropped)
         alloc = device._allocator or allocator_for(device)
         if alloc.observers:
@@ -269,6 +274,9 @@ class Scratch:
         self.nbytes = math.prod(shape) * dtype.itemsize
         if device.type == "meta":
             self.data = None
+        elif device.type == "cpu":
+            data = host_cache.take(shape, dtype.np) if self.nbytes >= _CACHE_MIN else None
+            self.data = np.empty(shape, dtype=dtype.np) if data is None else data
         else:
             self.data = get_xp(device.type).empty(shape, dtype=dtype.np)
         from engine.allocator import tracked
@@ -279,6 +287,8 @@ class Scratch:
 
     def release(self) -> None:
         alloc, self._alloc = self._alloc, None
+        if self.nbytes >= _CACHE_MIN:
+            host_cache.give(self)  # (its memory is reused when nothing else holds it)
         self.data = None
         if alloc is not None:
             alloc.scratch("free", self.nbytes)

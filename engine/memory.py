@@ -68,8 +68,14 @@ def memory_snapshot(device=None) -> list[dict]:
 
 
 def empty_cache(device=None) -> None:
+    """The accounting model's cached blocks (the caching model) are released; on cpu also the
+    engine's cache of freed arrays (engine/host_cache.py), on cuda CuPy's pool."""
     _alloc(device).model.empty_cache()
     dev = as_device(device) if device is not None else None
+    if dev is None or dev.type == "cpu":
+        from engine import host_cache
+
+        host_cache.clear()
     if dev is not None and dev.type == "cuda":
         import cupy
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 
+from engine import host_cache
 from engine.allocator import tracked
 from engine.allocator.tracked import get_allocator
 from engine.backends import cupy_module
@@ -16,6 +17,8 @@ from engine.backends.meta import MetaArray
 from engine.errors import OutOfMemoryError
 
 _fake_addresses = itertools.count(1)
+_CACHE_MIN = host_cache.MIN_BYTES
+_give = host_cache.give
 
 
 def allocator_for(dev):
@@ -55,6 +58,8 @@ class Storage:
                     alloc.model.uncharge(self.handle)
             except Exception:  # interpreter shutdown: modules may be gone
                 pass
+        if self.nbytes >= _CACHE_MIN:  # a large cpu array's memory is reused (engine/host_cache.py)
+            _give(self)
 
     def data_ptr(self) -> int:
         if self.device.type == "cpu":

@@ -1,0 +1,143 @@
+"""Reuse of freed cpu memory: large storage and scratch arrays go back to a cache by size.
+
+A training step frees and allocates the same sizes every step. Given back to malloc, a large
+array's pages are often returned to the system (glibc trims the heap top, and maps big blocks
+on their own), so the next step's array of that size starts on fresh pages, and the kernel
+zeroes every page on first touch: a 2 MiB max-pool index array cost about as much in page
+faults as the pooling itself. The cache keeps those arrays (at least MIN_BYTES) and hands them
+back for the next request of the same byte size, as PyTorch's CUDA caching allocator does on a
+GPU (PyTorch on cpu leaves this to malloc).
+
+This changes no figure the engine reports: what the allocator's accounting model charges is
+decided apart (engine.allocator); only where the numpy memory comes from changes.
+
+An array is reused only when nothing else can reach its memory: the dying storage (or scratch
+buffer) held the last reference to it and to the array that owns the memory (a numpy view keeps
+its owner alive, so any view still held elsewhere, a `.numpy()` result kept by the user, a
+`from_numpy` array the caller still has, shows as one more reference). Counts are measured once
+at import on arrays known to be unshared, so the test does not depend on the interpreter's
+reference-count details.
+
+`engine.memory.empty_cache("cpu")` empties it; `set_limit(nbytes)` bounds it (default 1 GiB;
+0 turns it off). Oldest sizes are dropped first when a new array would pass the limit.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+MIN_BYTES = 1 << 16
+_limit = 1 << 30
+_cached = 0
+_free: dict[int, list] = {}  # nbytes -> flat uint8 arrays (each the only view of its owner)
+_getrefcount = sys.getrefcount
+_ndarray = np.ndarray
+_uint8 = np.uint8
+_prod = math.prod
+
+
+def _counts(holder):
+    """(references to holder.data, references to the array that owns its memory, seen through
+    data.base; 0 when data owns it), or None for what is not a numpy array. Called with no other
+    local reference to either, in give() as in the calibration."""
+    data = holder.data
+    if type(data) is not _ndarray:
+        return None
+    base = data.base
+    if base is None:
+        return _getrefcount(data), 0
+    return _getrefcount(data), _getrefcount(base)
+
+
+class _Probe:
+    __slots__ = ("data",)
+
+
+def _calibrate():
+    owning, view = _Probe(), _Probe()
+    owning.data = np.empty(8, np.float32)
+    view.data = np.empty(8, np.uint8).view(np.float32).reshape(2, 1)
+    return _counts(owning), _counts(view)
+
+
+_OWNING, _VIEW = _calibrate()
+
+
+def give(holder) -> None:
+    """Keep holder.data's memory for reuse if nothing else can reach it (holder: a dying cpu
+    Storage or Scratch whose `data` is a numpy array of at least MIN_BYTES)."""
+    global _cached
+    counts = _counts(holder)  # first, while no local here refers to the arrays
+    if counts == _OWNING:
+        owner = holder.data
+    elif counts == _VIEW:
+        owner = holder.data.base
+        if type(owner) is not _ndarray or owner.base is not None:
+            return
+    else:
+        return
+    if not owner.flags.owndata:
+        return
+    if not (owner.flags.c_contiguous and owner.flags.writeable):
+        return
+    nbytes = owner.nbytes
+    if nbytes > _limit:
+        return
+    while _cached + nbytes > _limit and _free:
+        _evict_oldest()
+    flat = owner.reshape(-1).view(_uint8)
+    _free.setdefault(nbytes, []).append(flat)
+    _cached += nbytes
+
+
+def _evict_oldest() -> None:
+    global _cached
+    size = next(iter(_free))
+    arrays = _free[size]
+    arrays.pop(0)
+    _cached -= size
+    if not arrays:
+        del _free[size]
+
+
+def take(shape, np_dtype):
+    """A cached array of exactly the bytes of `shape` in `np_dtype`, viewed so, or None."""
+    global _cached
+    nbytes = _prod(shape) * np_dtype.itemsize
+    arrays = _free.get(nbytes)
+    if not arrays:
+        return None
+    try:
+        flat = arrays.pop()
+    except IndexError:  # another thread took the last one
+        return None
+    _cached -= nbytes
+    return flat.view(np_dtype).reshape(shape)
+
+
+def cached_bytes() -> int:
+    return _cached
+
+
+def clear() -> None:
+    """Give every cached array back to malloc."""
+    global _cached
+    _free.clear()
+    _cached = 0
+
+
+def set_limit(nbytes: int) -> None:
+    """At most `nbytes` cached (0: no caching); cached arrays past it are dropped now."""
+    global _limit
+    if nbytes < 0:
+        raise ValueError(f"host cache limit must be >= 0, got {nbytes}")
+    _limit = int(nbytes)
+    while _cached > _limit and _free:
+        _evict_oldest()
+
+
+def get_limit() -> int:
+    return _limit
