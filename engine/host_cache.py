@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 
 import numpy as np
 
@@ -34,6 +35,7 @@ _limit = 1 << 30
 _cached = 0
 _free: dict[int, list] = {}  # nbytes -> flat uint8 arrays (each the only view of its owner)
 _getrefcount = sys.getrefcount
+_lock = threading.Lock()  # storages may die on any thread
 _ndarray = np.ndarray
 _uint8 = np.uint8
 _prod = math.prod
@@ -86,14 +88,16 @@ def give(holder) -> None:
     nbytes = owner.nbytes
     if nbytes > _limit:
         return
-    while _cached + nbytes > _limit and _free:
-        _evict_oldest()
     flat = owner.reshape(-1).view(_uint8)
-    _free.setdefault(nbytes, []).append(flat)
-    _cached += nbytes
+    with _lock:
+        while _cached + nbytes > _limit and _free:
+            _evict_oldest()
+        _free.setdefault(nbytes, []).append(flat)
+        _cached += nbytes
 
 
 def _evict_oldest() -> None:
+    """(with _lock held)"""
     global _cached
     size = next(iter(_free))
     arrays = _free[size]
@@ -107,14 +111,16 @@ def take(shape, np_dtype):
     """A cached array of exactly the bytes of `shape` in `np_dtype`, viewed so, or None."""
     global _cached
     nbytes = _prod(shape) * np_dtype.itemsize
-    arrays = _free.get(nbytes)
-    if not arrays:
+    if nbytes not in _free:
         return None
-    try:
+    with _lock:
+        arrays = _free.get(nbytes)
+        if not arrays:
+            return None
         flat = arrays.pop()
-    except IndexError:  # another thread took the last one
-        return None
-    _cached -= nbytes
+        if not arrays:
+            del _free[nbytes]
+        _cached -= nbytes
     return flat.view(np_dtype).reshape(shape)
 
 
@@ -125,8 +131,9 @@ def cached_bytes() -> int:
 def clear() -> None:
     """Give every cached array back to malloc."""
     global _cached
-    _free.clear()
-    _cached = 0
+    with _lock:
+        _free.clear()
+        _cached = 0
 
 
 def set_limit(nbytes: int) -> None:
@@ -135,8 +142,9 @@ def set_limit(nbytes: int) -> None:
     if nbytes < 0:
         raise ValueError(f"host cache limit must be >= 0, got {nbytes}")
     _limit = int(nbytes)
-    while _cached > _limit and _free:
-        _evict_oldest()
+    with _lock:
+        while _cached > _limit and _free:
+            _evict_oldest()
 
 
 def get_limit() -> int:

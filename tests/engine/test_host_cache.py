@@ -157,3 +157,29 @@ def test_values_of_a_training_loop_do_not_depend_on_the_cache():
         return out
 
     assert losses() == (host_cache.set_limit(0) or losses())
+
+
+def test_threads_allocating_and_freeing_at_once_keep_values_and_the_count():
+    import threading
+
+    errors = []
+
+    def work(seed):
+        try:
+            for i in range(200):
+                n = N + (seed * 7 + i) % 5  # a few sizes shared between threads
+                t = engine.full((n,), float(seed))
+                assert float(t._data[0]) == seed and float(t._data[-1]) == seed
+                del t
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert host_cache.cached_bytes() == sum(
+        size * len(arrays) for size, arrays in host_cache._free.items()
+    )
