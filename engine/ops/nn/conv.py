@@ -125,44 +125,61 @@ class Conv2d(Function):
         dev = device_of(x, weight, bias)
         y = result_buffer(out, (n, o, oh, ow), result_type(x, weight), dev, "conv2d")
         xp = kernels.xp_of_device(dev)
-        wr = weight._data.reshape(groups, o // groups, cg * kh * kw) if _live(dev) else None
+        og, ckk, length = o // groups, cg * kh * kw, oh * ow
+        wr = weight._data.reshape(groups, og, ckk) if _live(dev) else None
         b_col = bias._data[:, None] if bias is not None and _live(dev) else None
-        for b, cols in self._columns(x):  # on meta this only allocates the workspace
-            kernels.matmul_into(xp, wr, cols, y._data[b].reshape(groups, o // groups, oh * ow))
-            if b_col is not None:  # while the sample's output is still in cache
-                yb = y._data[b].reshape(o, oh * ow)
-                xp.add(yb, b_col, out=yb)
+        ranges = self._sample_ranges(dev)
+        bufs = [self._buffers(x) for _ in ranges]  # (on meta this only allocates the workspace)
+
+        def run(i, b0, b1):
+            for b, cols in self._columns(x, bufs[i], b0, b1):
+                kernels.matmul_into(xp, wr, cols, y._data[b].reshape(groups, og, length))
+                if b_col is not None:  # while the sample's output is still in cache
+                    yb = y._data[b].reshape(o, length)
+                    xp.add(yb, b_col, out=yb)
+
+        if _live(dev):
+            kernels.run_parts(run, ranges)
+        bufs.clear()  # the workspace goes back now
         return y
 
     def _pointwise(self) -> bool:
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         return kh == kw == 1 and sh == sw == 1 and pt == pb == pl == pr == 0
 
-    def _columns(self, x: Tensor):
-        """Yield (b, columns of sample b as [groups, C/g*kh*kw, OH*OW]) for every sample.
+    def _sample_ranges(self, dev) -> list[tuple[int, int]]:
+        """The samples of each part on the pool (kernels.split_ranges); one part on meta and
+        CuPy."""
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        if dev.type != "cpu":
+            return [(0, n)]
+        return kernels.split_ranges(n, o * cg * kh * kw * oh * ow)
 
-        The buffers (scratch) are taken once and given back when the iteration ends; a 1x1
-        convolution reads the input itself. On meta only the allocations happen.
-        """
+    def _buffers(self, x: Tensor):
+        """One part's workspace for _columns: (columns, zero-padded stage) scratch, or None for
+        a 1x1 convolution that reads its input as is. Made on the calling thread (the allocator
+        sees them there), one set per part."""
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        if self._pointwise() and x.is_contiguous():
+            return None
+        cols = kernels.Scratch((c, kh, kw, oh, ow), x._dtype, x._device)
+        return cols, _Stage(self.geom, x._dtype, x._device)
+
+    def _columns(self, x: Tensor, bufs, b0: int, b1: int):
+        """Yield (b, columns of sample b as [groups, C/g*kh*kw, OH*OW]) for samples b0..b1,
+        through one part's buffers (_buffers). Live devices only."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         ckk, length = cg * kh * kw, oh * ow
-        live = _live(x._device)
-        if self._pointwise() and x.is_contiguous():
-            if live:
-                for b in range(n):
-                    yield b, x._data[b].reshape(groups, ckk, length)
+        if bufs is None:
+            for b in range(b0, b1):
+                yield b, x._data[b].reshape(groups, ckk, length)
             return
-        cols = kernels.Scratch((c, kh, kw, oh, ow), x._dtype, x._device)
-        stage = _Stage(self.geom, x._dtype, x._device)
-        if not live:
-            return
+        cols, stage = bufs
         xp = kernels.xp_of(x)
         as_strided = xp.lib.stride_tricks.as_strided
-        # the stage never moves, so each kernel column's (source, destination) pair is made once.
-        # The copies stay on this thread: a pool thread would compete with OpenBLAS's workers,
-        # which keep spinning on the other core for a while after every matmul.
+        # the stage never moves, so each kernel column's (source, destination) pair is made once
         pairs = [(stage.windows(as_strided, j), cols.data[:, :, j]) for j in range(kw)]
-        for b in range(n):
+        for b in range(b0, b1):
             stage.load(x._data[b])
             for src, dst in pairs:
                 xp.copyto(dst, src)
@@ -175,24 +192,12 @@ class Conv2d(Function):
         dev, dt = g._device, g._dtype
         live = _live(dev)
         xp = kernels.xp_of(g)
-        og, ckk = o // groups, cg * kh * kw
-        g4, gkeep = _dense(g, (n, groups, og, oh * ow))
+        g4, gkeep = _dense(g, (n, groups, o // groups, oh * ow))
         gx = gw = gb = None
         if needs[0]:
             gx = self._grad_input(saved[1], g4, dt, dev)
         if needs[1]:
-            # grad_W = sum over samples of g[b] @ cols[b].T, computed transposed (cols @ g.T):
-            # BLAS is about 3x faster on that shape. One weight-sized scratch buffer.
-            gw = kernels.empty(self.w_shape, dt, dev)
-            acc = gw._data.reshape(groups, og, ckk) if live else None
-            part = kernels.Scratch((groups, ckk, og), dt, dev)
-            for b, cols in self._columns(saved[0]):
-                kernels.matmul_into(xp, cols, g4[b].transpose(0, 2, 1), part.data)
-                if b == 0:
-                    xp.copyto(acc, part.data.transpose(0, 2, 1))
-                else:
-                    xp.add(acc, part.data.transpose(0, 2, 1), out=acc)
-            del part
+            gw = self._grad_weight(saved[0], g4, dt, dev)
         if self.has_bias and needs[2]:
             gb = kernels.empty((o,), dt, dev)
             if live:
@@ -200,35 +205,81 @@ class Conv2d(Function):
         del gkeep
         return (gx, gw, gb) if self.has_bias else (gx, gw)
 
+    def _grad_weight(self, x, g4, dt, dev):
+        """grad_W = sum over samples of g @ cols.T, computed transposed (cols @ g.T: BLAS is
+        about 3x faster on that shape), samples in order. On the pool each part takes a slice of
+        the output channels (rows of grad_W) and builds all the columns itself: every entry
+        still sums the samples in the same order, as on one thread."""
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        og, ckk, length = o // groups, cg * kh * kw, oh * ow
+        gw = kernels.empty(self.w_shape, dt, dev)
+        ranges = [(0, og)]
+        if dev.type == "cpu":
+            ranges = kernels.split_ranges(og, o * ckk * length)
+        bufs = [self._buffers(x) for _ in ranges]
+        parts = [kernels.Scratch((groups, ckk, hi - lo), dt, dev) for lo, hi in ranges]
+        if _live(dev):
+            xp = kernels.xp_of_device(dev)
+            acc = gw._data.reshape(groups, og, ckk)
+
+            def run(i, o0, o1):
+                part = parts[i].data
+                dst = acc[:, o0:o1]
+                for b, cols in self._columns(x, bufs[i], 0, n):
+                    kernels.matmul_into(xp, cols, g4[b, :, o0:o1].transpose(0, 2, 1), part)
+                    if b == 0:
+                        xp.copyto(dst, part.transpose(0, 2, 1))
+                    else:
+                        xp.add(dst, part.transpose(0, 2, 1), out=dst)
+
+            kernels.run_parts(run, ranges)
+        bufs.clear()  # the workspace goes back now
+        parts.clear()
+        return gw
+
     def _grad_input(self, weight, g4, dt, dev):
-        """col2im(W.T @ g), one sample at a time through a scratch column buffer."""
+        """col2im(W.T @ g), one sample at a time through a scratch column buffer (per part)."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         og, ckk = o // groups, cg * kh * kw
         gx = kernels.empty(self.x_shape, dt, dev)
-        wt = weight._data.reshape(groups, og, ckk).transpose(0, 2, 1) if _live(dev) else None
+        live = _live(dev)
+        wt = weight._data.reshape(groups, og, ckk).transpose(0, 2, 1) if live else None
+        ranges = self._sample_ranges(dev)
         if self._pointwise():
-            if _live(dev):
+            if live:
                 xp = kernels.xp_of_device(dev)
-                for b in range(n):
-                    kernels.matmul_into(xp, wt, g4[b], gx._data[b].reshape(groups, ckk, oh * ow))
+
+                def run_1x1(i, b0, b1):
+                    for b in range(b0, b1):
+                        dst = gx._data[b].reshape(groups, ckk, oh * ow)
+                        kernels.matmul_into(xp, wt, g4[b], dst)
+
+                kernels.run_parts(run_1x1, ranges)
             return gx
-        gcols = kernels.Scratch((c, kh, kw, oh, ow), dt, dev)
-        stage = _Stage(self.geom, dt, dev)
-        if _live(dev):
+        bufs = [
+            (kernels.Scratch((c, kh, kw, oh, ow), dt, dev), _Stage(self.geom, dt, dev))
+            for _ in ranges
+        ]
+        if live:
             xp = kernels.xp_of_device(dev)
             as_strided = xp.lib.stride_tricks.as_strided
-            regions = [
-                (stage.windows(as_strided, j, i), gcols.data[:, i, j])
-                for i in range(kh)
-                for j in range(kw)
-            ]
-            for b in range(n):
-                kernels.matmul_into(xp, wt, g4[b], gcols.data.reshape(groups, ckk, oh * ow))
-                stage.t.data.fill(0)
-                for region, src in regions:
-                    xp.add(region, src, out=region)
-                stage.unload(gx._data[b])
-        del gcols, stage
+
+            def run(i, b0, b1):
+                gcols, stage = bufs[i]
+                regions = [
+                    (stage.windows(as_strided, j, r), gcols.data[:, r, j])
+                    for r in range(kh)
+                    for j in range(kw)
+                ]
+                for b in range(b0, b1):
+                    kernels.matmul_into(xp, wt, g4[b], gcols.data.reshape(groups, ckk, oh * ow))
+                    stage.t.data.fill(0)
+                    for region, src in regions:
+                        xp.add(region, src, out=region)
+                    stage.unload(gx._data[b])
+
+            kernels.run_parts(run, ranges)
+        bufs.clear()  # the workspace goes back now
         return gx
 
     def name(self):
