@@ -12,7 +12,7 @@ Three parts (targets from issue 2):
    every event (what a profiling run does), and off (`engine.allocator.tracked.tracking(False)`).
    Target: on/off <= 1.03.
 3. Dispatch: 10,000 ops on 4-element tensors, per-op time beside torch's and numpy's.
-   Target: within 3x of torch.
+   Target: within 1.5x of torch (issue 15; issue 2 asked for 3x).
 4. erf and GELU on 4M float32 values (issue 15: an accurate float32 erf that is not ~10x
    torch's): time beside torch's, and each side's largest error against float64 erf/GELU.
 
@@ -204,6 +204,7 @@ def small_ops(rounds: int, n_ops: int = 10_000) -> list[dict]:
     return rows
 
 
+SMALL_TARGET = 1.5  # issue 15: tiny-tensor ops at or below 1.5x torch per op
 SPECIAL_N = 1 << 22
 ERF_TARGET = 10.0
 
@@ -257,13 +258,15 @@ def print_table(large, small, info, special=()) -> None:
     print()
     print(
         f"## 4-element tensors ({STAT.__name__} us per op over 10,000 ops; target engine/torch "
-        "<= 3)"
+        f"<= {SMALL_TARGET:g})"
     )
     print(f"{'op':<22}{'engine':>9}{'torch':>9}{'numpy':>9}{'eng/torch':>11}")
     for r in small:
+        ratio = r.get("engine_over_torch", float("nan"))
+        mark = "" if ratio != ratio else ("  met" if ratio <= SMALL_TARGET else "  NOT met")
         print(
             f"{r['op']:<22}{r['engine_us']:>9.2f}{r.get('torch_us', float('nan')):>9.2f}"
-            f"{r['numpy_us']:>9.2f}{r.get('engine_over_torch', float('nan')):>11.2f}"
+            f"{r['numpy_us']:>9.2f}{ratio:>11.2f}{mark}"
         )
     if special:
         print()
