@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from engine import host_cache
 from engine.allocator import tracked
 from engine.allocator.tracked import get_allocator
@@ -19,6 +21,7 @@ from engine.errors import OutOfMemoryError
 _fake_addresses = itertools.count(1)
 _CACHE_MIN = host_cache.MIN_BYTES
 _give = host_cache.give
+_ndarray = np.ndarray
 
 
 def allocator_for(dev):
@@ -58,7 +61,8 @@ class Storage:
                     alloc.model.uncharge(self.handle)
             except Exception:  # interpreter shutdown: modules may be gone
                 pass
-        if self.nbytes >= _CACHE_MIN:  # a large cpu array's memory is reused (engine/host_cache.py)
+        # a large cpu array's memory is reused (engine/host_cache.py)
+        if self.nbytes >= _CACHE_MIN and type(self.data) is _ndarray:
             _give(self)
 
     def data_ptr(self) -> int:
