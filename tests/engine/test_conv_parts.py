@@ -1,4 +1,4 @@
-"""A convolution whose per-sample products are large runs its samples (and, for grad_W, its
+"""Convolution kernels: a convolution whose per-sample products are large runs its samples (and, for grad_W, its
 output channels) in parts on the engine's pool with BLAS single-threaded meanwhile
 (kernels.split_ranges / run_parts). The parts change no value (bitwise, against one thread
 and against torch), no charged byte, and leave BLAS's thread count as it was."""
@@ -19,6 +19,10 @@ CASES = {
     "dilated": ((3, 2, 12, 12), (4, 2, 3, 3), dict(dilation=2, padding=2)),
     "stem-like": ((3, 3, 23, 21), (8, 3, 5, 5), dict(stride=3, padding=2)),
     "1x1": ((5, 6, 7, 7), (3, 6, 1, 1), {}),
+    # stride 1: grad_x as a correlation with the flipped weight (asymmetric 'same' padding,
+    # groups), and past the full extent (padding > d*(k-1)): col2im
+    "grouped same, even kernel": ((3, 4, 9, 8), (6, 2, 4, 2), dict(padding="same", groups=2)),
+    "over-padded": ((2, 3, 6, 6), (4, 3, 3, 3), dict(padding=3)),
 }
 
 
@@ -66,6 +70,7 @@ def test_parts_give_bitwise_the_one_thread_results(case, noncontig, split_everyt
         np.testing.assert_array_equal(a, r)
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel:UserWarning")
 @pytest.mark.parametrize("case", list(CASES))
 def test_parts_match_torch(case, split_everything):
     torch = pytest.importorskip("torch")

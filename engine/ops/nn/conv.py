@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from engine import kernels
+from engine.allocator import tracked
 from engine.autograd.function import Function
 from engine.ops.common import device_of, result_buffer, result_type
 from engine.ops.nn.common import _dense, _live, _needs, _pair, _same_dtype
+from engine.storage import wrap_storage
 from engine.tensor import Tensor
 
 
@@ -67,7 +71,8 @@ class Conv2d(Function):
     kernel's workspace, which is device-specific (oneDNN, cuDNN and slow_conv2d each need their
     own), so they are `kernels.Scratch`: reported apart (engine.memory.memory_scratch), not
     charged to memory_allocated. Backward keeps only input and weight and rebuilds the columns;
-    col2im adds strided slices per kernel offset.
+    grad_x is col2im (strided slices added per kernel offset), or on cpu for stride 1 a
+    convolution of g with the flipped weight (fewer, longer copies).
     """
 
     def to_save(self, tensors):
@@ -195,7 +200,7 @@ class Conv2d(Function):
         g4, gkeep = _dense(g, (n, groups, o // groups, oh * ow))
         gx = gw = gb = None
         if needs[0]:
-            gx = self._grad_input(saved[1], g4, dt, dev)
+            gx = self._grad_input(saved[1], g4, gkeep, dt, dev)
         if needs[1]:
             gw = self._grad_weight(saved[0], g4, dt, dev)
         if self.has_bias and needs[2]:
@@ -237,10 +242,14 @@ class Conv2d(Function):
         parts.clear()
         return gw
 
-    def _grad_input(self, weight, g4, dt, dev):
-        """col2im(W.T @ g), one sample at a time through a scratch column buffer (per part)."""
+    def _grad_input(self, weight, g4, g, dt, dev):
+        """col2im(W.T @ g), one sample at a time through a scratch column buffer (per part); on
+        cpu, for stride 1, the correlation of g with the flipped weight instead."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         og, ckk = o // groups, cg * kh * kw
+        full = (dh * (kh - 1) - pt, dh * (kh - 1) - pb, dw * (kw - 1) - pl, dw * (kw - 1) - pr)
+        if dev.type == "cpu" and sh == sw == 1 and min(full) >= 0 and not self._pointwise():
+            return self._grad_input_correlated(weight, g, full, dt, dev)
         gx = kernels.empty(self.x_shape, dt, dev)
         live = _live(dev)
         wt = weight._data.reshape(groups, og, ckk).transpose(0, 2, 1) if live else None
@@ -280,6 +289,26 @@ class Conv2d(Function):
 
             kernels.run_parts(run, ranges)
         bufs.clear()  # the workspace goes back now
+        return gx
+
+    def _grad_input_correlated(self, weight, g, full, dt, dev):
+        """grad_x of a stride-1 convolution as a convolution itself: g (O channels) correlated
+        with the weight flipped in space and transposed per group ([C, O/g, kh, kw]), padded to
+        the full extent (d*(k-1) - p each side). Its columns are copied with a few long runs
+        per sample where col2im adds kh*kw strided slices, so a small image's backward makes far
+        fewer numpy calls. The flipped weight is workspace (scratch); grad_x is the one new
+        tensor, as before."""
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        og = o // groups
+        flipped = kernels.Scratch((c, og, kh, kw), dt, dev)
+        src = weight._data.reshape(groups, og, cg, kh, kw)[:, :, :, ::-1, ::-1]
+        np.copyto(flipped.data.reshape(groups, cg, og, kh, kw), src.transpose(0, 2, 1, 3, 4))
+        with tracked.tracking(False):  # the scratch above, seen as a tensor: nothing to charge
+            wt = Tensor._make(flipped.data, wrap_storage(flipped.data, dev), dt, dev)
+        node = object.__new__(Conv2d)
+        pads = ((full[0], full[1]), (full[2], full[3]))
+        gx = node.forward(g, wt, None, padding=pads, dilation=(dh, dw), groups=groups)
+        del wt, flipped
         return gx
 
     def name(self):
