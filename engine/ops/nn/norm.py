@@ -15,7 +15,8 @@ from engine.ops.nn.common import _SCRATCH, _live, _needs, _reshaped
 def _channel_sums(xp, a3, b3=None):
     """Per-channel sum of a (or of a*b) over [N, C, L] in float64, without full-size temporaries."""
     if b3 is None and xp is np:
-        # one buffered call: the same sums (bit for bit) as the per-sample loop, ~1.5x sooner
+        # one buffered call, float64 throughout like the loop below (equal sums on the shapes
+        # measured, 32x32x32x32 to 8x64x55x55), ~1.5x sooner
         return np.einsum("ncl->c", a3, dtype=np.float64)
     acc = (
         np.zeros(a3.shape[1], dtype=np.float64)
