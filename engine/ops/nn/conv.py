@@ -80,13 +80,16 @@ class _FlatStage:
         self.t = kernels.Scratch((c, self.hp * self.wp + dw * (kw - 1)), dtype, dev)
         if self.t.data is not None:
             self.t.data.fill(0)
+        self.inner = None
 
     def load(self, sample, as_strided) -> None:
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
-        buf = self.t.data
-        s0, s1 = buf.strides
-        image = as_strided(buf, (c, self.hp, self.wp), (s0, self.wp * s1, s1))
-        image[:, pt : pt + h, pl : pl + w] = sample
+        if self.inner is None:  # the input positions of the padded image, a view made once
+            buf = self.t.data
+            s0, s1 = buf.strides
+            image = as_strided(buf, (c, self.hp, self.wp), (s0, self.wp * s1, s1))
+            self.inner = image[:, pt : pt + h, pl : pl + w]
+        self.inner[...] = sample
 
     def columns(self, as_strided):
         """Every kernel offset's runs: [C, kh, kw, OH*Wp], a view of the stage."""
@@ -176,11 +179,12 @@ class Conv2d(Function):
             b3 = b_col[:, :, None] if b_col is not None else None
 
         def run(i, b0, b1):
+            if wide:
+                prod = prods[i].data
+                src = prod.reshape(o, oh, wp)[:, :, :ow]  # the outputs within the product
             for b, cols in self._columns(x, bufs[i], b0, b1):
                 if wide:
-                    prod = prods[i].data
                     kernels.matmul_into(xp, wr, cols, prod)
-                    src = prod.reshape(o, oh, wp)[:, :, :ow]
                     if b3 is not None:
                         xp.add(src, b3, out=y._data[b])
                     else:
