@@ -103,7 +103,9 @@ class Conv2d(Function):
     """2-D convolution by im2col, one sample at a time (like PyTorch's slow_conv2d).
 
     A sample's columns are [C, kh, kw, OH, OW] = [groups, C/g*kh*kw, OH*OW], so the matmul with
-    W [groups, O/g, C/g*kh*kw] writes that sample's NCHW output directly. The columns (and the
+    W [groups, O/g, C/g*kh*kw] writes that sample's NCHW output directly; with stride 1 they
+    cover the padded width ([C, kh, kw, OH*Wp], _FlatStage) and the outputs are cut from the
+    product. The columns (and the
     zero-padded sample they are cut from) are buffers reused across the batch. They are the
     kernel's workspace, which is device-specific (oneDNN, cuDNN and slow_conv2d each need their
     own), so they are `kernels.Scratch`: reported apart (engine.memory.memory_scratch), not
