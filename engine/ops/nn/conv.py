@@ -172,7 +172,7 @@ class Conv2d(Function):
         og, ckk, length = o // groups, cg * kh * kw, oh * ow
         wr = weight._data.reshape(groups, og, ckk) if _live(dev) else None
         b_col = bias._data[:, None] if bias is not None and _live(dev) else None
-        ranges = self._sample_ranges(dev)
+        ranges = self._parts(dev, n)
         bufs = [self._buffers(x) for _ in ranges]  # (on meta this only allocates the workspace)
         wide = self._wide()
         if wide:  # the product over the padded width, per part; the outputs are cut from it
@@ -208,13 +208,13 @@ class Conv2d(Function):
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         return kh == kw == 1 and sh == sw == 1 and pt == pb == pl == pr == 0
 
-    def _sample_ranges(self, dev) -> list[tuple[int, int]]:
-        """The samples of each part on the pool (kernels.split_ranges); one part on meta and
-        CuPy."""
+    def _parts(self, dev, count: int) -> list[tuple[int, int]]:
+        """The ranges of `count` samples (or output channels) that the parts on the pool take
+        (kernels.split_ranges, by one sample's product); one part on meta and CuPy."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         if dev.type != "cpu":
-            return [(0, n)]
-        return kernels.split_ranges(n, o * cg * kh * kw * oh * ow)
+            return [(0, count)]
+        return kernels.split_ranges(count, o * cg * kh * kw * oh * ow)
 
     def _wide(self) -> bool:
         """Columns over the padded width (_FlatStage): stride 1, unless a 1x1 reads its input."""
@@ -288,14 +288,12 @@ class Conv2d(Function):
         the output channels (rows of grad_W) and builds all the columns itself: every entry
         still sums the samples in the same order, as on one thread."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
-        og, ckk, length = o // groups, cg * kh * kw, oh * ow
+        og, ckk = o // groups, cg * kh * kw
         gw = kernels.empty(self.w_shape, dt, dev)
-        ranges = [(0, og)]
-        if dev.type == "cpu":
-            ranges = kernels.split_ranges(og, o * ckk * length)
+        ranges = self._parts(dev, og)
         bufs = [self._buffers(x) for _ in ranges]
         parts = [kernels.Scratch((groups, ckk, hi - lo), dt, dev) for lo, hi in ranges]
-        wide = bufs[0] is not None and self._wide()
+        wide = self._wide()
         if wide:  # g over the padded width, zero where the columns are not outputs
             wp = w + pl + pr
             gws = [kernels.Scratch((groups, hi - lo, oh, wp), dt, dev) for lo, hi in ranges]
@@ -339,7 +337,7 @@ class Conv2d(Function):
         gx = kernels.empty(self.x_shape, dt, dev)
         live = _live(dev)
         wt = weight._data.reshape(groups, og, ckk).transpose(0, 2, 1) if live else None
-        ranges = self._sample_ranges(dev)
+        ranges = self._parts(dev, n)
         if self._pointwise():
             if live:
                 xp = kernels.xp_of_device(dev)
