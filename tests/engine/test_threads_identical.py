@@ -95,3 +95,31 @@ def test_the_pool_steps_aside_while_blas_threads_spin(monkeypatch):
         assert kernels.pool_threads(big) == 1
     finally:
         kernels.set_num_threads(before)
+
+
+_NESTED = """
+import numpy as np, engine
+from engine import kernels
+kernels.set_num_threads(2, own_blas=True)
+kernels.SPLIT_SAMPLE_MACS = 0  # every convolution runs in parts on the pool
+x = engine.tensor(np.ones((4, 8, 16, 16), np.float32), requires_grad=True)
+conv = engine.nn.Conv2d(8, 512, 3, padding=1)  # each part's products are large enough to split
+conv(x).sum().backward()
+a = engine.tensor(np.ones((1 << 19,), np.float32))
+kernels.run_parts(lambda i, lo, hi: engine.nn.functional.gelu(a), [(0, 1), (1, 2)])
+print("done", float(x.grad.sum()) != 0)
+"""
+
+
+def test_work_on_the_pool_that_would_split_again_runs_on_its_own_thread():
+    # a convolution's parts run on the pool; with own_blas each part's gemm and activation
+    # would split on the same pool and wait for threads that are all waiting (a hang before)
+    import subprocess
+    import sys
+
+    pytest.importorskip("threadpoolctl")
+    run = subprocess.run(
+        [sys.executable, "-c", _NESTED], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["done", "True"]
