@@ -939,6 +939,12 @@ _ERF_Q = (
 )
 
 
+# erf's temporaries are float64: half POOL_BLOCK's elements gives them the bytes of a float32
+# block (4M float32 erf on 2 threads, Intel Xeon with 2 MiB L2 per core: 38.3 -> 28.7 ms, min of
+# 15; its ~25 passes per block stream through L2 instead of memory).
+_ERF_BLOCK = POOL_BLOCK // 2
+
+
 def _horner(u, coefs, out):
     np.multiply(u, coefs[-1], out=out)
     out += coefs[-2]
@@ -966,7 +972,7 @@ def erf_into(xp, x, out):
         cupyx.scipy.special.erf(x, out=out)
         return out
     if out.dtype.itemsize < 8 and out.dtype.kind == "f":  # threads when run_parallel can split
-        run_parallel(lambda xb, ob: blocked(_erf_rational_block, ob, xb, step=POOL_BLOCK), out, x)
+        run_parallel(lambda xb, ob: blocked(_erf_rational_block, ob, xb, step=_ERF_BLOCK), out, x)
         return out
     blocked(_erf_block, out, x)
     return out
