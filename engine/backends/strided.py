@@ -76,6 +76,17 @@ def infer_shape(shape, numel: int) -> tuple[int, ...]:
     else:
         if math.prod(shape) == numel:
             return tuple(shape)
+    if shape.count(-1) == 1 and numel:  # one dimension to infer from ints (view(-1), ...)
+        rest = 1
+        for s in shape:
+            if type(s) is not int or (s < 0 and s != -1):
+                break
+            rest *= s
+        else:
+            rest = -rest
+            if rest and not numel % rest:
+                i = shape.index(-1)
+                return (*shape[:i], numel // rest, *shape[i + 1 :])
     shape = tuple(int(s) for s in shape)
     neg = [i for i, s in enumerate(shape) if s == -1]
     if len(neg) > 1:

@@ -21,7 +21,11 @@ class _Ternary(Function):
 
     def _prepare_out(self, s, a, b, out):
         args = [t for t in (s, a, b) if isinstance(t, Tensor)]
-        shape = tuple(np.broadcast_shapes(*(t.shape for t in args)))
+        shape = args[0].shape
+        for t in args:  # the optimizer's case, operands of one shape, without broadcast_shapes
+            if t.shape != shape:
+                shape = tuple(np.broadcast_shapes(*(t.shape for t in args)))
+                break
         self.shapes = tuple(t.shape if isinstance(t, Tensor) else () for t in (s, a, b))
         dev = device_of(*args)
         return result_buffer(out, shape, result_type(*args), dev, self.opname), dev
