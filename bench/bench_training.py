@@ -166,8 +166,10 @@ def _worker(lib_name: str, conn, own_blas: bool = False) -> None:
 
 def _blas_kernels() -> str:
     """Which kernels numpy's OpenBLAS runs in this process, and whether the environment chose
-    them (OPENBLAS_CORETYPE: this machine's environment pins Haswell's AVX2 kernels on an
-    AVX-512 CPU, where OpenBLAS would pick SkylakeX's, about 1.8x faster on float32 GEMM)."""
+    them (OPENBLAS_CORETYPE: one machine this ran on pinned Haswell's AVX2 kernels on an AVX-512
+    AMD CPU, where OpenBLAS would pick SkylakeX's, about 1.8x faster on float32 GEMM; another,
+    an Intel Xeon with AVX-512 and no pin, runs SkylakeX's). The ratios differ between such
+    machines: compare a table only with one printed under the same kernels and CPU."""
     import os
 
     import threadpoolctl
@@ -178,6 +180,20 @@ def _blas_kernels() -> str:
     )
     pinned = os.environ.get("OPENBLAS_CORETYPE")
     return f"{arch} kernels" + (f" (OPENBLAS_CORETYPE={pinned})" if pinned else "")
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the platform's word for it."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def run(
@@ -279,7 +295,7 @@ def main() -> None:
         f"(torch threads: {rows[0]['torch_threads']}; medians of {args.reps} alternating steps; "
         f"{args.load} busy processes; engine BLAS: "
         f"{'single-threaded, its pool splits products' if args.own_blas else 'its own threads'}, "
-        f"{rows[0]['engine_blas']})"
+        f"{rows[0]['engine_blas']}; cpu: {_cpu_model()})"
     )
     if args.json:
         with open(args.json, "w") as fh:
