@@ -62,10 +62,16 @@ _blas_last = -math.inf  # perf_counter() when the last BLAS-threaded product end
 _perf = time.perf_counter
 _threads = max(1, min(os.cpu_count() or 1, 8))
 _pool: ThreadPoolExecutor | None = None
+
+
 # Set on the pool's own threads: work they run that would split again (a convolution's parts
 # calling gemm, an activation inside a part) runs on that thread, never waits on the pool it
 # is part of (with every pool thread waiting for queued work, nothing would run it).
-_on_pool = threading.local()
+class _PoolMark(threading.local):
+    yes = False  # True on the pool's threads (_mark_pool_thread)
+
+
+_on_pool = _PoolMark()
 
 
 def set_num_threads(n: int, *, own_blas: bool | None = None) -> None:
@@ -150,7 +156,7 @@ def run_parts(fn, ranges) -> None:
     """fn(i, lo, hi) for each (lo, hi) = ranges[i]: several on the pool with BLAS
     single-threaded meanwhile, one on this thread as is. What the allocator tracks must be
     made before, on this thread: the parts only compute."""
-    if len(ranges) == 1 or getattr(_on_pool, "yes", False):
+    if len(ranges) == 1 or _on_pool.yes:
         for i, (lo, hi) in enumerate(ranges):
             fn(i, lo, hi)
         return
@@ -180,12 +186,7 @@ def gemm(a, b, out) -> None:
         return
     batch = out.size // max(m * n, 1)
     parts = _threads
-    if (
-        parts == 1
-        or getattr(_on_pool, "yes", False)
-        or batch * m * n * k < GEMM_SPLIT_MACS
-        or max(m, n) < 2 * parts
-    ):
+    if parts == 1 or _on_pool.yes or batch * m * n * k < GEMM_SPLIT_MACS or max(m, n) < 2 * parts:
         np.matmul(a, b, out=out)
         return
     if m >= n:
@@ -231,7 +232,7 @@ def pool_threads(n: int) -> int:
     large work, unless BLAS's own threads ran a product less than BLAS_SPIN_S ago and are still
     spinning on the cores (then 1: the calling thread). The split never changes results: the
     kernels cut work into the same blocks whatever the thread count."""
-    if _threads == 1 or n < PARALLEL_MIN_ELEMS or getattr(_on_pool, "yes", False):
+    if _threads == 1 or n < PARALLEL_MIN_ELEMS or _on_pool.yes:
         return 1
     if not _own_blas and _perf() - _blas_last < BLAS_SPIN_S:
         return 1

@@ -221,12 +221,11 @@ class Conv2d(Function):
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         return sh == sw == 1 and not self._pointwise()
 
-    def _buffers(self, x: Tensor, geom=None):
+    def _buffers(self, x: Tensor, chans=None):
         """One part's workspace for _columns: (columns, zero-padded stage) scratch, or None for
         a 1x1 convolution that reads its input as is. Made on the calling thread (the allocator
-        sees them there), one set per part. geom: a part's geometry (_channel_geom), else the
-        op's."""
-        geom = geom or self.geom
+        sees them there), one set per part. chans = (c0, c1): for those input channels only."""
+        geom = self._channel_geom(*chans) if chans is not None else self.geom
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = geom
         if self._pointwise() and x.is_contiguous():
             return None
@@ -243,14 +242,13 @@ class Conv2d(Function):
         geom[1] = geom[5] = c1 - c0
         return tuple(geom)
 
-    def _columns(self, x: Tensor, bufs, b0: int, b1: int, geom=None, chans=None):
+    def _columns(self, x: Tensor, bufs, b0: int, b1: int, chans=None):
         """Yield (b, columns of sample b as [groups, C/g*kh*kw, OH*OW]) for samples b0..b1,
-        through one part's buffers (_buffers); [groups, C/g*kh*kw, OH*Wp] when _wide(). With
-        chans = (c0, c1) and that part's geom (_channel_geom): the columns of those input
-        channels only. Live devices only."""
-        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = (
-            geom or self.geom
-        )
+        through one part's buffers (_buffers, made with the same chans); [groups, C/g*kh*kw,
+        OH*Wp] when _wide(). chans = (c0, c1): the columns of those input channels only
+        (_channel_geom). Live devices only."""
+        geom = self._channel_geom(*chans) if chans is not None else self.geom
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = geom
         ckk, length = cg * kh * kw, oh * ow
         data = x._data if chans is None else x._data[:, chans[0] : chans[1]]
         if bufs is None:
@@ -310,13 +308,13 @@ class Conv2d(Function):
         by_channel = groups == 1 and dev.type == "cpu" and c >= 2 * kernels.get_num_threads()
         if by_channel:  # (lo, hi): input channels; every part takes all outputs
             ranges = kernels.split_ranges(c, o * c * kh * kw * oh * ow)
-            geoms = [self._channel_geom(lo, hi) for lo, hi in ranges]
+            chans = list(ranges)
             shapes = [(1, (hi - lo) * kh * kw, o) for lo, hi in ranges]
         else:  # (lo, hi): output channels of each group; every part takes all the columns
             ranges = self._parts(dev, og)
-            geoms = [self.geom for _ in ranges]
+            chans = [None for _ in ranges]
             shapes = [(groups, ckk, hi - lo) for lo, hi in ranges]
-        bufs = [self._buffers(x, geom) for geom in geoms]
+        bufs = [self._buffers(x, part_chans) for part_chans in chans]
         parts = [kernels.Scratch(shape, dt, dev) for shape in shapes]
         wide = self._wide()
         if wide:  # g over the padded width, zero where the columns are not outputs
@@ -331,12 +329,12 @@ class Conv2d(Function):
 
             def run(i, lo, hi):
                 if by_channel:
-                    o0, o1, r0, r1, chans = 0, og, lo * kh * kw, hi * kh * kw, (lo, hi)
+                    o0, o1, r0, r1 = 0, og, lo * kh * kw, hi * kh * kw
                 else:
-                    o0, o1, r0, r1, chans = lo, hi, 0, ckk, None
+                    o0, o1, r0, r1 = lo, hi, 0, ckk
                 part = parts[i].data
                 dst = acc[:, o0:o1, r0:r1]
-                for b, cols in self._columns(x, bufs[i], 0, n, geoms[i], chans):
+                for b, cols in self._columns(x, bufs[i], 0, n, chans[i]):
                     gb = g4[b, :, o0:o1]
                     if wide:
                         gwide = gws[i].data
