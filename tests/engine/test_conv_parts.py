@@ -119,3 +119,71 @@ def test_run_parts_gives_blas_its_threads_back_even_on_error():
         kernels.run_parts(part, [(0, 1), (1, 2)])
     assert seen == [1, 1]
     assert [c.get_num_threads() for c in ctls] == before
+
+
+# Wide (stride-1) convolutions multiply several samples' columns at once (conv.GROUP_ELEMS).
+# Groups of 2 samples out of 5 leave a last group of one; with the parts on, the forward's
+# parts take whole groups (samples 0-3, 4), grad_W's parts (input channels) all take the same
+# groups of all the samples: bitwise the one-thread results.
+GROUPED = {
+    "3x3 pad 1": ((5, 4, 9, 11), (6, 4, 3, 3), dict(padding=1)),
+    "grouped same, even kernel": ((5, 4, 9, 8), (6, 2, 4, 2), dict(padding="same", groups=2)),
+    "dilated": ((5, 2, 12, 12), (4, 2, 3, 3), dict(dilation=2, padding=2)),
+}
+
+
+@pytest.fixture
+def groups_of_two(monkeypatch):
+    from engine.ops.nn import conv
+
+    monkeypatch.setattr(conv, "GROUP_MIN_K", 1)
+    return monkeypatch, conv
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel:UserWarning")
+@pytest.mark.parametrize("case", list(GROUPED))
+def test_samples_grouped_in_one_product_match_torch_and_one_thread(
+    case, groups_of_two, split_everything
+):
+    torch = pytest.importorskip("torch")
+    monkeypatch, conv = groups_of_two
+    xs, ws, kw = GROUPED[case]
+    rng = np.random.default_rng(7)
+    x, w, b = (rng.standard_normal(s) for s in (xs, ws, (ws[0],)))
+    seen = []
+    real_group = conv.Conv2d._group
+
+    def two(self):
+        seen.append(real_group(self))
+        return 2
+
+    monkeypatch.setattr(conv.Conv2d, "_group", two)
+    mine = _run(x, w, b, kw, 2)
+    assert seen  # the forward and grad_W both asked
+    tx, tw, tb = (torch.tensor(v, requires_grad=True) for v in (x, w, b))
+    ty = torch.nn.functional.conv2d(tx, tw, tb, **kw)
+    ty.backward(torch.tensor(np.linspace(-1, 1, ty.numel()).reshape(ty.shape)))
+    for a, r in zip(mine, (ty, tx.grad, tw.grad, tb.grad), strict=True):
+        np.testing.assert_allclose(a, r.detach().numpy(), rtol=1e-10, atol=1e-10)
+    x32, w32, b32 = (v.astype(np.float32) for v in (x, w, b))
+    one = _run(x32, w32, b32, kw, 1)
+    parts = _run(x32, w32, b32, kw, 2)
+    for a, r in zip(parts, one, strict=True):
+        np.testing.assert_array_equal(a, r)
+
+
+def test_group_size_follows_the_columns_bound_and_the_inner_dim():
+    from engine.ops.nn import conv
+
+    def group(xs, ws, **kw):
+        x = engine.empty(xs, device="meta")
+        w = engine.empty(ws, device="meta")
+        node = object.__new__(conv.Conv2d)
+        node.forward(x, w, padding=((1, 1), (1, 1)), **kw)
+        return node._group()
+
+    # 32 -> 64 on 16x16: 288-long inner dim, 288*18*16 columns per sample: 3 per product
+    assert group((32, 32, 16, 16), (64, 32, 3, 3)) == conv.GROUP_ELEMS // (288 * 16 * 18)
+    assert group((2, 32, 16, 16), (64, 32, 3, 3)) == 2  # never more than the batch
+    assert group((32, 3, 32, 32), (32, 3, 3, 3)) == 1  # a 27-long inner dim: one at a time
+    assert group((4, 64, 56, 56), (64, 64, 3, 3)) == 1  # one sample's columns over the bound
