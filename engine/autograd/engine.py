@@ -112,9 +112,19 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
 
     prev = STATE.enabled
     STATE.enabled = False
+    # A node made ready while no other node waits is the next to run whatever its sequence
+    # number: it runs without the heap (a chain's every node: its push and pop skipped).
+    # Invariant: `direct` is set only while `ready` is empty.
+    direct = None
+    push, pop = heapq.heappush, heapq.heappop
     try:
-        while ready:
-            _, _, node = heapq.heappop(ready)
+        while True:
+            if direct is not None:
+                node, direct = direct, None
+            elif ready:
+                node = pop(ready)[2]
+            else:
+                break
             grads = buffers.pop(node)
             hooks = _leaf_hooks(node) if type(node) is AccumulateGrad else node.tensor_hooks
             if hooks:
@@ -186,8 +196,15 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                 left = deps[nxt] - 1
                 deps[nxt] = left
                 if not left:
-                    heapq.heappush(ready, (-nxt.sequence_nr, counter, nxt))
-                    counter += 1
+                    if direct is None and not ready:
+                        direct = nxt
+                    else:
+                        if direct is not None:  # two ready: both to the heap, in order
+                            push(ready, (-direct.sequence_nr, counter, direct))
+                            counter += 1
+                            direct = None
+                        push(ready, (-nxt.sequence_nr, counter, nxt))
+                        counter += 1
             # `buf` is the last edge's gradient list: left bound it would pin that gradient, and
             # AccumulateGrad would copy it instead of taking it over (the bias of every Linear).
             del out

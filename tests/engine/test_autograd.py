@@ -746,3 +746,34 @@ def test_version_errors_read_like_torchs(name, torch):
         program(torch)
     expected = str(theirs.value).split(" Hint:")[0].replace("torch.", "engine.")
     assert str(ours.value).split(" Hint:")[0] == expected
+
+
+def _node_order(lib):
+    """The order backward runs the nodes of a graph with branches, joins and a chain, read
+    from hooks on every intermediate tensor (they run as its grad_fn is about to run)."""
+    t = {}
+    x = lib.ones(3, requires_grad=True)
+    t["a"] = x * 2
+    t["b"] = x + 1
+    t["c"] = t["a"] * t["b"]
+    t["sin"] = t["c"].sin()
+    t["exp"] = t["a"].exp()
+    t["d"] = t["sin"] + t["exp"]
+    t["db"] = t["d"] * t["b"]
+    t["tanh"] = t["db"].tanh()  # a chain: each node the only one ready
+    t["neg"] = t["tanh"].neg()
+    t["e"] = t["neg"].exp()
+    t["cos"] = t["a"].cos()  # made after the chain: a higher sequence number
+    t["f"] = t["e"] + t["cos"]
+    order = []
+    for name, v in t.items():
+        v.register_hook(lambda g, name=name: order.append(name))
+    t["f"].sum().backward()
+    return order, x.grad
+
+
+def test_nodes_run_in_torchs_order_through_branches_and_chains(torch):
+    mine, gx = _node_order(engine)
+    theirs, tgx = _node_order(torch)
+    assert mine == theirs
+    np.testing.assert_allclose(gx.numpy(), tgx.numpy(), rtol=1e-6)
