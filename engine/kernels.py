@@ -292,13 +292,18 @@ def empty(shape, dtype, device) -> Tensor:
         sid = epoch = 0
     if cpu:
         s = _new(Storage)
+    elif device.type == "meta":  # other_backend_array's meta branch, inline: the hot path there
+        try:
+            data = _meta_contiguous(shape, np_dtype)
+        except BaseException:
+            if alloc is not None:
+                alloc.release(handle, sid, epoch)
+            raise
+        s = _new(_MetaStorage)
+        s.fake_address = next(_fake_addresses) << 32
     else:
         data = other_backend_array(shape, np_dtype, device, alloc, handle, sid, epoch, nbytes)
-        if device.type == "meta":
-            s = _new(_MetaStorage)
-            s.fake_address = next(_fake_addresses) << 32
-        else:
-            s = _new(Storage)
+        s = _new(Storage)
     s.data = data
     s.nbytes = nbytes
     s.device = device
@@ -330,6 +335,7 @@ def _refused(device, nbytes: int):
 
 
 _new = object.__new__
+_meta_contiguous = MetaArray.contiguous
 
 
 class Scratch:
