@@ -124,7 +124,8 @@ class _FlatStage:
 
 
 class Conv2d(Function):
-    """2-D convolution by im2col, one sample at a time (like PyTorch's slow_conv2d).
+    """2-D convolution by im2col, one sample at a time (like PyTorch's slow_conv2d; small stride-1
+    samples several at a time, side by side: Conv2d._group).
 
     A sample's columns are [C, kh, kw, OH, OW] = [groups, C/g*kh*kw, OH*OW], so the matmul with
     W [groups, O/g, C/g*kh*kw] writes that sample's NCHW output directly; with stride 1 they
