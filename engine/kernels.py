@@ -40,7 +40,7 @@ from engine.storage import (
     _fake_addresses,
     _MetaStorage,
     allocator_for,
-    other_backend_array,
+    cuda_array,
 )
 from engine.tensor import Tensor
 
@@ -292,7 +292,7 @@ def empty(shape, dtype, device) -> Tensor:
         sid = epoch = 0
     if cpu:
         s = _new(Storage)
-    elif device.type == "meta":  # other_backend_array's meta branch, inline: the hot path there
+    elif device.type == "meta":  # an array with no data: only a failed charge to give back
         try:
             data = _meta_contiguous(shape, np_dtype)
         except BaseException:
@@ -302,7 +302,7 @@ def empty(shape, dtype, device) -> Tensor:
         s = _new(_MetaStorage)
         s.fake_address = next(_fake_addresses) << 32
     else:
-        data = other_backend_array(shape, np_dtype, device, alloc, handle, sid, epoch, nbytes)
+        data = cuda_array(shape, np_dtype, device, alloc, handle, sid, epoch, nbytes)
         s = _new(Storage)
     s.data = data
     s.nbytes = nbytes

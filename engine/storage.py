@@ -15,7 +15,6 @@ from engine import host_cache
 from engine.allocator import tracked
 from engine.allocator.tracked import get_allocator
 from engine.backends import cupy_module
-from engine.backends.meta import MetaArray
 from engine.errors import OutOfMemoryError
 
 _fake_addresses = itertools.count(1)
@@ -105,12 +104,10 @@ def alias_storage(s: Storage) -> Storage:
 _new = object.__new__
 
 
-def other_backend_array(shape, np_dtype, dev, alloc, handle, sid, epoch, nbytes):
-    """The array of a new meta or cuda storage (kernels.empty charged `alloc` already: on
-    failure the charge is given back)."""
+def cuda_array(shape, np_dtype, dev, alloc, handle, sid, epoch, nbytes):
+    """The CuPy array of a new cuda storage (kernels.empty charged `alloc` already: on failure
+    the charge is given back; a meta storage's array is made in kernels.empty itself)."""
     try:
-        if dev.type == "meta":
-            return MetaArray.contiguous(shape, np_dtype)
         from engine.allocator.cuda_hook import ensure_hook, storage_allocation
 
         cp = cupy_module()
@@ -121,7 +118,7 @@ def other_backend_array(shape, np_dtype, dev, alloc, handle, sid, epoch, nbytes)
     except BaseException as exc:
         if alloc is not None:
             alloc.release(handle, sid, epoch)
-        if type(exc).__name__ == "OutOfMemoryError" and dev.type == "cuda":
+        if type(exc).__name__ == "OutOfMemoryError":
             raise OutOfMemoryError(
                 f"{dev} out of memory: CuPy refused {nbytes} bytes ({exc})",
                 device=str(dev),
