@@ -90,6 +90,67 @@ def _in_optimizer_phase(fn, step: bool = False):
     return wrapper
 
 
+# --- which implementation runs: PyTorch's three ----------------------------------------------
+# PyTorch's optimizers have a single-tensor update (a loop over the parameters), a foreach one
+# (each step of the rule over the whole list, torch._foreach_*: the list's temporaries are all
+# alive at once) and, for some, a fused one (one kernel per list: no temporaries at all). With
+# foreach=None and fused=None it runs foreach when every parameter is on a device with foreach
+# kernels (torch.optim.optimizer._default_to_fused_or_foreach: cuda here) and single-tensor
+# otherwise, so the same program has different peaks on cpu and on a GPU.
+FOREACH_DEVICES = ("cuda",)
+# Where fused=True runs: PyTorch's cpu and cuda, and meta, which stands for a GPU in this
+# project (torch itself refuses fused=True on meta).
+FUSED_DEVICES = ("cpu", "cuda", "meta")
+
+
+def implementation(group: dict, params) -> str:
+    """'fused', 'foreach' or 'single': what PyTorch runs for this group's `params` (those with a
+    gradient), from the group's foreach / fused flags."""
+    fused, foreach = group.get("fused"), group.get("foreach")
+    if fused is None and foreach is None:
+        if group.get("differentiable"):
+            return "single"
+        return "foreach" if all(p.device.type in FOREACH_DEVICES for p in params) else "single"
+    return "fused" if fused else "foreach" if foreach else "single"
+
+
+def check_fused_param(p) -> None:
+    """torch.optim.optimizer._device_dtype_check_for_fused, the engine's devices."""
+    if not (p.device.type in FUSED_DEVICES and p.is_floating_point()):
+        raise RuntimeError(
+            "`fused=True` requires all the params to be floating point Tensors of supported "
+            f"devices: {list(FUSED_DEVICES)} but {p.dtype} and {p.device.type}"
+        )
+
+
+def by_device_and_dtype(*lists):
+    """Optimizer._group_tensors_by_device_and_dtype: the lists (parallel, the first one's
+    tensors deciding) cut into one set of lists per (device, dtype), in order of first
+    appearance; entries of the other lists may be None."""
+    groups: dict = {}
+    for i, t in enumerate(lists[0]):
+        key = (t.device, t.dtype)
+        cut = groups.get(key)
+        if cut is None:
+            cut = groups[key] = tuple([] for _ in lists)
+        for out, lst in zip(cut, lists, strict=True):
+            out.append(lst[i] if lst else None)
+    return list(groups.values())
+
+
+def step_counters(steps) -> None:
+    """torch._foreach_add_(steps, 1) as PyTorch's foreach updates write it: the cpu counters
+    through one 0-d tensor made for the call (its 4 bytes are a cpu allocation)."""
+    from engine.optim import foreach
+
+    if steps and steps[0].device.type == "cpu":
+        from engine.creation import tensor
+
+        foreach.add_(steps, tensor(1.0), alpha=1.0)
+    else:
+        foreach.add_(steps, 1)
+
+
 class Optimizer:
     """Base class: subclasses implement `step()` with their update rule.
 
@@ -122,19 +183,49 @@ class Optimizer:
             if value < 0.0:
                 raise ValueError(f"{cls._INVALID[name]}: {value}")
 
-    def _lazy_state(self, param, *fields: str) -> dict:
+    def _lazy_state(self, param, *fields: str, step_on_device: bool = False) -> dict:
         """A parameter's state, made at its first step as PyTorch's is: a float32 `step`, then
-        one zeros tensor like the parameter per field, in that order (optimizer_state)."""
+        one zeros tensor like the parameter per field, in that order (optimizer_state).
+
+        The step counter is a cpu tensor, unless `step_on_device` (fused or capturable: a 0-d
+        tensor on the parameter's device, so on a GPU one more block per parameter)."""
         state = self.state[param]
         if not state:
             from engine import dtypes
-            from engine.creation import tensor, zeros_like
+            from engine.creation import tensor, zeros, zeros_like
 
             with self._state_context():
-                state["step"] = tensor(0.0, dtype=dtypes.float32)
+                if step_on_device:
+                    state["step"] = zeros((), dtype=dtypes.float32, device=param.device)
+                else:
+                    state["step"] = tensor(0.0, dtype=dtypes.float32)
                 for field in fields:
                     state[field] = zeros_like(param)
         return state
+
+    @classmethod
+    def _check_flags(cls, foreach, fused, differentiable, capturable=False, *, has_fused=True):
+        """PyTorch's constructor checks of the implementation flags; what the engine does not
+        model is refused by name rather than run some other way."""
+        if fused and not has_fused:
+            raise NotImplementedError(
+                f"{cls.__name__}(fused=True) is not modelled by engine.optim; use foreach=True"
+            )
+        if fused and differentiable:
+            raise RuntimeError("`fused` does not support `differentiable`")
+        if fused and foreach:
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+        if differentiable:
+            raise NotImplementedError(
+                f"{cls.__name__}(differentiable=True), autograd through the optimizer step, is "
+                "not modelled by engine.optim; leave it False"
+            )
+        if capturable:
+            raise NotImplementedError(
+                f"{cls.__name__}(capturable=True), CUDA-graph capture with the step counters and "
+                "bias corrections as device tensors, is not modelled by engine.optim; leave it "
+                "False"
+            )
 
     def __init__(self, params, defaults: dict):
         self.defaults = defaults

@@ -1,11 +1,13 @@
-"""RMSprop and Adagrad (PyTorch's single-tensor updates, the ones it uses on cpu)."""
+"""RMSprop and Adagrad: PyTorch's single-tensor updates (its cpu default) and foreach ones (its
+cuda default), with their memory."""
 
 from __future__ import annotations
 
 from engine import dtypes
 from engine.autograd.grad_mode import no_grad
 from engine.creation import full_like, tensor
-from engine.optim.optimizer import Optimizer
+from engine.optim import foreach
+from engine.optim.optimizer import Optimizer, by_device_and_dtype, implementation
 
 
 class RMSprop(Optimizer):
@@ -27,8 +29,10 @@ class RMSprop(Optimizer):
         weight_decay: float = 0.0,
         momentum: float = 0.0,
         centered: bool = False,
-        *,
+        capturable: bool = False,
+        foreach: bool | None = None,
         maximize: bool = False,
+        differentiable: bool = False,
     ):
         self._check_non_negative(
             lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay, alpha=alpha
@@ -40,9 +44,13 @@ class RMSprop(Optimizer):
             weight_decay=weight_decay,
             momentum=momentum,
             centered=centered,
+            capturable=capturable,
+            foreach=foreach,
             maximize=maximize,
+            differentiable=differentiable,
         )
         super().__init__(params, defaults)
+        self._check_flags(foreach, None, differentiable, capturable, has_fused=False)
 
     def _init_state(self, group, param) -> dict:
         fields = ["square_avg"]
@@ -58,30 +66,71 @@ class RMSprop(Optimizer):
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             states = [self._init_state(group, p) for p in params]  # all state first, like torch
-            lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
-            weight_decay, momentum = group["weight_decay"], group["momentum"]
-            for param, state in zip(params, states, strict=True):
-                grad = param.grad if not group["maximize"] else -param.grad
-                square_avg = state["square_avg"]
-                state["step"] += 1
-                if weight_decay != 0:
-                    grad = grad.add(param, alpha=weight_decay)
-                square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-                if group["centered"]:
-                    grad_avg = state["grad_avg"]
-                    grad_avg.lerp_(grad, 1 - alpha)
-                    avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
-                else:
-                    avg = square_avg.sqrt()
-                avg = avg.add_(eps)
-                if momentum > 0:
-                    buf = state["momentum_buffer"]
-                    buf.mul_(momentum).addcdiv_(grad, avg)
-                    param.add_(buf, alpha=-lr)
-                else:
-                    param.addcdiv_(grad, avg, value=-lr)
-                del avg, grad
+            if params:
+                getattr(self, "_" + implementation(group, params))(group, params, states)
         return loss
+
+    @staticmethod
+    def _single(group, params, states) -> None:
+        """torch.optim.rmsprop._single_tensor_rmsprop."""
+        lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+        weight_decay, momentum = group["weight_decay"], group["momentum"]
+        for param, state in zip(params, states, strict=True):
+            grad = param.grad  # as torch: the previous gradient (copy) is dropped first
+            grad = grad if not group["maximize"] else -grad
+            square_avg = state["square_avg"]
+            state["step"] += 1
+            if weight_decay != 0:
+                grad = grad.add(param, alpha=weight_decay)
+            square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+            if group["centered"]:
+                grad_avg = state["grad_avg"]
+                grad_avg.lerp_(grad, 1 - alpha)
+                avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
+            else:
+                avg = square_avg.sqrt()
+            avg = avg.add_(eps)
+            if momentum > 0:
+                buf = state["momentum_buffer"]
+                buf.mul_(momentum).addcdiv_(grad, avg)
+                param.add_(buf, alpha=-lr)
+            else:
+                param.addcdiv_(grad, avg, value=-lr)
+
+    @staticmethod
+    def _foreach(group, params, states) -> None:
+        """torch.optim.rmsprop._multi_tensor_rmsprop, line for line (engine.optim.foreach)."""
+        lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+        weight_decay, momentum, maximize = (
+            group["weight_decay"],
+            group["momentum"],
+            group["maximize"],
+        )
+        for device_params, device_states in by_device_and_dtype(params, states):
+            grads = [p.grad for p in device_params]
+            square_avgs = [s["square_avg"] for s in device_states]
+            steps = [s["step"] for s in device_states]
+            grads = foreach.gradients(
+                device_params, grads, steps, maximize=maximize, weight_decay=weight_decay
+            )
+            foreach.mul_(square_avgs, alpha)
+            foreach.addcmul_(square_avgs, grads, grads, value=1 - alpha)
+            if group["centered"]:
+                grad_avgs = [s["grad_avg"] for s in device_states]
+                foreach.lerp_(grad_avgs, grads, 1 - alpha)
+                avg = foreach.addcmul(square_avgs, grad_avgs, grad_avgs, value=-1)
+                foreach.sqrt_(avg)
+                foreach.add_(avg, eps)
+            else:
+                avg = foreach.sqrt(square_avgs)
+                foreach.add_(avg, eps)
+            if momentum > 0:
+                bufs = [s["momentum_buffer"] for s in device_states]
+                foreach.mul_(bufs, momentum)
+                foreach.addcdiv_(bufs, grads, avg)
+                foreach.add_(device_params, bufs, alpha=-lr)
+            else:
+                foreach.addcdiv_(device_params, grads, avg, -lr)
 
 
 class Adagrad(Optimizer):
@@ -100,8 +149,11 @@ class Adagrad(Optimizer):
         weight_decay: float = 0.0,
         initial_accumulator_value: float = 0.0,
         eps: float = 1e-10,
+        foreach: bool | None = None,
         *,
         maximize: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ):
         self._check_non_negative(
             lr=lr,
@@ -116,9 +168,13 @@ class Adagrad(Optimizer):
             eps=eps,
             weight_decay=weight_decay,
             initial_accumulator_value=initial_accumulator_value,
+            foreach=foreach,
             maximize=maximize,
+            differentiable=differentiable,
+            fused=fused,
         )
         super().__init__(params, defaults)
+        self._check_flags(foreach, fused, differentiable, has_fused=False)
         with self._state_context():
             for group in self.param_groups:
                 for p in group["params"]:
@@ -130,21 +186,52 @@ class Adagrad(Optimizer):
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
-            lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
-            weight_decay = group["weight_decay"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = self.state[param]
-                state_sum, step_t = state["sum"], state["step"]
-                step_t += 1
-                step = float(step_t.item())
-                grad = param.grad if not group["maximize"] else -param.grad
-                if weight_decay != 0:
-                    grad = grad.add(param, alpha=weight_decay)
-                clr = lr / (1 + (step - 1) * lr_decay)
-                state_sum.addcmul_(grad, grad, value=1)
-                std = state_sum.sqrt().add_(eps)
-                param.addcdiv_(grad, std, value=-clr)
-                del std, grad
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                getattr(self, "_" + implementation(group, params))(group, params)
         return loss
+
+    def _single(self, group, params) -> None:
+        """torch.optim.adagrad._single_tensor_adagrad."""
+        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        weight_decay = group["weight_decay"]
+        for param in params:
+            state = self.state[param]
+            state_sum, step_t = state["sum"], state["step"]
+            step_t += 1
+            step = float(step_t.item())
+            grad = param.grad  # as torch: the previous gradient (copy) is dropped first
+            grad = grad if not group["maximize"] else -grad
+            if weight_decay != 0:
+                grad = grad.add(param, alpha=weight_decay)
+            clr = lr / (1 + (step - 1) * lr_decay)
+            state_sum.addcmul_(grad, grad, value=1)
+            std = state_sum.sqrt().add_(eps)
+            param.addcdiv_(grad, std, value=-clr)
+
+    def _foreach(self, group, params) -> None:
+        """torch.optim.adagrad._multi_tensor_adagrad, line for line (engine.optim.foreach)."""
+        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        weight_decay, maximize = group["weight_decay"], group["maximize"]
+        states = [self.state[p] for p in params]
+        for device_params, device_states in by_device_and_dtype(params, states):
+            device_grads = [p.grad for p in device_params]
+            device_state_sums = [s["sum"] for s in device_states]
+            device_state_steps = [s["step"] for s in device_states]
+            device_grads = foreach.gradients(
+                device_params,
+                device_grads,
+                device_state_steps,
+                maximize=maximize,
+                weight_decay=weight_decay,
+            )
+            minus_clr = [-lr / (1 + (float(s.item()) - 1) * lr_decay) for s in device_state_steps]
+            foreach.addcmul_(device_state_sums, device_grads, device_grads, value=1)
+            std = foreach.sqrt(device_state_sums)
+            foreach.add_(std, eps)
+            if weight_decay != 0 or maximize:  # the copies are scaled in place
+                foreach.mul_(device_grads, minus_clr)
+                numerator = device_grads
+            else:
+                numerator = foreach.mul(device_grads, minus_clr)
+            foreach.addcdiv_(device_params, numerator, std)

@@ -1,9 +1,11 @@
-"""SGD with momentum, dampening, weight decay and Nesterov (PyTorch's single-tensor update)."""
+"""SGD with momentum, dampening, weight decay and Nesterov: PyTorch's three updates."""
 
 from __future__ import annotations
 
+from engine.allocator.tracked import tracking
 from engine.autograd.grad_mode import no_grad
-from engine.optim.optimizer import Optimizer
+from engine.optim import foreach
+from engine.optim.optimizer import Optimizer, by_device_and_dtype, check_fused_param, implementation
 
 
 class SGD(Optimizer):
@@ -11,7 +13,10 @@ class SGD(Optimizer):
 
     Like PyTorch, the momentum buffer is a copy of the first gradient, the update runs in place
     (`buf.mul_(momentum).add_(grad, alpha=1 - dampening)`, `param.add_(buf, alpha=-lr)`), and
-    only weight_decay / nesterov / maximize allocate a gradient-sized temporary.
+    only weight_decay / nesterov / maximize allocate a gradient-sized temporary: one at a time
+    single-tensor (cpu's default), the whole group's at once foreach (cuda's default; nesterov
+    then adds the momentum into the gradients themselves, as torch's does). Fused allocates the
+    momentum buffers (empty, filled by the kernel) and nothing else.
     """
 
     def __init__(
@@ -24,10 +29,11 @@ class SGD(Optimizer):
         nesterov: bool = False,
         *,
         maximize: bool = False,
+        foreach: bool | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ):
         self._check_non_negative(lr=lr, momentum=momentum, weight_decay=weight_decay)
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         defaults = dict(
             lr=lr,
             momentum=momentum,
@@ -35,34 +41,119 @@ class SGD(Optimizer):
             weight_decay=weight_decay,
             nesterov=nesterov,
             maximize=maximize,
+            foreach=foreach,
+            differentiable=differentiable,
+            fused=fused,
         )
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, defaults)
+        self._check_flags(foreach, fused, differentiable)
 
     @no_grad()
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
-            lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
-            weight_decay, nesterov, maximize = (
-                group["weight_decay"],
-                group["nesterov"],
-                group["maximize"],
+            params = [p for p in group["params"] if p.grad is not None]
+            how = implementation(group, params)
+            if how == "fused":
+                for p in params[:1]:  # as torch's _init_group: the first parameter, once
+                    check_fused_param(p)
+            if params:
+                getattr(self, "_" + how)(group, params)
+        return loss
+
+    def _single(self, group, params) -> None:
+        """torch.optim.sgd._single_tensor_sgd."""
+        lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
+        weight_decay, nesterov, maximize = (
+            group["weight_decay"],
+            group["nesterov"],
+            group["maximize"],
+        )
+        for param in params:
+            grad = param.grad if not maximize else -param.grad
+            if weight_decay != 0:
+                grad = grad.add(param, alpha=weight_decay)
+            if momentum != 0:
+                state = self.state[param]
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    with self._state_context():
+                        buf = grad.clone().detach()
+                    state["momentum_buffer"] = buf
+                else:
+                    buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+                grad = grad.add(buf, alpha=momentum) if nesterov else buf
+            param.add_(grad, alpha=-lr)
+
+    def _foreach(self, group, params) -> None:
+        """torch.optim.sgd._multi_tensor_sgd, line for line (engine.optim.foreach)."""
+        lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
+        weight_decay, nesterov, maximize = (
+            group["weight_decay"],
+            group["nesterov"],
+            group["maximize"],
+        )
+        for (device_params,) in by_device_and_dtype(params):
+            device_grads = [p.grad for p in device_params]
+            device_grads = foreach.gradients(
+                device_params, device_grads, maximize=maximize, weight_decay=weight_decay
             )
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                grad = param.grad if not maximize else -param.grad
+            if momentum != 0:
+                bufs = self._foreach_momentum(device_params, device_grads, momentum, dampening)
+                if nesterov:  # into the gradients (or their copies), as torch's
+                    foreach.add_(device_grads, bufs, alpha=momentum)
+                else:
+                    device_grads = bufs
+            foreach.add_(device_params, device_grads, alpha=-lr)
+
+    def _foreach_momentum(self, params, grads, momentum, dampening) -> list:
+        """The momentum buffers, updated (foreach when all exist) or made from the gradients."""
+        states = [self.state[p] for p in params]
+        bufs = [s.get("momentum_buffer") for s in states]
+        if all(b is not None for b in bufs):
+            foreach.mul_(bufs, momentum)
+            foreach.add_(bufs, grads, alpha=1 - dampening)
+            return bufs
+        with self._state_context():
+            for i, (state, g) in enumerate(zip(states, grads, strict=True)):
+                if bufs[i] is None:
+                    bufs[i] = state["momentum_buffer"] = g.detach().clone()
+                else:
+                    bufs[i].mul_(momentum).add_(g, alpha=1 - dampening)
+        return bufs
+
+    def _fused(self, group, params) -> None:
+        """torch.optim.sgd._fused_sgd: at the first step an empty momentum buffer per parameter
+        (the kernel copies the gradient in); then one kernel in place, allocating nothing."""
+        momentum = group["momentum"]
+        states = [self.state[p] for p in params]
+        if momentum != 0 and all(s.get("momentum_buffer") is None for s in states):
+            from engine.creation import empty_like
+
+            with self._state_context():
+                for p, s in zip(params, states, strict=True):
+                    s["momentum_buffer"] = empty_like(p.grad)
+            first = True
+        else:
+            first = False
+        lr, dampening = group["lr"], group["dampening"]
+        weight_decay, nesterov, maximize = (
+            group["weight_decay"],
+            group["nesterov"],
+            group["maximize"],
+        )
+        with tracking(False):  # the kernel's temporaries are registers
+            for p, s in zip(params, states, strict=True):
+                grad = p.grad if not maximize else -p.grad
                 if weight_decay != 0:
-                    grad = grad.add(param, alpha=weight_decay)
+                    grad = grad.add(p, alpha=weight_decay)
                 if momentum != 0:
-                    state = self.state[param]
-                    buf = state.get("momentum_buffer")
-                    if buf is None:
-                        with self._state_context():
-                            buf = grad.clone().detach()
-                        state["momentum_buffer"] = buf
+                    buf = s["momentum_buffer"]
+                    if first:
+                        buf.copy_(grad)
                     else:
                         buf.mul_(momentum).add_(grad, alpha=1 - dampening)
                     grad = grad.add(buf, alpha=momentum) if nesterov else buf
-                param.add_(grad, alpha=-lr)
-        return loss
+                p.add_(grad, alpha=-lr)

@@ -54,8 +54,8 @@ def engine_region(fn) -> tuple[int, int]:
     return region.peak, region.total
 
 
-def torch_region(fn) -> tuple[int, int]:
-    """(peak, live at the end) of the region `fn` from PyTorch's CPU profiler."""
+def torch_memory_events(fn) -> list[dict]:
+    """The CPU profiler's `[memory]` events of the region `fn` (cpu only), in time order."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -68,10 +68,15 @@ def torch_region(fn) -> tuple[int, int]:
             events = json.load(fh)["traceEvents"]
     finally:
         os.unlink(path)
-    memory = sorted(
+    return sorted(
         (e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
         key=lambda e: e["ts"],
     )
+
+
+def torch_region(fn) -> tuple[int, int]:
+    """(peak, live at the end) of the region `fn` from PyTorch's CPU profiler."""
+    memory = torch_memory_events(fn)
     live: dict[int, list[int]] = {}
     total = peak = 0
     for e in memory:

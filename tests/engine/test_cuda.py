@@ -147,3 +147,25 @@ def test_ensure_hook_installs_one_cupy_hook_per_thread_and_allocator():
         hook = cuda_hook._local.hooks.pop(id(alloc))
         hook.__exit__(None, None, None)
     assert len(memory_hook.get_memory_hooks()) == before
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_adam_defaults_to_foreach_as_pytorch():
+    """foreach=None on cuda is PyTorch's foreach update: the square roots of every exp_avg_sq
+    at once (the single-tensor update holds one parameter's at a time)."""
+    peaks = {}
+    for flags in ({}, {"foreach": True}, {"foreach": False}):
+        params = [engine.randn(512, 512, device="cuda", requires_grad=True) for _ in range(4)]
+        opt = engine.optim.Adam(params)
+        opt.param_groups[0].update(flags)
+        for p in params:
+            p.grad = engine.ones(512, 512, device="cuda")
+        opt.step()  # state made
+        base = memory.memory_allocated("cuda")
+        memory.reset_peak_memory_stats("cuda")
+        opt.step()
+        peaks[str(flags)] = memory.max_memory_allocated("cuda") - base
+        del opt, params
+    assert peaks["{}"] == peaks["{'foreach': True}"] == 4 * 512 * 512 * 4
+    assert peaks["{'foreach': False}"] == 3 * 512 * 512 * 4  # previous denom, sqrt, quotient
