@@ -289,13 +289,17 @@ MODULES: dict[str, ModuleDef] = _modules()
 
 def _optimizer_args(cls) -> tuple[Arg, ...]:
     """The scenario arguments of an optimizer: its constructor's, after `params` (a default
-    that is a tuple, like Adam's betas, is a list of floats)."""
+    that is a tuple, like Adam's betas, is a list of floats), but for the flags the engine
+    accepts only as False (capturable, differentiable: not modelled)."""
     import inspect
 
     out = []
     hints = _hints(cls.__init__)
     for name, p in inspect.signature(cls.__init__).parameters.items():
-        if name in ("self", "params") or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+        if name in ("self", "params", "capturable", "differentiable") or p.kind in (
+            p.VAR_POSITIONAL,
+            p.VAR_KEYWORD,
+        ):
             continue
         default = REQUIRED if p.default is inspect.Parameter.empty else p.default
         if isinstance(default, tuple):

@@ -38,6 +38,12 @@ EXPECTED = {
         "sgd": (25387008, 25387008, 8462336, 16859136),
         "adam": (42143760, 42143760, 8462336, 25255952),
     },
+    "optimizer_impls.yaml": {  # P = 33587200 bytes of parameters; baseline P + inputs
+        # final: P + 2P of state + inputs + h0..h7 and the loss; fused: + 16 device step counters
+        "single": (143101952, 148897792, 33652736, 100827136),  # + a bias's denom
+        "foreach": (168296448, 169869312, 33652736, 100827136),  # + P of square roots
+        "fused": (134750208, 148897792, 33652736, 100835328),
+    },
     "resnet_block.yaml": {
         "inplace": (946068, 946068, 150032, 168720),
         "out_of_place": (1339284, 1339284, 150032, 168720),  # + r1, s, out: 3 x 131072
