@@ -117,9 +117,9 @@ class Lib:
 
     # options
     def adam(self, params, **kwargs):
-        """Adam's single-tensor update (torch: foreach=False; its cuda default is foreach)."""
-        if self.is_torch:
-            return self.module.optim.Adam(params, foreach=False, **kwargs)
+        """Adam's single-tensor update unless `foreach` is given (foreach=None would pick
+        foreach on a GPU and single-tensor on the CPU half: both sides are told)."""
+        kwargs.setdefault("foreach", False)
         return self.module.optim.Adam(params, **kwargs)
 
     def bytes_(self, nbytes: int):
@@ -320,7 +320,7 @@ def transformer_block(lib, s, notes):
     return loss
 
 
-def _adam_state(lib):
+def _adam_state(lib, **flags):
     nn = lib.nn
     model = nn.Sequential(
         nn.Linear(512, 1024, device=lib.device),
@@ -329,7 +329,11 @@ def _adam_state(lib):
     )
     x = lib.randn(64, 512, device=lib.device)
     model(x).square().mean().backward()
-    return {"model": model, "opt": lib.adam(model.parameters(), lr=1e-3)}
+    return {"model": model, "opt": lib.adam(model.parameters(), lr=1e-3, **flags)}
+
+
+def _adam_foreach_state(lib):
+    return _adam_state(lib, foreach=True)
 
 
 def adam_first_step(lib, s, notes):
@@ -414,6 +418,12 @@ PROGRAMS: tuple[Program, ...] = (
         "pre-norm block 8x128x256, 4 heads, MLP 1024: forward + backward",
     ),
     Program("adam-first", _adam_state, adam_first_step, "Adam's first step (state is made)"),
+    Program(
+        "adam-foreach",
+        _adam_foreach_state,
+        adam_first_step,
+        "the same with foreach=True, PyTorch's cuda default",
+    ),
     Program("fragment", _no_setup, fragment, "interleaved 1/3/9/25 MiB allocations and frees"),
     Program(
         "oom",

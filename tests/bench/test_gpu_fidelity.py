@@ -76,6 +76,10 @@ HAND = {
     # Small pool then: b1, b2 (4096 + 2048), their grads (the same), their state (twice that):
     # 24576, plus b1's denom (4096) still bound: 28672. Peak = 20 MiB + 28672 = 21000192.
     "adam-first": (20 * MiB + 28672, 22 * MiB, [("large", 20 * MiB), ("small", 2 * MiB)], {}),
+    # The same with foreach=True (PyTorch's cuda default): the square roots of all four
+    # exp_avg_sq at once and no denom. Large pool: 16 MiB as above + sqrt(W1) + sqrt(W2) = the
+    # whole 20 MiB segment. Small pool: 24576 as above + sqrt(b1) + sqrt(b2) (4096 + 2048).
+    "adam-foreach": (20 * MiB + 30720, 22 * MiB, [("large", 20 * MiB), ("small", 2 * MiB)], {}),
     # The fragmenting sequence (sizes in MiB; S = small segment, L = large):
     #  a1: rounded 1 MiB <= 1 MiB: small pool, S1 (2 MiB), split (remainder 1 MiB >= 512).
     #  b3: large, < 10 MiB: L1 = 20 MiB, split, 17 MiB free.   c9: best fit 17 -> 8 MiB free.
