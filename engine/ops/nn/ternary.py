@@ -6,9 +6,17 @@ import numpy as np
 
 from engine import kernels
 from engine.autograd.function import Function
-from engine.ops.common import device_of, result_buffer, result_type, sum_to
+from engine.ops.common import broadcast_shapes, device_of, result_buffer, result_type, sum_to
 from engine.ops.nn.common import _blocked, _live, _needs
 from engine.tensor import Tensor
+
+# At most this many elements: no blocked loop (its set-up costs more than the arithmetic), the
+# scratch one array of the output's size (at most 16 KiB of float32).
+_SMALL = 4096
+
+
+def _dtype_name(d) -> str:
+    return d.torch_tensor_name.replace("Tensor", "").lower()
 
 
 class _Ternary(Function):
@@ -20,11 +28,27 @@ class _Ternary(Function):
     opname = "ternary"
 
     def _prepare_out(self, s, a, b, out):
+        if out is not None:
+            # The optimizer's case, decided inline: tensors of out's shape, dtype and device
+            # (what the general rules below conclude, their checks passing). b: None for
+            # lerp's scalar weight.
+            dt, dev, shape = out._dtype, out._device, out._data.shape
+            for t in (s, a, b):
+                if t is not None and not (
+                    isinstance(t, Tensor)
+                    and t._dtype is dt
+                    and t._device is dev
+                    and t._data.shape == shape
+                ):
+                    break
+            else:
+                self.shapes = (shape, shape, () if b is None else shape)
+                return out, dev
         args = [t for t in (s, a, b) if isinstance(t, Tensor)]
         shape = args[0].shape
         for t in args:  # the optimizer's case, operands of one shape, without broadcast_shapes
             if t.shape != shape:
-                shape = tuple(np.broadcast_shapes(*(t.shape for t in args)))
+                shape = tuple(broadcast_shapes(self.opname, *(t.shape for t in args)))
                 break
         self.shapes = tuple(t.shape if isinstance(t, Tensor) else () for t in (s, a, b))
         dev = device_of(*args)
@@ -45,7 +69,10 @@ class _Ternary(Function):
                     xp.multiply(scratch, value, out=scratch)
                 xp.add(a, scratch, out=o)
 
-            if not _blocked(fn, y._data, s._data, t1._data, t2._data):
+            yd = y._data
+            if type(yd) is np.ndarray and yd.size <= _SMALL:  # one pass, scratch of out's size
+                fn(yd, s._data, t1._data, t2._data, np.empty_like(yd))
+            elif not _blocked(fn, yd, s._data, t1._data, t2._data):
                 tmp = kernels.Scratch(y.shape, y._dtype, dev)
                 combine(t1._data, t2._data, out=tmp.data)
                 if value != 1:
@@ -129,6 +156,12 @@ class Lerp(_Ternary):
 
     def forward(self, s, end, weight=None, out=None, scalar_weight=0.5):
         self.w_t = isinstance(weight, Tensor)
+        for name, t in (("end", end), ("weight", weight if self.w_t else None)):
+            if t is not None and t._dtype is not s._dtype:  # PyTorch's lerp does not promote
+                raise RuntimeError(
+                    f"expected dtype {_dtype_name(s._dtype)} for `{name}` but got dtype "
+                    f"{_dtype_name(t._dtype)}"
+                )
         self.scalar = scalar_weight
         y, dev = self._prepare_out(s, end, weight if self.w_t else None, out)
         if _live(dev):
@@ -145,7 +178,10 @@ class Lerp(_Ternary):
                         xp.multiply(scratch, 1.0 - w, out=scratch)
                         xp.subtract(b, scratch, out=o)
 
-                if not _blocked(fn, y._data, s._data, end._data):
+                yd = y._data
+                if type(yd) is np.ndarray and yd.size <= _SMALL:
+                    fn(yd, s._data, end._data, np.empty_like(yd))
+                elif not _blocked(fn, yd, s._data, end._data):
                     tmp = kernels.Scratch(y.shape, y._dtype, dev)
                     fn(y._data, s._data, end._data, tmp.data)
                     del tmp
