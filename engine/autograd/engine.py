@@ -142,10 +142,12 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                     node.next_functions = tuple(
                         e if e is not None and e[0] in keep else None for e in edges
                     )
-            prev_op = set_op(node.name())  # backward allocations are attributed to their node
-            # observers (memprof's recorder) also learn which node runs, through inner ops too
+            # While observers listen, backward allocations are attributed to their node (the op
+            # name, read only for events) and observers (memprof's recorder) learn which node
+            # runs, through inner ops too; otherwise nothing needs the name.
             scope = _tracked.context(grad_fn=node) if _tracked.observed else None
             if scope is not None:
+                prev_op = set_op(node.name())
                 scope.__enter__()
             try:
                 if len(grads) == 1:
@@ -160,8 +162,8 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                     out = list(node.backward(*grads))
                     del grads
             finally:
-                set_op(prev_op)
                 if scope is not None:
+                    set_op(prev_op)
                     scope.__exit__(None, None, None)
                 node.next_functions = edges
             if not retain_graph:
