@@ -283,7 +283,10 @@ class Function:
         tensors = args  # the tensor arguments: usually all of them
         for a in args:
             if a.__class__ is not Tensor and not isinstance(a, Tensor):
-                tensors = tuple([a for a in args if isinstance(a, Tensor)])
+                if len(args) == 2 and args[0].__class__ is Tensor:  # tensor op number
+                    tensors = (args[0],)
+                else:
+                    tensors = tuple([a for a in args if isinstance(a, Tensor)])
                 break
         if node.inplace_view:
             return node._record_inplace_view(args, out, op, attrs, tensors)

@@ -22,7 +22,7 @@ _MADE: dict[tuple, tuple] = {}  # (shape, dtype) as given -> (shape, dtype, stri
 
 
 class MetaArray:
-    __slots__ = ("shape", "strides", "dtype", "offset")
+    __slots__ = ("shape", "strides", "dtype", "offset", "contig")
 
     def __init__(self, shape, dtype, strides=None, offset: int = 0):
         self.shape = tuple(int(s) for s in shape)
@@ -33,6 +33,7 @@ class MetaArray:
             else contiguous_strides(self.shape, self.dtype.itemsize)
         )
         self.offset = offset
+        self.contig = None  # C-contiguous or not: worked out when first asked
 
     @staticmethod
     def contiguous(shape: tuple, dtype: np.dtype) -> MetaArray:
@@ -52,17 +53,21 @@ class MetaArray:
             made = _MADE[(shape, dtype)] = (norm_shape, norm_dtype, strides)
         a.shape, a.dtype, a.strides = made
         a.offset = 0
+        a.contig = True
         return a
 
     # --- numpy-like metadata -------------------------------------------------------------
     @property
     def c_contiguous(self) -> bool:
         """C-contiguous strides exactly, or at most one element (kernels.empty_for asks)."""
-        key = (self.shape, self.dtype.itemsize)
-        strides = _STRIDES.get(key)
-        if strides is None:
-            strides = contiguous_strides(*key)
-        return self.strides == strides or math.prod(self.shape) <= 1
+        contig = self.contig
+        if contig is None:
+            key = (self.shape, self.dtype.itemsize)
+            strides = _STRIDES.get(key)
+            if strides is None:
+                strides = contiguous_strides(*key)
+            contig = self.contig = self.strides == strides or math.prod(self.shape) <= 1
+        return contig
 
     @property
     def ndim(self) -> int:
