@@ -71,25 +71,27 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
             )
         roots.append((gradient_edge(t), g))
 
-    # Dependencies: how many gradient contributions each node waits for.
+    # Dependencies: how many gradient contributions each node waits for. A node is visited
+    # once: when first reached (its count is new), or as a root.
     deps: dict[Function, int] = {}
-    seen = set()
-    stack = [edge[0] for edge, _ in roots]
+    stack = list({id(edge[0]): edge[0] for edge, _ in roots}.values())
+    root_ids = {id(node) for node in stack}
     parents = {} if targets is not None else None  # node -> nodes with an edge to it
     while stack:
         node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
         for edge in node.next_functions:
             if edge is None:
                 continue
             nxt = edge[0]
-            deps[nxt] = deps.get(nxt, 0) + 1
+            count = deps.get(nxt)
+            if count is None:
+                deps[nxt] = 1
+                if id(nxt) not in root_ids:
+                    stack.append(nxt)
+            else:
+                deps[nxt] = count + 1
             if parents is not None:
                 parents.setdefault(nxt, []).append(node)
-            if id(nxt) not in seen:
-                stack.append(nxt)
     needed = wanted = None
     if targets is not None:
         needed, wanted = _prune(targets, parents, capture is not None)
@@ -165,7 +167,8 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                 if scope is not None:
                     set_op(prev_op)
                     scope.__exit__(None, None, None)
-                node.next_functions = edges
+                if needed is not None:
+                    node.next_functions = edges
             if not retain_graph:
                 node.release_saved()
             dtypes = node.input_dtypes
