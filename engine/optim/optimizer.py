@@ -151,6 +151,23 @@ def step_counters(steps) -> None:
         foreach.add_(steps, 1)
 
 
+def _loaded(param, value, key, group):
+    """A loaded state tensor as PyTorch's load_state_dict makes it
+    (Optimizer._process_value_according_to_param_policy): `step` as it is (a cpu counter stays
+    on the cpu), unless fused or capturable (float32 on the parameter's device); the rest on the
+    parameter's device, in its dtype when it is floating. No copy where nothing changes: the
+    optimizer then holds the very tensors of the state dict, as torch's does."""
+    if key == "step":
+        if group.get("fused") or group.get("capturable"):
+            from engine import dtypes
+
+            return value.to(dtype=dtypes.float32, device=param.device)
+        return value
+    if param.is_floating_point():
+        return value.to(dtype=param.dtype, device=param.device)
+    return value.to(device=param.device)
+
+
 class Optimizer:
     """Base class: subclasses implement `step()` with their update rule.
 
@@ -332,8 +349,9 @@ class Optimizer:
             stack.enter_context(self._state_context())
             for idx, s in state_dict["state"].items():
                 p = by_index[idx]
+                group = next(g for g in self.param_groups if any(q is p for q in g["params"]))
                 self.state[p] = {
-                    k: (v.to(device=p.device).clone() if isinstance(v, Tensor) else v)
+                    k: (_loaded(p, v, k, group) if isinstance(v, Tensor) else v)
                     for k, v in s.items()
                 }
 

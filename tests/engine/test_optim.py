@@ -257,7 +257,12 @@ def test_state_dict_round_trip_continues_identically():
     opt_a.step()
     for pa, pb in zip(params_a, params_b, strict=True):
         pb.data.copy_(pa.detach())
-    opt_b.load_state_dict(opt_a.state_dict())
+    saved = opt_a.state_dict()  # a copy of it, as torch.save / torch.load would give
+    saved["state"] = {
+        i: {k: v.clone() if isinstance(v, engine.Tensor) else v for k, v in s.items()}
+        for i, s in saved["state"].items()
+    }
+    opt_b.load_state_dict(saved)
     for params, opt in ((params_a, opt_a), (params_b, opt_b)):
         _set_grads(params, engine.tensor, 1)
         opt.step()
@@ -271,3 +276,42 @@ def test_addcmul_lerp_addcdiv_in_place_keep_the_object():
     assert x.lerp_(engine.zeros(4), 0.75) is x
     assert x.addcdiv_(engine.ones(4), engine.full((4,), 4.0), value=-1) is x
     np.testing.assert_allclose(x.numpy(), (1 + 0.5 * 6) * 0.25 - 0.25)
+
+
+@pytest.mark.torch
+def test_load_state_dict_holds_the_loaded_tensors_as_pytorch(torch):
+    """PyTorch's load_state_dict keeps the state dict's own tensors where no cast or move is
+    needed (no copy, nothing allocated), and a cpu step counter on the cpu."""
+    for m in (engine, torch):
+        a = m.zeros(300, requires_grad=True)
+        b = m.zeros(300, requires_grad=True)
+        opt_a, opt_b = m.optim.Adam([a]), m.optim.Adam([b])
+        a.grad = m.ones(300)
+        opt_a.step()
+        opt_b.load_state_dict(opt_a.state_dict())
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert opt_b.state[b][key] is opt_a.state[a][key], (m.__name__, key)
+    before = engine.memory.memory_allocated("cpu")
+    opt_b.load_state_dict(opt_a.state_dict())
+    assert engine.memory.memory_allocated("cpu") == before
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("fused", [None, True])
+def test_load_state_dict_puts_the_step_where_the_saved_update_keeps_it(fused, torch):
+    """Into a meta parameter's optimizer: the step counter stays a cpu tensor when the saved
+    groups were single-tensor / foreach, and goes to the parameter's device as float32 when
+    they were fused (the loaded groups' flags decide, as in torch); the moments go to the
+    parameter's device."""
+    for m in (engine, torch):
+        src = m.optim.Adam([m.zeros(8, requires_grad=True)], fused=fused)
+        src.param_groups[0]["params"][0].grad = m.ones(8)
+        src.step()
+        p = m.zeros(8, device="meta", requires_grad=True)
+        opt = m.optim.Adam([p])
+        opt.load_state_dict(src.state_dict())
+        state = opt.state[p]
+        assert opt.param_groups[0]["fused"] == fused
+        assert state["step"].device.type == ("meta" if fused else "cpu"), m.__name__
+        assert str(state["step"].dtype).endswith("float32")
+        assert state["exp_avg"].device.type == "meta"
