@@ -318,9 +318,56 @@ class Tensor:
 
     __str__ = __repr__
 
-    # Pickling / copying of tensors is deliberately unsupported for now.
+    # Pickling is deliberately unsupported; copy.deepcopy is (copy.copy goes through pickling's
+    # protocol, and fails as pickle does).
     def __reduce__(self):
         raise TypeError("engine tensors cannot be pickled; use .numpy() to save values")
+
+    def __deepcopy__(self, memo):
+        """torch.Tensor.__deepcopy__: leaves only; new memory (a copy made once per storage, so
+        views of one storage stay views of one new storage; on meta a clone, as torch's),
+        requires_grad and a deep copy of .grad, and the tensor's own Python attributes."""
+        if not self.is_leaf:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                "protocol at the moment.  If you were attempting to deepcopy a module, this may "
+                "be because of a torch.nn.utils.weight_norm usage, see "
+                "https://github.com/pytorch/pytorch/pull/103001"
+            )
+        if id(self) in memo:
+            return memo[id(self)]
+        import copy
+
+        from engine.autograd.grad_mode import no_grad
+
+        live = self._device.type != "meta"
+        with no_grad():
+            base, replay = self._base, self.__dict__.get("_view_fn")
+            same = memo.get(id(self._storage)) if live and base is None else None
+            if base is not None and replay is not None and live:
+                new = replay(copy.deepcopy(base.detach() if base.requires_grad else base, memo))
+                new = new.detach()  # a leaf of its own, over the new base's storage
+            elif (
+                same is not None
+                and same._data.shape == self._data.shape
+                and same._data.strides == self._data.strides
+            ):  # another tensor of this storage (a detach()) was copied: share that copy
+                new = Tensor._make(same._data, same._storage, self._dtype, self._device)
+            else:
+                new = self.clone()  # its own storage, the same layout
+                if live and base is None:
+                    memo[id(self._storage)] = new
+        if type(self) is not Tensor:
+            new.__class__ = type(self)
+        if self.requires_grad:
+            new.requires_grad_()
+        if self._grad is not None:
+            new._grad = copy.deepcopy(self._grad, memo)
+        for key, value in self.__dict__.items():
+            if not key.startswith("_"):  # the engine's own fields start with "_"
+                setattr(new, key, copy.deepcopy(value, memo))
+        memo[id(self)] = new
+        return new
 
 
 _new = object.__new__

@@ -32,6 +32,19 @@ class Parameter(Tensor):
     def __init__(self, data: Tensor | None = None, requires_grad: bool = True):
         pass  # everything happens in __new__ (Tensor.__init__ refuses direct construction)
 
+    def __deepcopy__(self, memo):
+        """torch.nn.Parameter.__deepcopy__: a clone of the data as a new Parameter (its .grad
+        is not copied)."""
+        if id(self) in memo:
+            return memo[id(self)]
+        from engine.autograd.grad_mode import no_grad
+
+        with no_grad():
+            data = self.detach().clone()
+        result = type(self)(data, self.requires_grad)
+        memo[id(self)] = result
+        return result
+
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
 

@@ -443,15 +443,9 @@ class TransformerEncoder(Module):
 
 
 def _clone_module(module: Module) -> Module:
-    """copy.deepcopy of a module; its parameters and buffers become new tensors (copies)."""
-    memo = {}
-    for m in module.modules():
-        for store in (m._parameters, m._buffers):
-            for t in store.values():
-                if t is not None and id(t) not in memo:
-                    c = t.detach().clone()
-                    memo[id(t)] = Parameter(c, t.requires_grad) if isinstance(t, Parameter) else c
-    return copy.deepcopy(module, memo)
+    """copy.deepcopy of a module (torch's _get_clones): its parameters and buffers become new
+    tensors (copies), in the order deepcopy meets them."""
+    return copy.deepcopy(module)
 
 
 def generate_square_subsequent_mask(sz: int, device=None, dtype=None) -> Tensor:
