@@ -128,7 +128,8 @@ class SGD(Optimizer):
         """torch.optim.sgd._fused_sgd: at the first step an empty momentum buffer per parameter
         (the kernel copies the gradient in); then one kernel in place, allocating nothing."""
         momentum = group["momentum"]
-        states = [self.state[p] for p in params]
+        # (state only with momentum, as torch's: no empty entries in state_dict otherwise)
+        states = [self.state[p] if momentum != 0 else None for p in params]
         if momentum != 0 and all(s.get("momentum_buffer") is None for s in states):
             from engine.creation import empty_like
 
