@@ -1,13 +1,19 @@
-"""RMSprop and Adagrad: PyTorch's single-tensor updates (its cpu default) and foreach ones (its
-cuda default), with their memory."""
+"""RMSprop and Adagrad: PyTorch's single-tensor updates (its cpu default), foreach ones (its
+cuda default) and Adagrad's fused one, with their memory."""
 
 from __future__ import annotations
 
 from engine import dtypes
+from engine.allocator.tracked import tracking
 from engine.autograd.grad_mode import no_grad
-from engine.creation import full_like, tensor
+from engine.creation import full_like, tensor, zeros
 from engine.optim import foreach
-from engine.optim.optimizer import Optimizer, by_device_and_dtype, implementation
+from engine.optim.optimizer import (
+    Optimizer,
+    by_device_and_dtype,
+    check_fused_param,
+    implementation,
+)
 
 
 class RMSprop(Optimizer):
@@ -135,10 +141,12 @@ class RMSprop(Optimizer):
 
 class Adagrad(Optimizer):
     """Adagrad. Its state is made when the optimizer is (as PyTorch's): per parameter a float32
-    `step` and `sum` (the parameter's size, filled with initial_accumulator_value).
+    `step` (a cpu tensor; fused: on the parameter's device) and `sum` (the parameter's size,
+    filled with initial_accumulator_value).
 
-    The update allocates `std = state_sum.sqrt().add_(eps)` per parameter, and a gradient-sized
-    temporary with weight_decay or maximize; the rest is in place.
+    The single-tensor update allocates `std = state_sum.sqrt().add_(eps)` per parameter, and a
+    gradient-sized temporary with weight_decay or maximize; foreach all of a group's at once;
+    fused nothing. The rest is in place.
     """
 
     def __init__(
@@ -174,12 +182,15 @@ class Adagrad(Optimizer):
             fused=fused,
         )
         super().__init__(params, defaults)
-        self._check_flags(foreach, fused, differentiable, has_fused=False)
+        self._check_flags(foreach, fused, differentiable)
         with self._state_context():
             for group in self.param_groups:
                 for p in group["params"]:
                     state = self.state[p]
-                    state["step"] = tensor(0.0, dtype=dtypes.float32)
+                    if group["fused"]:  # fused: the counter on the parameter's device
+                        state["step"] = zeros((), dtype=dtypes.float32, device=p.device)
+                    else:
+                        state["step"] = tensor(0.0, dtype=dtypes.float32)
                     state["sum"] = full_like(p, initial_accumulator_value)
 
     @no_grad()
@@ -187,19 +198,25 @@ class Adagrad(Optimizer):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
+            how = implementation(group, params)
+            if how == "fused":
+                for p in params[:1]:  # as torch's _init_group: the first parameter, once
+                    check_fused_param(p)
             if params:
-                getattr(self, "_" + implementation(group, params))(group, params)
+                getattr(self, "_" + how)(group, params)
         return loss
 
-    def _single(self, group, params) -> None:
-        """torch.optim.adagrad._single_tensor_adagrad."""
+    def _single(self, group, params, *, counted: bool = False) -> None:
+        """torch.optim.adagrad._single_tensor_adagrad. counted: the step counters are already
+        advanced (the fused update runs this with its temporaries uncharged)."""
         lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
         weight_decay = group["weight_decay"]
         for param in params:
             state = self.state[param]
             state_sum, step_t = state["sum"], state["step"]
-            step_t += 1
-            step = float(step_t.item())
+            if not counted:
+                step_t += 1
+            step = 1.0 if step_t.device.type == "meta" else float(step_t.item())
             grad = param.grad  # as torch: the previous gradient (copy) is dropped first
             grad = grad if not group["maximize"] else -grad
             if weight_decay != 0:
@@ -208,6 +225,14 @@ class Adagrad(Optimizer):
             state_sum.addcmul_(grad, grad, value=1)
             std = state_sum.sqrt().add_(eps)
             param.addcdiv_(grad, std, value=-clr)
+
+    def _fused(self, group, params) -> None:
+        """torch.optim.adagrad._fused_adagrad: per (device, dtype) group the counters, then one
+        kernel that reads and writes in place, allocating nothing."""
+        for (device_params,) in by_device_and_dtype(params):
+            foreach.add_([self.state[p]["step"] for p in device_params], 1)
+            with tracking(False):  # the kernel's temporaries are registers
+                self._single(group, device_params, counted=True)
 
     def _foreach(self, group, params) -> None:
         """torch.optim.adagrad._multi_tensor_adagrad, line for line (engine.optim.foreach)."""

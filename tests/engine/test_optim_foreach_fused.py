@@ -106,7 +106,7 @@ def _steps(m, case, dtype=np.float32, **flags):
 
 
 IMPLS = [dict(foreach=False), dict(foreach=True), dict(fused=True)]
-HAS_FUSED = ("Adam", "AdamW", "SGD")
+HAS_FUSED = ("Adam", "AdamW", "SGD", "Adagrad")
 
 
 def _impl_cases():
@@ -238,7 +238,7 @@ def test_groups_by_device_and_dtype_in_order_of_first_appearance():
         (lambda p: engine.optim.SGD(p, fused=True, differentiable=True), "does not support"),
         (lambda p: engine.optim.AdamW(p, capturable=True), "capturable=True"),
         (lambda p: engine.optim.RMSprop(p, differentiable=True), "differentiable=True"),
-        (lambda p: engine.optim.Adagrad(p, fused=True), "use foreach=True"),
+        (lambda p: engine.optim.Adagrad(p, fused=True, foreach=True), "cannot be `True`"),
     ],
 )
 def test_flags_pytorch_refuses_or_the_engine_does_not_model(make, message):
