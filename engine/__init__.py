@@ -80,6 +80,12 @@ def __getattr__(name):
         mod = importlib.import_module(f"engine.{name}")
         globals()[name] = mod
         return mod
+    if name.startswith("_foreach_"):  # torch._foreach_* (engine/optim/foreach.py)
+        from engine.optim.foreach import PUBLIC
+
+        if name in PUBLIC:
+            globals()[name] = PUBLIC[name]
+            return PUBLIC[name]
     raise AttributeError(f"module 'engine' has no attribute {name!r}")
 
 

@@ -6,6 +6,9 @@ Each is a function so that no tensor outlives the call in a loop variable: a lis
 is then freed as PyTorch frees it, last entry first, when the caller drops the list.
 
 `other` / `scalars`: a list (one per entry) or one value for all.
+
+The public ones are also `engine._foreach_<name>` (torch's names: `engine._foreach_lerp_(ema,
+params, 0.001)` for an EMA of a model's parameters), listed in PUBLIC.
 """
 
 from __future__ import annotations
@@ -21,6 +24,29 @@ def _each(other, n: int):
 
 def neg(ts) -> list:
     return [t.neg() for t in ts]
+
+
+def neg_(ts) -> None:
+    for t in ts:
+        t.neg_()
+
+
+def zero_(ts) -> None:
+    for t in ts:
+        t.zero_()
+
+
+def copy_(ts, src) -> None:
+    for t, s in zip(ts, src, strict=True):
+        t.copy_(s)
+
+
+def norm(ts, ord=2) -> list:  # noqa: A002 - torch's name
+    """One 0-d norm per tensor (torch._foreach_norm; outside autograd here), each computed
+    without a full-size temporary, as torch's fused norm."""
+    from engine.nn.utils.clip_grad import _norm
+
+    return [_norm(t, float(ord)) for t in ts]
 
 
 def sqrt(ts) -> list:
@@ -41,6 +67,15 @@ def add_(ts, other, alpha=1) -> None:
         t.add_(o, alpha=alpha)
 
 
+def sub(ts, others, alpha=1) -> list:
+    return [t.sub(o, alpha=alpha) for t, o in zip(ts, _each(others, len(ts)), strict=True)]
+
+
+def sub_(ts, other, alpha=1) -> None:
+    for t, o in zip(ts, _each(other, len(ts)), strict=True):
+        t.sub_(o, alpha=alpha)
+
+
 def mul(ts, scalars) -> list:
     return [t.mul(s) for t, s in zip(ts, _each(scalars, len(ts)), strict=True)]
 
@@ -50,14 +85,18 @@ def mul_(ts, scalars) -> None:
         t.mul_(s)
 
 
+def div(ts, scalars) -> list:
+    return [t.div(s) for t, s in zip(ts, _each(scalars, len(ts)), strict=True)]
+
+
 def div_(ts, scalars) -> None:
     for t, s in zip(ts, _each(scalars, len(ts)), strict=True):
         t.div_(s)
 
 
 def lerp_(ts, ends, weight) -> None:
-    for t, e in zip(ts, ends, strict=True):
-        t.lerp_(e, weight)
+    for t, e, w in zip(ts, ends, _each(weight, len(ts)), strict=True):
+        t.lerp_(e, w)
 
 
 def maximum_(ts, others) -> None:
@@ -70,8 +109,8 @@ def addcmul(ts, t1, t2, value=1) -> list:
 
 
 def addcmul_(ts, t1, t2, value=1) -> None:
-    for t, a, b in zip(ts, t1, t2, strict=True):
-        t.addcmul_(a, b, value=value)
+    for t, a, b, v in zip(ts, t1, t2, _each(value, len(ts)), strict=True):
+        t.addcmul_(a, b, value=v)
 
 
 def addcdiv_(ts, t1, t2, scalars=1) -> None:
@@ -95,3 +134,31 @@ def gradients(params, grads, steps=None, *, maximize: bool, weight_decay: float)
         else:
             grads = add(grads, params, alpha=weight_decay)
     return grads
+
+
+# engine._foreach_<name> -> these functions (engine/__init__.py resolves them on first use)
+PUBLIC = {
+    f"_foreach_{name}": globals()[name]
+    for name in (
+        "add",
+        "add_",
+        "sub",
+        "sub_",
+        "mul",
+        "mul_",
+        "div",
+        "div_",
+        "neg",
+        "neg_",
+        "sqrt",
+        "sqrt_",
+        "lerp_",
+        "maximum_",
+        "addcmul",
+        "addcmul_",
+        "addcdiv_",
+        "zero_",
+        "copy_",
+        "norm",
+    )
+}

@@ -252,3 +252,63 @@ def test_fused_refuses_an_integer_parameter_as_pytorch_does():
     p.grad = engine.zeros(2, dtype=engine.int64)
     with pytest.raises(RuntimeError, match="requires all the params to be floating point"):
         opt.step()
+
+
+# --- engine._foreach_*: torch's names, for user code (an EMA of a model's parameters) ---------
+def _lists(m, seed=3):
+    rng = np.random.default_rng(seed)
+    make = [m.tensor(rng.standard_normal(s).astype(np.float32)) for s in SHAPES]
+    other = [m.tensor((np.abs(rng.standard_normal(s)) + 0.5).astype(np.float32)) for s in SHAPES]
+    return make, other
+
+
+FOREACH_CALLS = {
+    "add_ list alpha": lambda m, a, b: m._foreach_add_(a, b, alpha=0.5),
+    "add_ scalar": lambda m, a, b: m._foreach_add_(a, 2.0),
+    "add scalars": lambda m, a, b: m._foreach_add(a, [1.0, 2.0, 3.0, 4.0]),
+    "sub list": lambda m, a, b: m._foreach_sub(a, b, alpha=2),
+    "sub_ scalar": lambda m, a, b: m._foreach_sub_(a, 1.5),
+    "mul_ scalars": lambda m, a, b: m._foreach_mul_(a, [1.0, 2.0, 3.0, 4.0]),
+    "mul scalar": lambda m, a, b: m._foreach_mul(a, 3.0),
+    "div list": lambda m, a, b: m._foreach_div(a, [2.0, 4.0, 8.0, 16.0]),
+    "div_ scalar": lambda m, a, b: m._foreach_div_(a, 4.0),
+    "neg": lambda m, a, b: m._foreach_neg(a),
+    "neg_": lambda m, a, b: m._foreach_neg_(a),
+    "sqrt": lambda m, a, b: m._foreach_sqrt(b),
+    "sqrt_": lambda m, a, b: m._foreach_sqrt_(b),
+    "lerp_ (EMA)": lambda m, a, b: m._foreach_lerp_(a, b, 0.001),
+    "maximum_": lambda m, a, b: m._foreach_maximum_(a, b),
+    "addcmul": lambda m, a, b: m._foreach_addcmul(a, b, b, 0.5),
+    "addcmul_ scalars": lambda m, a, b: m._foreach_addcmul_(a, b, b, [1.0, 2.0, 3.0, 4.0]),
+    "addcdiv_": lambda m, a, b: m._foreach_addcdiv_(a, b, b, 0.25),
+    "zero_": lambda m, a, b: m._foreach_zero_(a),
+    "copy_": lambda m, a, b: m._foreach_copy_(a, b),
+    "norm": lambda m, a, b: m._foreach_norm(a),
+}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", list(FOREACH_CALLS))
+def test_foreach_functions_match_pytorch(name, torch):
+    """Values (the lists written in place, or returned) and the allocations, in order."""
+    got, events = {}, {}
+    for m, record in ((engine, engine_events), (torch, torch_events)):
+        a, b = _lists(m)
+        box = {}
+
+        def call(m=m, a=a, b=b, box=box):
+            box["out"] = FOREACH_CALLS[name](m, a, b)
+
+        events[m.__name__] = record(call)
+        out = box["out"]
+        values = out if out is not None else a if "sqrt_" not in name else b
+        got[m.__name__] = [np.asarray(v.numpy()) for v in values]
+    assert events["engine"] == events["torch"]
+    for e, t in zip(got["engine"], got["torch"], strict=True):
+        np.testing.assert_allclose(e, t, rtol=1e-6, atol=1e-7)
+
+
+def test_foreach_names_are_torchs_and_unknown_ones_fail():
+    assert engine._foreach_lerp_ is engine._foreach_lerp_
+    with pytest.raises(AttributeError, match="_foreach_frobnicate"):
+        engine._foreach_frobnicate  # noqa: B018
