@@ -345,7 +345,9 @@ class Tensor:
             base, replay = self._base, self.__dict__.get("_view_fn")
             same = memo.get(id(self._storage)) if live and base is None else None
             if base is not None and replay is not None and live:
-                new = replay(copy.deepcopy(base.detach() if base.requires_grad else base, memo))
+                # (a leaf view of a non-leaf, made under no_grad: its base's storage is copied
+                # through a detached alias, which the storage memo below shares)
+                new = replay(copy.deepcopy(base if base.is_leaf else base.detach(), memo))
                 new = new.detach()  # a leaf of its own, over the new base's storage
             elif (
                 same is not None

@@ -92,3 +92,18 @@ def test_on_meta_a_view_copies_only_its_own_bytes():
     c = copy.deepcopy(a[:10])  # torch clones on meta: 40 bytes, not the 4000-byte storage
     assert engine.memory.memory_allocated("meta") - before == 40
     assert c.shape == (10,) and c.device.type == "meta"
+
+
+@pytest.mark.torch
+def test_a_leaf_view_of_a_graph_tensor_copies_its_storage(torch):
+    """A view made under no_grad of a tensor with history is a leaf: it deep-copies (torch copies
+    the storage, not the graph), and shares the copy with a detached alias of that tensor."""
+    for m in (engine, torch):
+        y = m.arange(6.0, requires_grad=True) * 2
+        with m.no_grad():
+            v = y[2:4]
+        alias = y.detach()
+        cv, calias = copy.deepcopy([v, alias])
+        assert cv.tolist() == [4.0, 6.0] and cv.is_leaf, m.__name__
+        calias[2] = -1.0
+        assert cv[0].item() == -1.0, m.__name__
