@@ -11,7 +11,9 @@ from engine.optim.optimizer import (
     by_device_and_dtype,
     check_fused_param,
     implementation,
+    number,
 )
+from engine.tensor import Tensor
 
 _maximum = _op_table["maximum"]
 
@@ -46,6 +48,13 @@ class Adam(Optimizer):
         fused: bool | None = None,
         decoupled_weight_decay: bool | None = None,
     ):
+        if isinstance(lr, Tensor):
+            if foreach and not capturable:
+                raise ValueError(
+                    "lr as a Tensor is not supported for capturable=False and foreach=True"
+                )
+            if lr.numel() != 1:
+                raise ValueError("Tensor lr must be 1-element")
         self._check_non_negative(lr=lr, eps=eps)
         if not 0.0 <= betas[0] < 1.0:
             raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
@@ -91,7 +100,7 @@ class Adam(Optimizer):
         """torch.optim.adam._single_tensor_adam: one loop, as torch's, so a parameter's `denom`
         is still alive while the next one's is made. counted: the step counters are already
         advanced (the fused update runs this with its temporaries uncharged)."""
-        lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
+        lr, eps, weight_decay = number(group["lr"]), group["eps"], group["weight_decay"]
         beta1, beta2 = group["betas"]
         amsgrad, maximize, decoupled = (
             group["amsgrad"],
@@ -133,7 +142,7 @@ class Adam(Optimizer):
 
     def _foreach(self, group, params, states) -> None:
         """torch.optim.adam._multi_tensor_adam, line for line (engine.optim.foreach)."""
-        lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
+        lr, eps, weight_decay = number(group["lr"]), group["eps"], group["weight_decay"]
         beta1, beta2 = group["betas"]
         maximize, amsgrad = group["maximize"], group["amsgrad"]
         exp_avg_sq_sqrt = None  # as torch's local: a group's list lives until the next replaces it

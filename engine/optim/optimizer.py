@@ -110,8 +110,20 @@ def implementation(group: dict, params) -> str:
     if fused is None and foreach is None:
         if group.get("differentiable"):
             return "single"
+        if isinstance(group.get("lr"), Tensor) and not group.get("capturable"):
+            return "single"  # torch: foreach is not flipped on for a tensor lr
         return "foreach" if all(p.device.type in FOREACH_DEVICES for p in params) else "single"
     return "fused" if fused else "foreach" if foreach else "single"
+
+
+def number(value):
+    """A hyper-parameter as the update reads it: a one-element tensor (lr=torch.tensor(1e-3),
+    which PyTorch accepts) as its Python number, as torch's kernels read a Scalar."""
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise ValueError("Tensor lr must be 1-element")
+        return value.item()
+    return value
 
 
 def check_fused_param(p) -> None:

@@ -13,6 +13,7 @@ from engine.optim.optimizer import (
     by_device_and_dtype,
     check_fused_param,
     implementation,
+    number,
 )
 
 
@@ -79,7 +80,7 @@ class RMSprop(Optimizer):
     @staticmethod
     def _single(group, params, states) -> None:
         """torch.optim.rmsprop._single_tensor_rmsprop."""
-        lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+        lr, alpha, eps = number(group["lr"]), group["alpha"], group["eps"]
         weight_decay, momentum = group["weight_decay"], group["momentum"]
         for param, state in zip(params, states, strict=True):
             grad = param.grad  # as torch: the previous gradient (copy) is dropped first
@@ -106,7 +107,7 @@ class RMSprop(Optimizer):
     @staticmethod
     def _foreach(group, params, states) -> None:
         """torch.optim.rmsprop._multi_tensor_rmsprop, line for line (engine.optim.foreach)."""
-        lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+        lr, alpha, eps = number(group["lr"]), group["alpha"], group["eps"]
         weight_decay, momentum, maximize = (
             group["weight_decay"],
             group["momentum"],
@@ -209,7 +210,7 @@ class Adagrad(Optimizer):
     def _single(self, group, params, *, counted: bool = False) -> None:
         """torch.optim.adagrad._single_tensor_adagrad. counted: the step counters are already
         advanced (the fused update runs this with its temporaries uncharged)."""
-        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        lr, lr_decay, eps = number(group["lr"]), group["lr_decay"], group["eps"]
         weight_decay = group["weight_decay"]
         for param in params:
             state = self.state[param]
@@ -236,7 +237,7 @@ class Adagrad(Optimizer):
 
     def _foreach(self, group, params) -> None:
         """torch.optim.adagrad._multi_tensor_adagrad, line for line (engine.optim.foreach)."""
-        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        lr, lr_decay, eps = number(group["lr"]), group["lr_decay"], group["eps"]
         weight_decay, maximize = group["weight_decay"], group["maximize"]
         states = [self.state[p] for p in params]
         for device_params, device_states in by_device_and_dtype(params, states):

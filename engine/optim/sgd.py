@@ -5,7 +5,13 @@ from __future__ import annotations
 from engine.allocator.tracked import tracking
 from engine.autograd.grad_mode import no_grad
 from engine.optim import foreach
-from engine.optim.optimizer import Optimizer, by_device_and_dtype, check_fused_param, implementation
+from engine.optim.optimizer import (
+    Optimizer,
+    by_device_and_dtype,
+    check_fused_param,
+    implementation,
+    number,
+)
 
 
 class SGD(Optimizer):
@@ -65,7 +71,7 @@ class SGD(Optimizer):
 
     def _single(self, group, params) -> None:
         """torch.optim.sgd._single_tensor_sgd."""
-        lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
+        lr, momentum, dampening = number(group["lr"]), group["momentum"], group["dampening"]
         weight_decay, nesterov, maximize = (
             group["weight_decay"],
             group["nesterov"],
@@ -89,7 +95,7 @@ class SGD(Optimizer):
 
     def _foreach(self, group, params) -> None:
         """torch.optim.sgd._multi_tensor_sgd, line for line (engine.optim.foreach)."""
-        lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
+        lr, momentum, dampening = number(group["lr"]), group["momentum"], group["dampening"]
         weight_decay, nesterov, maximize = (
             group["weight_decay"],
             group["nesterov"],
@@ -139,7 +145,7 @@ class SGD(Optimizer):
             first = True
         else:
             first = False
-        lr, dampening = group["lr"], group["dampening"]
+        lr, dampening = number(group["lr"]), group["dampening"]
         weight_decay, nesterov, maximize = (
             group["weight_decay"],
             group["nesterov"],

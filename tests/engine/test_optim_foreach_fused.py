@@ -312,3 +312,39 @@ def test_foreach_names_are_torchs_and_unknown_ones_fail():
     assert engine._foreach_lerp_ is engine._foreach_lerp_
     with pytest.raises(AttributeError, match="_foreach_frobnicate"):
         engine._foreach_frobnicate  # noqa: B018
+
+
+# --- a tensor learning rate (lr=torch.tensor(1e-3)) ---------------------------------------------
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    "name,flags",
+    [
+        ("Adam", {}),
+        ("AdamW", {}),
+        ("Adam", {"fused": True}),
+        ("SGD", {"momentum": 0.9}),
+        ("SGD", {"momentum": 0.9, "fused": True}),
+        ("RMSprop", {}),
+        ("Adagrad", {}),
+    ],
+)
+def test_a_tensor_lr_updates_as_pytorch(name, flags, torch):
+    got = {}
+    for m in (engine, torch):
+        p = m.tensor(np.array([1.0, 2.0, -1.5], np.float32), requires_grad=True)
+        opt = getattr(m.optim, name)([p], lr=m.tensor(0.1), **flags)
+        for _ in range(3):
+            p.grad = m.tensor(np.array([1.0, -0.5, 0.25], np.float32))
+            opt.step()
+        got[m.__name__] = p.detach().numpy()
+    np.testing.assert_allclose(got["engine"], got["torch"], rtol=1e-6)
+
+
+@pytest.mark.torch
+def test_a_tensor_lr_refuses_foreach_as_pytorch(torch):
+    for m in (engine, torch):
+        with pytest.raises(ValueError, match="lr as a Tensor is not supported"):
+            m.optim.Adam([m.zeros(2, requires_grad=True)], lr=m.tensor(0.1), foreach=True)
+    group = {"foreach": None, "fused": None, "lr": engine.tensor(0.1)}
+    cuda = [types.SimpleNamespace(device=types.SimpleNamespace(type="cuda"))]
+    assert implementation(group, cuda) == "single"  # torch does not flip foreach on for it
