@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 import warnings
 
+from engine.autograd.grad_mode import no_grad
 from engine.optim.optimizer import Optimizer
+from engine.tensor import Tensor
 
 
 class LRScheduler:
@@ -26,7 +28,8 @@ class LRScheduler:
         self.optimizer = optimizer
         if last_epoch == -1:
             for group in optimizer.param_groups:
-                group.setdefault("initial_lr", group["lr"])
+                lr = group["lr"]
+                group.setdefault("initial_lr", lr.clone() if isinstance(lr, Tensor) else lr)
         else:
             for i, group in enumerate(optimizer.param_groups):
                 if "initial_lr" not in group:
@@ -68,8 +71,15 @@ class LRScheduler:
                 else self.get_lr()
             )
         for group, lr in zip(self.optimizer.param_groups, values, strict=True):
-            group["lr"] = lr
-        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+            if isinstance(group["lr"], Tensor):  # a tensor lr is written into, as torch's
+                with no_grad():
+                    group["lr"].fill_(lr.item() if isinstance(lr, Tensor) else lr)
+            else:
+                group["lr"] = lr
+        self._last_lr = [  # (torch's copies: no aliasing of a tensor lr)
+            group["lr"].clone() if isinstance(group["lr"], Tensor) else group["lr"]
+            for group in self.optimizer.param_groups
+        ]
 
     def state_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "optimizer"}

@@ -56,6 +56,29 @@ def test_schedulers_follow_torch_step_for_step(name):
     np.testing.assert_allclose(_lrs(engine, name), _lrs(torch, name), rtol=1e-12, atol=1e-15)
 
 
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.parametrize("name", ["step", "cosine", "lambda"])
+def test_a_tensor_lr_is_written_into_as_torch(name):
+    """A tensor learning rate stays the same tensor, filled with each new value; the
+    scheduler's last_lr are copies of it (torch's _update_param_group_val)."""
+    runs = {}
+    for m in (engine, torch):
+        lr = m.tensor(0.1, dtype=m.float64)
+        o = m.optim.SGD([m.nn.Parameter(m.zeros(2))], lr=lr)
+        sched = SCHEDULES[name](m.optim.lr_scheduler, o)
+        values = []
+        for _ in range(9):
+            o.step()
+            sched.step()
+            assert o.param_groups[0]["lr"] is lr
+            last = sched.get_last_lr()[0]
+            assert isinstance(last, m.Tensor) and last is not lr
+            values.append(float(lr.item()))
+        runs[m.__name__] = values
+    np.testing.assert_allclose(runs["engine"], runs["torch"], rtol=1e-12)
+
+
 def test_step_lr_by_hand_and_state_dict_round_trip():
     o = _opt(engine, (1.0,))
     s = engine.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.1)
