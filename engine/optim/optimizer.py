@@ -232,6 +232,19 @@ class Optimizer:
                     state[field] = zeros_like(param)
         return state
 
+    def _update_groups(self) -> None:
+        """Each group's update in the implementation PyTorch picks (implementation()), over its
+        parameters with a gradient: self._single / _foreach / _fused(group, params). For the
+        optimizers whose state is not made lazily at the step (SGD, Adagrad)."""
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            how = implementation(group, params)
+            if how == "fused":
+                for p in params[:1]:  # as torch's _init_group: the first parameter, once
+                    check_fused_param(p)
+            if params:
+                getattr(self, "_" + how)(group, params)
+
     @classmethod
     def _check_flags(cls, foreach, fused, differentiable, capturable=False, *, has_fused=True):
         """PyTorch's constructor checks of the implementation flags; what the engine does not

@@ -8,8 +8,6 @@ from engine.optim import foreach
 from engine.optim.optimizer import (
     Optimizer,
     by_device_and_dtype,
-    check_fused_param,
-    implementation,
     number,
 )
 
@@ -59,14 +57,7 @@ class SGD(Optimizer):
     @no_grad()
     def step(self, closure=None):
         loss = self._closure_loss(closure)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            how = implementation(group, params)
-            if how == "fused":
-                for p in params[:1]:  # as torch's _init_group: the first parameter, once
-                    check_fused_param(p)
-            if params:
-                getattr(self, "_" + how)(group, params)
+        self._update_groups()
         return loss
 
     def _single(self, group, params) -> None:
