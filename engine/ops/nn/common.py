@@ -100,22 +100,23 @@ def _same_dtype(opname: str, *tensors) -> None:
 
 
 def _blocked(func, out, *arrays) -> bool:
-    """func(out_chunk, *chunks, scratch) over flat chunks with one small scratch per thread.
+    """func(out_chunk, *chunks, scratch) over flat chunks with one small scratch per thread
+    (work of one block on one thread: func(out, *arrays, scratch) once, as they are).
 
     Only for C-contiguous arrays of out's shape (numpy); returns False when it does not apply.
     """
     if type(out) is not np.ndarray or not out.flags.c_contiguous:
         return False
-    flats = []
     for a in arrays:
-        if isinstance(a, np.ndarray):
-            if a.shape != out.shape or not a.flags.c_contiguous:
-                return False
-            flats.append(a.reshape(-1))
-        else:
-            flats.append(a)
+        if isinstance(a, np.ndarray) and (a.shape != out.shape or not a.flags.c_contiguous):
+            return False
+    n = out.size
+    threads = kernels.pool_threads(n)
+    if threads == 1 and n <= _BLOCK:  # one block: as is, without flattening or a part
+        func(out, *arrays, np.empty_like(out))
+        return True
     fo = out.reshape(-1)
-    n = fo.size
+    flats = [a.reshape(-1) if isinstance(a, np.ndarray) else a for a in arrays]
 
     def part(bounds):
         lo, hi = bounds
@@ -128,7 +129,6 @@ def _blocked(func, out, *arrays) -> bool:
                 scratch[: j - i],
             )
 
-    threads = kernels.pool_threads(n)
     if threads > 1:
         per = -(-n // threads)
         list(kernels._get_pool().map(part, [(i, min(i + per, n)) for i in range(0, n, per)]))

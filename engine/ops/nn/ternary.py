@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from engine import kernels
 from engine.autograd.function import Function
 from engine.ops.common import broadcast_shapes, device_of, result_buffer, result_type, sum_to
 from engine.ops.nn.common import _blocked, _live, _needs
 from engine.tensor import Tensor
-
-# At most this many elements: no blocked loop (its set-up costs more than the arithmetic), the
-# scratch one array of the output's size (at most 16 KiB of float32).
-_SMALL = 4096
 
 
 def _dtype_name(d) -> str:
@@ -69,10 +63,7 @@ class _Ternary(Function):
                     xp.multiply(scratch, value, out=scratch)
                 xp.add(a, scratch, out=o)
 
-            yd = y._data
-            if type(yd) is np.ndarray and yd.size <= _SMALL:  # one pass, scratch of out's size
-                fn(yd, s._data, t1._data, t2._data, np.empty_like(yd))
-            elif not _blocked(fn, yd, s._data, t1._data, t2._data):
+            if not _blocked(fn, y._data, s._data, t1._data, t2._data):
                 tmp = kernels.Scratch(y.shape, y._dtype, dev)
                 combine(t1._data, t2._data, out=tmp.data)
                 if value != 1:
@@ -178,10 +169,7 @@ class Lerp(_Ternary):
                         xp.multiply(scratch, 1.0 - w, out=scratch)
                         xp.subtract(b, scratch, out=o)
 
-                yd = y._data
-                if type(yd) is np.ndarray and yd.size <= _SMALL:
-                    fn(yd, s._data, end._data, np.empty_like(yd))
-                elif not _blocked(fn, yd, s._data, end._data):
+                if not _blocked(fn, y._data, s._data, end._data):
                     tmp = kernels.Scratch(y.shape, y._dtype, dev)
                     fn(y._data, s._data, end._data, tmp.data)
                     del tmp
