@@ -60,8 +60,10 @@ class SGD(Optimizer):
         self._update_groups()
         return loss
 
-    def _single(self, group, params) -> None:
-        """torch.optim.sgd._single_tensor_sgd."""
+    def _single(self, group, params, *, fresh: bool = False) -> None:
+        """torch.optim.sgd._single_tensor_sgd. fresh: the momentum buffers exist but hold
+        nothing yet (fused's first step, run with its temporaries uncharged): the gradient is
+        copied in, where the single-tensor update clones it."""
         lr, momentum, dampening = number(group["lr"]), group["momentum"], group["dampening"]
         weight_decay, nesterov, maximize = (
             group["weight_decay"],
@@ -79,6 +81,8 @@ class SGD(Optimizer):
                     with self._state_context():
                         buf = grad.clone().detach()
                     state["momentum_buffer"] = buf
+                elif fresh:
+                    buf.copy_(grad)
                 else:
                     buf.mul_(momentum).add_(grad, alpha=1 - dampening)
                 grad = grad.add(buf, alpha=momentum) if nesterov else buf
@@ -124,34 +128,14 @@ class SGD(Optimizer):
     def _fused(self, group, params) -> None:
         """torch.optim.sgd._fused_sgd: at the first step an empty momentum buffer per parameter
         (the kernel copies the gradient in); then one kernel in place, allocating nothing."""
-        momentum = group["momentum"]
-        # (state only with momentum, as torch's: no empty entries in state_dict otherwise)
-        states = [self.state[p] if momentum != 0 else None for p in params]
-        if momentum != 0 and all(s.get("momentum_buffer") is None for s in states):
+        fresh = group["momentum"] != 0 and all(
+            self.state[p].get("momentum_buffer") is None for p in params
+        )
+        if fresh:
             from engine.creation import empty_like
 
             with self._state_context():
-                for p, s in zip(params, states, strict=True):
-                    s["momentum_buffer"] = empty_like(p.grad)
-            first = True
-        else:
-            first = False
-        lr, dampening = number(group["lr"]), group["dampening"]
-        weight_decay, nesterov, maximize = (
-            group["weight_decay"],
-            group["nesterov"],
-            group["maximize"],
-        )
+                for p in params:
+                    self.state[p]["momentum_buffer"] = empty_like(p.grad)
         with tracking(False):  # the kernel's temporaries are registers
-            for p, s in zip(params, states, strict=True):
-                grad = p.grad if not maximize else -p.grad
-                if weight_decay != 0:
-                    grad = grad.add(p, alpha=weight_decay)
-                if momentum != 0:
-                    buf = s["momentum_buffer"]
-                    if first:
-                        buf.copy_(grad)
-                    else:
-                        buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-                    grad = grad.add(buf, alpha=momentum) if nesterov else buf
-                p.add_(grad, alpha=-lr)
+            self._single(group, params, fresh=fresh)
