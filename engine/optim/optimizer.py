@@ -246,13 +246,9 @@ class Optimizer:
                 getattr(self, "_" + how)(group, params)
 
     @classmethod
-    def _check_flags(cls, foreach, fused, differentiable, capturable=False, *, has_fused=True):
+    def _check_flags(cls, foreach, fused, differentiable, capturable=False):
         """PyTorch's constructor checks of the implementation flags; what the engine does not
         model is refused by name rather than run some other way."""
-        if fused and not has_fused:
-            raise NotImplementedError(
-                f"{cls.__name__}(fused=True) is not modelled by engine.optim; use foreach=True"
-            )
         if fused and differentiable:
             raise RuntimeError("`fused` does not support `differentiable`")
         if fused and foreach:

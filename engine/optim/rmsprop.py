@@ -56,7 +56,7 @@ class RMSprop(Optimizer):
             differentiable=differentiable,
         )
         super().__init__(params, defaults)
-        self._check_flags(foreach, None, differentiable, capturable, has_fused=False)
+        self._check_flags(foreach, None, differentiable, capturable)
 
     def _init_state(self, group, param) -> dict:
         fields = ["square_avg"]
