@@ -118,6 +118,17 @@ def addcdiv_(ts, t1, t2, scalars=1) -> None:
         t.addcdiv_(a, b, value=s)
 
 
+def step_counters(steps) -> None:
+    """torch._foreach_add_(steps, 1) as PyTorch's foreach updates write it: the cpu counters
+    through one 0-d tensor made for the call (its 4 bytes are a cpu allocation)."""
+    if steps and steps[0].device.type == "cpu":
+        from engine.creation import tensor
+
+        add_(steps, tensor(1.0), alpha=1.0)
+    else:
+        add_(steps, 1)
+
+
 def gradients(params, grads, steps=None, *, maximize: bool, weight_decay: float) -> list:
     """The prologue of PyTorch's multi-tensor updates: the gradients negated (maximize: new
     tensors), the step counters advanced (when given), then weight decay added, into the negated
@@ -125,8 +136,6 @@ def gradients(params, grads, steps=None, *, maximize: bool, weight_decay: float)
     if maximize:
         grads = neg(grads)
     if steps is not None:
-        from engine.optim.optimizer import step_counters
-
         step_counters(steps)
     if weight_decay != 0:
         if maximize:  # the negated copies are written into

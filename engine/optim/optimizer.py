@@ -150,19 +150,6 @@ def by_device_and_dtype(*lists):
     return list(groups.values())
 
 
-def step_counters(steps) -> None:
-    """torch._foreach_add_(steps, 1) as PyTorch's foreach updates write it: the cpu counters
-    through one 0-d tensor made for the call (its 4 bytes are a cpu allocation)."""
-    from engine.optim import foreach
-
-    if steps and steps[0].device.type == "cpu":
-        from engine.creation import tensor
-
-        foreach.add_(steps, tensor(1.0), alpha=1.0)
-    else:
-        foreach.add_(steps, 1)
-
-
 def _loaded(param, value, key, group):
     """A loaded state tensor as PyTorch's load_state_dict makes it
     (Optimizer._process_value_according_to_param_policy): `step` as it is (a cpu counter stays
