@@ -350,14 +350,15 @@ class Optimizer:
                     "loaded state dict contains a parameter group that doesn't match "
                     "the size of optimizer's group"
                 )
-            by_index.update(zip(saved["params"], own["params"], strict=True))
+            by_index.update(
+                (i, (p, own)) for i, p in zip(saved["params"], own["params"], strict=True)
+            )
             own.update({k: v for k, v in saved.items() if k != "params"})
         self.state = defaultdict(dict)
         with contextlib.ExitStack() as stack:
             stack.enter_context(self._state_context())
             for idx, s in state_dict["state"].items():
-                p = by_index[idx]
-                group = next(g for g in self.param_groups if any(q is p for q in g["params"]))
+                p, group = by_index[idx]
                 self.state[p] = {
                     k: (_loaded(p, v, k, group) if isinstance(v, Tensor) else v)
                     for k, v in s.items()
