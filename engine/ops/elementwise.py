@@ -483,17 +483,13 @@ class Binary(Function):
                     dtype = result_type(a, b)
             else:
                 dev, bd, shape, sb = a._device, b, sa, ()
-                dtype = a._dtype
-                if b.__class__ is not float or not dtype.is_floating_point:  # (else: unchanged)
-                    dtype = scalar_result_type(dtype, b)
+                dtype = scalar_result_type(a._dtype, b)
                 cast = dtype is not a._dtype
         else:
             dev, ad, bd = b._device, a, b._data
             shape = sb = bd.shape
             sa = ()
-            dtype = b._dtype
-            if a.__class__ is not float or not dtype.is_floating_point:
-                dtype = scalar_result_type(dtype, a)
+            dtype = scalar_result_type(b._dtype, a)
             cast = dtype is not b._dtype
         if self.float_result and not dtype.is_floating_point:
             dtype = dtypes.get_default_dtype()
