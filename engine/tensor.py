@@ -354,7 +354,7 @@ class Tensor:
                 and same._data.shape == self._data.shape
                 and same._data.strides == self._data.strides
             ):  # another tensor of this storage (a detach()) was copied: share that copy
-                new = Tensor._make(same._data, same._storage, self._dtype, self._device)
+                new = same.detach()
             else:
                 new = self.clone()  # its own storage, the same layout
                 if live and base is None:
