@@ -43,6 +43,17 @@ def test_float32_erf_is_the_same_on_one_and_many_threads():
     assert np.array_equal(one, two)
 
 
+def test_float32_erf_of_strided_and_odd_sized_tensors_is_elementwise():
+    """Blocks and per-thread scratch must not show: a transposed tensor (the strided path), and
+    lengths either side of a block's, give each element what it gives alone."""
+    x = engine.randn(700, 500) * 3
+    want = engine.erf(x.contiguous()).numpy()
+    assert np.array_equal(engine.erf(x.t()).numpy(), want.T)
+    flat = x.reshape(-1)
+    for n in (1, 65535, 65536, 65537, 3 * 65536 + 7):
+        assert np.array_equal(engine.erf(flat[:n]).numpy(), want.reshape(-1)[:n])
+
+
 def test_float16_erf_is_float64_erf_rounded():
     x = np.linspace(-5, 5, 20_001).astype(np.float16)
     got = engine.erf(engine.tensor(x)).numpy()
