@@ -477,13 +477,15 @@ def _run_region(program, first: int, last: int, bindings, modules, hooks, option
     from engine.utils.checkpoint import checkpoint
 
     nodes = program[first : last + 1]
-    made: set[str] = set()
+    # in the order the nodes bind them: that is the order the region's locals are released in
+    # (a set's order would change with the process's string hashing, and the report with it)
+    made: dict[str, None] = {}
     outside: dict[str, Any] = {}
     for node in nodes:
         for name in [*node.inputs, *_tensor_arg_names(node, bindings.values)]:
             if name not in made and name in bindings.values:
                 outside.setdefault(name, bindings.values[name])
-        made.update(node.out_names)
+        made.update(dict.fromkeys(node.out_names))
     calls = [0]
 
     def region():

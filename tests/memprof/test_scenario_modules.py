@@ -4,6 +4,9 @@ results bound with `out: [a, b]`, MODULE.PARAM references, scenario-level `check
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -277,6 +280,36 @@ def test_checkpointed_node_range_has_pythons_bytes(tmp_path):
     got = {n: v["peak_allocated_bytes"] for n, v in variants(run_scenario(path)).items()}
     assert got["ckpt=true"] < got["ckpt=false"]
     assert got == {"ckpt=false": _engine_mlp_peak(False), "ckpt=true": _engine_mlp_peak(True)}
+
+
+_FREED_AFTER_REGION = """\
+import sys
+from memprof.runner import run_scenario
+[v] = [v for v in run_scenario(sys.argv[1])["variants"] if v["name"] == "ckpt=true"]
+t = v["timeline"]
+print(" ".join(str(t["tensor"][i]) for i in range(len(t["seq"]))
+               if t["action"][i] == "free" and t["tensor"][i] in ("h1", "a1", "h2")))
+"""
+
+
+def test_a_checkpointed_region_releases_its_names_in_program_order(tmp_path):
+    """The names a region binds and nothing reads later are released in the order the program
+    binds them, in every process: the report does not change with Python's string hashing
+    (PYTHONHASHSEED; worker processes of `--jobs` each have their own)."""
+    path = write(tmp_path, MLP.replace("CKPT", "checkpoint: {regions: [h1..a2], enabled: $ckpt}"))
+    seen = set()
+    for seed in ("0", "1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", _FREED_AFTER_REGION, str(path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        )
+        seen.add(out.stdout.strip())
+    assert seen == {"h1 a1 h2"}
 
 
 def test_checkpointed_module_runs_each_call_under_checkpoint(tmp_path):
