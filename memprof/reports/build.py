@@ -168,15 +168,19 @@ def op_row(
     start_s: when the node started, in seconds since the variant started (the clock of
     `timeline.time_s`); the trace export places the node's span with it.
     """
-    alloc = freed = 0
-    peak_bytes = allocated_before
-    for r in records:
-        if r.action == "alloc":
-            alloc += r.bytes
-        elif r.action == "free":
-            freed += r.bytes
-        if r.action != "oom":
-            peak_bytes = max(peak_bytes, r.allocated)
+    totals = getattr(records, "totals", None)  # the recorder's columns add up without views
+    if totals is not None:
+        alloc, freed, peak_bytes = totals(allocated_before)
+    else:
+        alloc = freed = 0
+        peak_bytes = allocated_before
+        for r in records:
+            if r.action == "alloc":
+                alloc += r.bytes
+            elif r.action == "free":
+                freed += r.bytes
+            if r.action != "oom":
+                peak_bytes = max(peak_bytes, r.allocated)
     row = {
         "node": node,
         "op": op,

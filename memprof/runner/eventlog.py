@@ -25,6 +25,7 @@ from typing import Any
 
 ACTIONS = ("alloc", "free", "oom")
 _ACTION_CODE = {a: i for i, a in enumerate(ACTIONS)}
+ALLOC, FREE, OOM = (_ACTION_CODE[a] for a in ACTIONS)
 NO_EVENT = -1
 
 
@@ -70,6 +71,7 @@ class EventLog:
         self.categories = _Interned()
         self.categories.code(None)
         self._runs: dict[int, int] = {}
+        self._kinds: list[int] = []  # kinds()
 
     # --- writing --------------------------------------------------------------------------------
     def add_row(self, nbytes: int, requested: int, category, tensor, event: int) -> int:
@@ -82,14 +84,18 @@ class EventLog:
         self.clone_of.append(0)
         return len(self.bytes) - 1
 
-    def add(self, ev, action: str, place: tuple, row: int, run_of: int | None) -> int:
-        """An event about storage `row`; returns its index. place: (node, op, phase, iteration)."""
+    def add(self, ev, action: int, place: tuple, row: int, run_of: int | None) -> None:
+        """An event about storage `row`. action: ALLOC, FREE or OOM; place: (node, op, phase,
+        iteration); run_of: the id of the backward node run that made it, or None."""
         self.seq.append(ev.seq)
         self.time_ns.append(ev.time_ns)
         self.allocated.append(ev.allocated)
         self.reserved.append(ev.reserved)
         self.row.append(row)
-        self.where.append(self.places.code((_ACTION_CODE[action], *place)))
+        key = (action, *place)
+        places = self.places
+        code = places.codes.get(key)
+        self.where.append(places.code(key) if code is None else code)
         if run_of is None:
             self.run.append(0)
         else:
@@ -98,7 +104,14 @@ class EventLog:
             if code is None:
                 code = runs[run_of] = len(runs) + 1
             self.run.append(code)
-        return len(self.seq) - 1
+
+    def kinds(self) -> list[int]:
+        """The action code (ALLOC, FREE, OOM) of each place code: `kinds()[where[i]]` is event
+        i's. Extended as places are added, not rebuilt."""
+        kinds, values = self._kinds, self.places.values
+        if len(kinds) < len(values):
+            kinds.extend(p[0] for p in values[len(kinds) :])
+        return kinds
 
     def set_category(self, row: int, category) -> None:
         self.category[row] = self.categories.code(category)
@@ -261,6 +274,55 @@ class EventSlice:
 
     def __bool__(self) -> bool:
         return self.stop > self.start
+
+    def totals(self, before: int) -> tuple[int, int, int]:
+        """(bytes allocated, bytes freed, peak allocated bytes) over these events, the peak
+        starting from `before` (ooms change nothing): what an `ops` row reports, read from the
+        columns (memprof.reports.build.op_row)."""
+        log = self.log
+        kinds = log.kinds()
+        where, rows, nbytes, allocated = log.where, log.row, log.bytes, log.allocated
+        alloc = freed = 0
+        peak = before
+        for i in range(self.start, self.stop):
+            kind = kinds[where[i]]
+            if kind == ALLOC:
+                alloc += nbytes[rows[i]]
+            elif kind == FREE:
+                freed += nbytes[rows[i]]
+            else:
+                continue
+            if allocated[i] > peak:
+                peak = allocated[i]
+        return alloc, freed, peak
+
+    def clones(self) -> tuple[int, list[str]]:
+        """(bytes, sorted op names) of the allocations here that are in-place ops' clones for
+        backward (`clone_of`)."""
+        log = self.log
+        kinds = log.kinds()
+        where, rows, clone_of, nbytes = log.where, log.row, log.clone_of, log.bytes
+        total, ops = 0, set()
+        for i in range(self.start, self.stop):
+            code = clone_of[rows[i]]
+            if code and kinds[where[i]] == ALLOC:
+                total += nbytes[rows[i]]
+                ops.add(log.strings.values[code])
+        return total, sorted(ops)
+
+    def runs(self) -> list[tuple[int, int, int]]:
+        """(run code, first, end): the events split where the backward node run that made
+        them changes (code 0: outside any node), as absolute indices of the log."""
+        run = self.log.run
+        groups: list[tuple[int, int, int]] = []
+        first = self.start
+        for i in range(self.start + 1, self.stop):
+            if run[i] != run[i - 1]:
+                groups.append((run[first], first, i))
+                first = i
+        if self.stop > self.start:
+            groups.append((run[first], first, self.stop))
+        return groups
 
 
 class Event:

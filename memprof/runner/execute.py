@@ -169,13 +169,11 @@ class _Run(ProgramHooks):
             sid = storage_key(value)
             if rec.allocated_since(sid, step.first):  # the node's own result: an activation
                 rec.name_storage(sid, name, category="activation")
-        records = step.records
-        clone = sum(r.bytes for r in records if r.action == "alloc" and r.clone_of)
+        clone, ops = step.records.clones()
         step.inplace = wrote or bool(getattr(node, "inplace", False))
         step.clone_bytes = clone
         if clone and (node.id, "clone") not in self._warned:
             self._warned.add((node.id, "clone"))
-            ops = sorted({r.clone_of for r in records if r.clone_of})
             self.warnings.append(
                 {
                     "kind": "inplace_clone",

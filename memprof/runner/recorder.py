@@ -24,7 +24,7 @@ from typing import Any
 
 from engine.allocator import AllocEvent, MemoryObserver
 from memprof.reports.build import CATEGORIES, op_row
-from memprof.runner.eventlog import NO_EVENT, EventLog, EventSlice
+from memprof.runner.eventlog import ALLOC, FREE, NO_EVENT, OOM, EventLog, EventSlice
 
 # Engine categories outside the report's list: module buffers (BatchNorm's running stats) are
 # module state made with the parameters.
@@ -212,33 +212,23 @@ class Recorder(MemoryObserver):
         records = step.records
         if not records:
             return [self._row(step)]
-        groups: list[tuple[int | None, int, int]] = []  # (run, first index, end index)
-        for i, r in enumerate(records):
-            if groups and groups[-1][0] == r.run_of:
-                groups[-1] = (r.run_of, groups[-1][1], i + 1)
-            else:
-                groups.append((r.run_of, i, i + 1))
+        log = self.records
+        kinds = log.kinds()
+        groups = records.runs()
         rows = []
         for n, (run, first, end) in enumerate(groups):
-            part = records[first:end]
-            head = part[0]
-            before = head.allocated - (
-                head.bytes
-                if head.action == "alloc"
-                else -head.bytes
-                if head.action == "free"
-                else 0
-            )
-            start_ns = head.time_ns if n else step.start_ns
-            stop_ns = records[groups[n + 1][1]].time_ns if n + 1 < len(groups) else step.end_ns
+            kind, row = kinds[log.where[first]], log.row[first]
+            change = log.bytes[row] if kind == ALLOC else -log.bytes[row] if kind == FREE else 0
+            start_ns = log.time_ns[first] if n else step.start_ns
+            stop_ns = log.time_ns[groups[n + 1][1]] if n + 1 < len(groups) else step.end_ns
             rows.append(
                 op_row(
-                    node=head.node if run is not None else step.node,
+                    node=log.places.values[log.where[first]][1] if run else step.node,
                     op=step.op,
                     phase=step.phase,
                     iteration=step.iteration,
-                    records=part,
-                    allocated_before=before,
+                    records=log[first:end],
+                    allocated_before=log.allocated[first] - change,
                     duration_s=max(stop_ns - start_ns, 0) / 1e9,
                     start_s=(start_ns - self.t0_ns) / 1e9,
                     inplace=False,
@@ -275,48 +265,40 @@ class Recorder(MemoryObserver):
             return None
         return (self.span, self._op_span)
 
-    def _add(self, ev: AllocEvent, action: str, row: int | None = None) -> int:
-        """The event appended to the log, attributed to its context; returns its storage row.
-        A free's storage row is its allocation's (`row`), else a row of its own."""
-        ctx = ev.context
-        log = self.records
-        index = len(log)
-        if row is None:
-            category = None if action == "free" else _category(ctx.get("category"))
-            tensor = None if action == "free" else ctx.get("tensor")
-            row = log.add_row(
-                ev.bytes,
-                ev.requested,
-                category,
-                tensor,
-                index if action != "free" else NO_EVENT,
-            )
+    def _place(self, ctx) -> tuple[tuple, int | None]:
+        """(node, op, phase, iteration) of an event's context, and its backward node's id."""
         fn = ctx.get("grad_fn")
-        place = (
-            fn.name() if fn is not None else ctx.get("node"),
-            ctx.get("op"),
-            ctx.get("phase"),
-            ctx.get("iteration"),
-        )
-        log.add(ev, action, place, row, None if fn is None else id(fn))
-        return row
+        if fn is None:
+            return (ctx.get("node"), ctx.get("op"), ctx.get("phase"), ctx.get("iteration")), None
+        return (fn.name(), ctx.get("op"), ctx.get("phase"), ctx.get("iteration")), id(fn)
 
     def on_alloc(self, ev: AllocEvent) -> None:
-        row = self._add(ev, "alloc")
-        self._live[ev.storage_id] = (row, self._span_key(ev.context.get("op")))
+        """The event logged, its storage a row of its own, attributed to its context."""
+        ctx = ev.context
+        log = self.records
+        category = ctx.get("category")
+        if category is not None and category not in CATEGORIES:
+            category = _ALIASES.get(category, "other")
+        row = log.add_row(ev.bytes, ev.requested, category, ctx.get("tensor"), len(log.seq))
+        place, run_of = self._place(ctx)
+        log.add(ev, ALLOC, place, row, run_of)
+        self._live[ev.storage_id] = (row, self._span_key(place[1]))
 
     def on_free(self, ev: AllocEvent) -> None:
+        """The event logged against its allocation's row (a row of its own when the storage was
+        allocated before recording); freed in the span that allocated it: `temporary`."""
         ctx = ev.context
+        log = self.records
+        place, run_of = self._place(ctx)
+        key = self._span_key(place[1])
         entry = self._live.pop(ev.storage_id, None)
-        row = None
-        key = self._span_key(ctx.get("op"))
         if entry is not None:
             row, span = entry
-            log = self.records
-            first = log.first[row]
-            if key is not None and span == key and log.phase_of(first) == ctx.get("phase"):
+            if key is not None and span == key and log.phase_of(log.first[row]) == place[2]:
                 log.set_category(row, "temporary")
-        self._add(ev, "free", row)
+        else:
+            row = log.add_row(ev.bytes, ev.requested, None, None, NO_EVENT)
+        log.add(ev, FREE, place, row, run_of)
 
     def on_external(self, ev: AllocEvent) -> None:
         """CuPy's own pool requests (temporaries inside its kernels), outside tensor storages."""
@@ -332,7 +314,12 @@ class Recorder(MemoryObserver):
             ext["current_bytes"] -= ev.bytes
 
     def on_oom(self, ev: AllocEvent) -> None:
-        self._add(ev, "oom")
+        ctx = ev.context
+        log = self.records
+        category = _category(ctx.get("category"))
+        row = log.add_row(ev.bytes, ev.requested, category, ctx.get("tensor"), len(log.seq))
+        place, run_of = self._place(ctx)
+        log.add(ev, OOM, place, row, run_of)
 
     def on_tag(self, storage_id: int, key: str, value) -> None:
         entry = self._live.get(storage_id)
