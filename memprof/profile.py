@@ -185,6 +185,10 @@ class _ProfileObserver:
     def on_external(self, ev) -> None:
         self.rec.on_external(ev)
 
+    # events come as AllocEvents (on_alloc, ...) to be attributed, not as the recorder's fields
+    # (MemoryObserver.on_event): not forwarded below
+    on_event = None
+
     def __getattr__(self, name: str):
         """Observer callbacks this class does not know (newer engine events) go to the
         recorder when it has them, else do nothing, as MemoryObserver's defaults."""

@@ -87,6 +87,13 @@ class MemoryObserver:
     def on_alloc(self, event: AllocEvent) -> None:
         pass
 
+    # An observer may define `on_event(action, seq, time_ns, requested, nbytes, storage_id,
+    # allocated, reserved, context, op)`: while it is an allocator's only observer (and
+    # `record_locations` is off), alloc, free and oom events go to it instead of on_alloc,
+    # on_free and on_oom, as the fields of the AllocEvent they would have made. `context` is
+    # the attribution context as it is (do not change it); `op` the engine op running, or None
+    # (AllocEvent.context holds it as "op", over the context's own "op").
+
     def on_free(self, event: AllocEvent) -> None:
         pass
 

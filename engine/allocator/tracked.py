@@ -119,6 +119,7 @@ class TrackedAllocator:
         self.device = device
         self.model = make_model(model, device, limit)
         self.observers: list[MemoryObserver] = []
+        self._sink = None  # _direct_sink()
         self.record_locations = False
         self.epoch = 0
         self._seq = 0
@@ -156,6 +157,7 @@ class TrackedAllocator:
             if not self.observers:
                 observed += 1
             self.observers.append(observer)
+        self._sink = self._direct_sink()
 
     def remove_observer(self, observer: MemoryObserver) -> None:
         global observed
@@ -163,6 +165,15 @@ class TrackedAllocator:
             self.observers.remove(observer)
             if not self.observers:
                 observed -= 1
+        self._sink = self._direct_sink()
+
+    def _direct_sink(self):
+        """The `on_event` of the only observer, when it has one: alloc, free and oom events
+        then reach it as fields, without an AllocEvent or a merged context dict per event (a
+        recorder sees thousands of events per training step). See MemoryObserver.on_event."""
+        if len(self.observers) != 1:
+            return None
+        return getattr(self.observers[0], "on_event", None)
 
     @contextlib.contextmanager
     def observing(self, observer: MemoryObserver):
@@ -212,6 +223,24 @@ class TrackedAllocator:
             obs.on_tag(storage_id, key, value)
 
     def _emit(self, action: str, requested: int, nbytes: int, storage_id: int) -> None:
+        sink = self._sink
+        if sink is not None and not self.record_locations:
+            model = self.model
+            seq = self._seq
+            self._seq = seq + 1
+            sink(
+                action,
+                seq,
+                _perf_ns(),
+                requested,
+                nbytes,
+                storage_id,
+                model.allocated_bytes,
+                model.reserved_bytes,
+                _context,
+                _op,
+            )
+            return
         ctx = _context
         if _op is not None:
             ctx = {**ctx, "op": _op}

@@ -84,13 +84,24 @@ class EventLog:
         self.clone_of.append(0)
         return len(self.bytes) - 1
 
-    def add(self, ev, action: int, place: tuple, row: int, run_of: int | None) -> None:
-        """An event about storage `row`. action: ALLOC, FREE or OOM; place: (node, op, phase,
-        iteration); run_of: the id of the backward node run that made it, or None."""
-        self.seq.append(ev.seq)
-        self.time_ns.append(ev.time_ns)
-        self.allocated.append(ev.allocated)
-        self.reserved.append(ev.reserved)
+    def add(
+        self,
+        seq: int,
+        time_ns: int,
+        allocated: int,
+        reserved: int,
+        action: int,
+        place: tuple,
+        row: int,
+        run_of: int | None,
+    ) -> None:
+        """An event about storage `row`: the allocator's sequence number, time and totals after
+        it; action: ALLOC, FREE or OOM; place: (node, op, phase, iteration); run_of: the id of
+        the backward node run that made it, or None."""
+        self.seq.append(seq)
+        self.time_ns.append(time_ns)
+        self.allocated.append(allocated)
+        self.reserved.append(reserved)
         self.row.append(row)
         key = (action, *place)
         places = self.places

@@ -265,40 +265,59 @@ class Recorder(MemoryObserver):
             return None
         return (self.span, self._op_span)
 
-    def _place(self, ctx) -> tuple[tuple, int | None]:
-        """(node, op, phase, iteration) of an event's context, and its backward node's id."""
+    def on_event(
+        self, action, seq, time_ns, requested, nbytes, storage_id, allocated, reserved, ctx, op
+    ) -> None:
+        """An allocator event, as fields (MemoryObserver.on_event), logged and attributed to
+        its context: an allocation (or oom) makes its storage a row; a free goes to its
+        allocation's row (a row of its own when the storage was allocated before recording),
+        and makes it `temporary` when it is freed in the span that allocated it."""
+        if op is None:
+            op = ctx.get("op")
         fn = ctx.get("grad_fn")
         if fn is None:
-            return (ctx.get("node"), ctx.get("op"), ctx.get("phase"), ctx.get("iteration")), None
-        return (fn.name(), ctx.get("op"), ctx.get("phase"), ctx.get("iteration")), id(fn)
-
-    def on_alloc(self, ev: AllocEvent) -> None:
-        """The event logged, its storage a row of its own, attributed to its context."""
-        ctx = ev.context
+            place = (ctx.get("node"), op, ctx.get("phase"), ctx.get("iteration"))
+            run_of = None
+        else:
+            place = (fn.name(), op, ctx.get("phase"), ctx.get("iteration"))
+            run_of = id(fn)
         log = self.records
+        if action == "free":
+            key = self._span_key(op)
+            entry = self._live.pop(storage_id, None)
+            if entry is not None:
+                row, span = entry
+                if key is not None and span == key and log.phase_of(log.first[row]) == place[2]:
+                    log.set_category(row, "temporary")
+            else:
+                row = log.add_row(nbytes, requested, None, None, NO_EVENT)
+            log.add(seq, time_ns, allocated, reserved, FREE, place, row, run_of)
+            return
         category = ctx.get("category")
         if category is not None and category not in CATEGORIES:
             category = _ALIASES.get(category, "other")
-        row = log.add_row(ev.bytes, ev.requested, category, ctx.get("tensor"), len(log.seq))
-        place, run_of = self._place(ctx)
-        log.add(ev, ALLOC, place, row, run_of)
-        self._live[ev.storage_id] = (row, self._span_key(place[1]))
-
-    def on_free(self, ev: AllocEvent) -> None:
-        """The event logged against its allocation's row (a row of its own when the storage was
-        allocated before recording); freed in the span that allocated it: `temporary`."""
-        ctx = ev.context
-        log = self.records
-        place, run_of = self._place(ctx)
-        key = self._span_key(place[1])
-        entry = self._live.pop(ev.storage_id, None)
-        if entry is not None:
-            row, span = entry
-            if key is not None and span == key and log.phase_of(log.first[row]) == place[2]:
-                log.set_category(row, "temporary")
+        row = log.add_row(nbytes, requested, category, ctx.get("tensor"), len(log.seq))
+        if action == "alloc":
+            log.add(seq, time_ns, allocated, reserved, ALLOC, place, row, run_of)
+            self._live[storage_id] = (row, self._span_key(op))
         else:
-            row = log.add_row(ev.bytes, ev.requested, None, None, NO_EVENT)
-        log.add(ev, FREE, place, row, run_of)
+            log.add(seq, time_ns, allocated, reserved, OOM, place, row, run_of)
+
+    def _event(self, ev: AllocEvent) -> None:
+        self.on_event(
+            ev.action,
+            ev.seq,
+            ev.time_ns,
+            ev.requested,
+            ev.bytes,
+            ev.storage_id,
+            ev.allocated,
+            ev.reserved,
+            ev.context,
+            None,
+        )
+
+    on_alloc = on_free = on_oom = _event
 
     def on_external(self, ev: AllocEvent) -> None:
         """CuPy's own pool requests (temporaries inside its kernels), outside tensor storages."""
@@ -312,14 +331,6 @@ class Recorder(MemoryObserver):
         else:
             ext["num_frees"] += 1
             ext["current_bytes"] -= ev.bytes
-
-    def on_oom(self, ev: AllocEvent) -> None:
-        ctx = ev.context
-        log = self.records
-        category = _category(ctx.get("category"))
-        row = log.add_row(ev.bytes, ev.requested, category, ctx.get("tensor"), len(log.seq))
-        place, run_of = self._place(ctx)
-        log.add(ev, OOM, place, row, run_of)
 
     def on_tag(self, storage_id: int, key: str, value) -> None:
         entry = self._live.get(storage_id)

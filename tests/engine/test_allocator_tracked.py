@@ -206,3 +206,71 @@ def test_saved_for_backward_and_gradient_tags(recorder):
     assert ("saved_for_backward", True) in keys and ("category", "gradient") in keys
     grad_tag = [sid for sid, k, v in recorder.tags if (k, v) == ("category", "gradient")]
     assert grad_tag == [a.grad._storage.id]
+
+
+class Fields(MemoryObserver):
+    """An observer with on_event: takes the events as fields (MemoryObserver.on_event)."""
+
+    def __init__(self):
+        self.events = []
+
+    def on_event(self, action, seq, time_ns, requested, nbytes, sid, allocated, reserved, ctx, op):
+        merged = ctx if op is None else {**ctx, "op": op}
+        self.events.append((action, seq, requested, nbytes, sid, allocated, reserved, merged))
+
+
+def _program():
+    x = engine.empty(10)
+    with context(node="act", phase="forward", op="outer"):
+        y = x.relu()
+        z = y + 1
+    del y, z
+    memory.set_memory_limit(200)
+    try:
+        with pytest.raises(OutOfMemoryError):
+            engine.empty(100)
+    finally:
+        memory.set_memory_limit(None)
+    return x
+
+
+def _as_fields(events):
+    return [
+        (e.action, e.seq, e.requested, e.bytes, e.storage_id, e.allocated, e.reserved, e.context)
+        for e in events
+    ]
+
+
+def test_an_only_observer_with_on_event_gets_the_events_as_fields():
+    alloc = get_allocator("cpu")
+    reset("cpu")
+    rec = Recorder()
+    with alloc.observing(rec):
+        _program()
+    reset("cpu")
+    fields = Fields()
+    with alloc.observing(fields):
+        _program()
+    assert [e[0] for e in fields.events] == ["alloc"] * 3 + ["free"] * 2 + ["oom", "free"]
+    # the same events, storage ids aside (they count on); the op ran over the context's "op"
+    norm = [(*e[:4], *e[5:]) for e in fields.events]
+    assert norm == [(*e[:4], *e[5:]) for e in _as_fields(rec.events)]
+    assert fields.events[1][7] == {"node": "act", "phase": "forward", "op": "relu"}
+    assert fields.events[0][7] == {}
+
+
+def test_on_event_is_not_used_beside_another_observer_or_with_locations():
+    alloc = get_allocator("cpu")
+    fields, rec = Fields(), Recorder()
+    with alloc.observing(fields), alloc.observing(rec):
+        x = engine.empty(10)
+        del x
+    assert fields.events == [] and [e.action for e in rec.events] == ["alloc", "free"]
+    alloc.record_locations = True
+    try:
+        with alloc.observing(fields):
+            x = engine.empty(10)
+            del x
+    finally:
+        alloc.record_locations = False
+    assert fields.events == []
