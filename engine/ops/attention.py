@@ -270,7 +270,12 @@ class FusedAttention(Function):
         L, Dv = q.shape[-2], v.shape[-1]
         y = _empty(batch + (L, Dv), q._dtype, q._device)
         lse = _empty(batch + (L,), dtypes.float32, q._device)
-        if _live(q):
+        if _live(q) and self._batched(q, k, v):
+            nd, va = q.ndim, v._data
+            for b0, b1, P, m in self._chunks(q, k, mask):
+                _put(y._data, b0, b1, nd, P @ _compute(va[b0:b1] if nd > 2 else va, P.dtype))
+                _put(lse._data, b0, b1, nd, m)
+        elif _live(q):
             xp = _xp(q)
             mk = None if mask is None else mask._data
             for idx in np.ndindex(*batch):
@@ -282,6 +287,56 @@ class FusedAttention(Function):
         self.batch = batch
         self.lse = SavedTensor(lse, None)  # kept for backward (through saved_tensors_hooks too)
         return y
+
+    def _batched(self, q, k, v) -> bool:
+        """Whether the slices can be computed many at a time (_chunks): no dropout (its masks
+        are drawn per slice) and q, k, v with the same batch dims (nothing broadcast)."""
+        return self.p == 0 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+
+    def _chunks(self, q, k, mask, lse=None):
+        """(b0, b1, P, lse) for runs of the leading batch dim: the softmax probabilities of
+        those slices [b1 - b0, ..., L, S] and their log-sum-exp [..., L], computed as torch's
+        CPU flash kernel does, in float32 (float64 for float64 inputs); given forward's
+        log-sum-exp (backward), P = exp(scores - lse) directly. A run holds at most
+        _CHUNK_SCORES scores: uncharged scratch, as the kernel's tiles are."""
+        xp = _xp(q)
+        qa, ka = q._data, k._data
+        L, S = qa.shape[-2], ka.shape[-2]
+        lead = qa.shape[0] if qa.ndim > 2 else 1
+        per = max(1, math.prod(qa.shape[1:-2]) * L * S)
+        step = max(1, _CHUNK_SCORES // per)
+        ct = np.float64 if qa.dtype == np.float64 else np.float32
+        add = None
+        if self.causal:
+            add = xp.zeros((L, S), dtype=ct)
+            add[~xp.asarray(np.tri(L, S, dtype=bool))] = -np.inf
+        for b0 in range(0, lead, step):
+            b1 = min(b0 + step, lead)
+            qs = _compute(qa[b0:b1] if qa.ndim > 2 else qa, ct)
+            ks = _compute(ka[b0:b1] if ka.ndim > 2 else ka, ct)
+            sc = qs @ xp.swapaxes(ks, -1, -2)
+            sc *= self.scale
+            if add is not None:
+                sc += add
+            if mask is not None:
+                m = _lead(mask._data, b0, b1, qa.ndim)
+                if m.dtype == np.bool_:
+                    xp.copyto(sc, -np.inf, where=~m)
+                else:
+                    sc += m
+            if lse is not None and ct == np.float32:  # (float64: lse is float32, recompute)
+                sc -= (lse[b0:b1] if qa.ndim > 2 else lse)[..., None]
+                xp.exp(sc, out=sc)
+                yield b0, b1, sc, None
+                continue
+            mx = sc.max(axis=-1, keepdims=True)
+            mx[~xp.isfinite(mx)] = 0.0
+            sc -= mx
+            xp.exp(sc, out=sc)
+            tot = sc.sum(axis=-1, keepdims=True)
+            tot[tot == 0] = 1.0  # a fully masked row: probabilities 0, as the kernels give
+            sc /= tot
+            yield b0, b1, sc, (mx + xp.log(tot))[..., 0]
 
     def _probs(self, xp, q, k, mk, idx):
         """One (batch, head) slice: softmax probabilities, log-sum-exp, dropout keep mask."""
@@ -315,7 +370,31 @@ class FusedAttention(Function):
         gq = _empty(q.shape, q._dtype, q._device) if needs[0] else None
         gk = _empty(k.shape, k._dtype, k._device) if needs[1] else None
         gv = _empty(v.shape, v._dtype, v._device) if needs[2] else None
-        if _live(g):
+        if _live(g) and self._batched(q, k, v):
+            ga, va, qa, ka = g._data, v._data, q._data, k._data
+            ya = saved[-1]._data  # the output (retain_output)
+            nd = qa.ndim
+            for b0, b1, P, _ in self._chunks(q, k, mask, self.lse.unpack()._data):
+                ct = P.dtype
+                # (contiguous: the gradient of a sum is a broadcast view, which numpy's matmul
+                # would not hand to BLAS)
+                gs = np.ascontiguousarray(_compute(ga[b0:b1] if nd > 2 else ga, ct))
+                Pt = np.swapaxes(P, -1, -2)
+                if gv is not None:
+                    _put(gv._data, b0, b1, nd, Pt @ gs)
+                dP = gs @ np.swapaxes(_compute(va[b0:b1] if nd > 2 else va, ct), -1, -2)
+                # rowsum(dP * P) = rowsum(g * y): over the head dim, not the L x S scores, as
+                # the flash kernels' backward computes it
+                ys = _compute(ya[b0:b1] if nd > 2 else ya, ct)
+                dP -= (gs * ys).sum(axis=-1, keepdims=True)
+                dP *= P
+                dP *= self.scale  # dS
+                if gq is not None:
+                    _put(gq._data, b0, b1, nd, dP @ _compute(ka[b0:b1] if nd > 2 else ka, ct))
+                if gk is not None:
+                    dSt = np.swapaxes(dP, -1, -2)
+                    _put(gk._data, b0, b1, nd, dSt @ _compute(qa[b0:b1] if nd > 2 else qa, ct))
+        elif _live(g):
             xp = _xp(g)
             batch = self.batch
             self.lse.unpack()  # what the kernels read (the values are recomputed here)
@@ -350,6 +429,31 @@ class FusedAttention(Function):
 
     def name(self):
         return "ScaledDotProductFlashAttentionBackward0"
+
+
+# scores per run of _chunks (4 MiB of float32)
+_CHUNK_SCORES = 1 << 20
+
+
+def _compute(arr, dtype):
+    """arr in the computation's dtype (a copy only when it is another dtype)."""
+    return arr if arr.dtype == dtype else arr.astype(dtype)
+
+
+def _lead(arr, b0: int, b1: int, nd: int):
+    """Rows b0..b1 of the leading batch dim of an array broadcast against [B, ..., L, S] (nd
+    dims): sliced when it has that dim, as it is when it broadcasts over it."""
+    if arr.ndim == nd and nd > 2 and arr.shape[0] != 1:
+        return arr[b0:b1]
+    return arr
+
+
+def _put(arr, b0: int, b1: int, nd: int, value) -> None:
+    """Rows b0..b1 of a gradient (the whole array when it has no batch dims)."""
+    if nd > 2:
+        arr[b0:b1] = value
+    else:
+        arr[...] = value
 
 
 def _at(arr, idx, batch):

@@ -70,6 +70,40 @@ def test_sdpa_gradients_match_central_differences_and_torch(backend, mask):
     gradcheck(fn, arrays, torch=torch)
 
 
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("shape", [(3, 2, 24, 8), (4, 24, 8), (24, 8)])
+def test_sdpa_fused_float32_matches_torchs_flash_kernel_in_every_chunking(mask, shape, monkeypatch):
+    """The fused path in float32, as torch's CPU flash kernel computes it (backward from the
+    log-sum-exp): output and gradients within float32 rounding of torch's (its flash kernel for
+    4-D inputs, math otherwise); runs of few slices (a small _CHUNK_SCORES) give the same bits."""
+    from engine.ops import attention as att
+
+    L = shape[-2]
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    grad = rng.standard_normal(shape).astype(np.float32)
+
+    def run(m):
+        q, k, v = (m.tensor(a.copy(), requires_grad=True) for a in arrays)
+        kw = _mask_kwargs(m, mask, L, L)
+        if mask == "float":
+            kw["attn_mask"] = m.tensor(np.random.default_rng(3).standard_normal((L, L)))
+            kw["attn_mask"] = kw["attn_mask"].float()
+        with _ctx(m, "FLASH_ATTENTION"):
+            y = _F(m).scaled_dot_product_attention(q, k, v, **kw)
+        y.backward(m.tensor(grad))
+        return [t.detach().numpy() for t in (y, q.grad, k.grad, v.grad)]
+
+    ours, theirs = run(engine), run(torch)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+    monkeypatch.setattr(att, "_CHUNK_SCORES", L * L)  # one (batch, head) slice per run
+    for a, b in zip(run(engine), ours, strict=True):
+        assert np.array_equal(a, b)
+
+
 def test_sdpa_fully_masked_row_is_zero_like_torchs_safe_softmax():
     q, k, v = (engine.ones(1, 1, 2, 2, requires_grad=True) for _ in range(3))
     mask = engine.tensor([[True, True], [False, False]])
