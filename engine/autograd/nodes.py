@@ -60,13 +60,33 @@ def _stealable(grad: Tensor, var: Tensor) -> bool:
     # reshape), as in AccumulateGrad::accumulateGrad, which looks at the tensor's use count only.
     # References here: the engine's buffer slot was cleared before the call, so we expect the
     # `grad` argument, the caller's local and getrefcount's own.
-    if grad._data.strides != var._data.strides or grad._dtype is not var._dtype:
+    if grad._dtype is not var._dtype or not _obeys_layout(grad._data, var._data):
         return False
     if sys.getrefcount(grad) > 4:
         return False
     if grad._base is None:
         return sys.getrefcount(grad._storage) <= 3
     return _dense(grad._data)
+
+
+def _obeys_layout(g, v) -> bool:
+    """torch's obeys_layout_contract: a dense variable's gradient has its strides on every dim
+    of more than one element (a size-1 dim's stride does not matter, unless it is 0); any other
+    variable's gradient is C-contiguous."""
+    if not _dense(v):
+        expect = g.itemsize
+        for n, sg in zip(reversed(g.shape), reversed(g.strides), strict=True):
+            if n != 1 and sg != expect:
+                return False
+            expect *= n
+        return True
+    for n, sg, sv in zip(g.shape, g.strides, v.strides, strict=True):
+        if n != 1:
+            if sg != sv:
+                return False
+        elif sg == 0:
+            return False
+    return True
 
 
 def _dense(a) -> bool:

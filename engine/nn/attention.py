@@ -4,9 +4,10 @@
 >>> with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
 ...     y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # saves only out + lse
 
-MATH (the default) composes the attention of ordinary ops as ATen's math path does, with its
-memory; FLASH_ATTENTION and EFFICIENT_ATTENTION account it as the fused kernels do (see
-engine/ops/attention.py).
+Without it the backend is PyTorch's own choice (on cpu its flash kernel when the inputs fit it,
+else MATH; MATH on meta and cuda). MATH composes the attention of ordinary ops as ATen's math
+path does, with its memory; FLASH_ATTENTION and EFFICIENT_ATTENTION account it as the fused
+kernels do (see engine/ops/attention.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Two ways to run the same attention, chosen like PyTorch with
 `engine.nn.attention.sdpa_kernel(SDPBackend.MATH | FLASH_ATTENTION | EFFICIENT_ATTENTION)`:
 
-- MATH (the default here) is composed of ordinary ops exactly as ATen's
+- MATH is composed of ordinary ops exactly as ATen's
   `_scaled_dot_product_attention_math` is (torch 2.13): the boolean or causal mask becomes a float
   mask first (`where(mask, 0, -inf)`, L x S), then `q * sqrt(scale)` and
   `k.transpose(-2, -1) * sqrt(scale)` (two new tensors, both kept by the matmul), `attn = q @ k^T`
@@ -15,11 +15,14 @@ Two ways to run the same attention, chosen like PyTorch with
   primitive whose forward allocates only the output and the log-sum-exp (B x H x L, float32) and
   keeps q, k, v, the output and the log-sum-exp for backward; backward allocates grad_q, grad_k
   and grad_v. The L x S scores are recomputed tile by tile in the kernel and never reach memory,
-  so the values here are computed one (batch, head) slice at a time in uncharged scratch. Dropout
-  keeps no mask (the kernels keep a random seed and regenerate it in backward; so does this).
+  so the values here are computed in uncharged scratch, runs of (batch, head) slices at a time
+  (one slice at a time with dropout or broadcast batch dims). Dropout keeps no mask (the kernels
+  keep a random seed and regenerate it in backward; so does this).
 
-Note: on CPU and CUDA PyTorch's default choice is the flash kernel when the inputs allow it
-(no dropout on CPU, no arbitrary mask for flash); the engine does not guess: MATH unless told.
+With nothing chosen (no sdpa_kernel), the backend is PyTorch's own choice (_default_backend):
+on cpu its flash kernel when the inputs fit it, else MATH; MATH on meta (as torch's meta device)
+and on cuda (torch's GPU choice is not modelled). On cpu the fused accounting follows torch's
+CPU flash kernel (FlashAttentionKernel) event by event: see FusedAttention.
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ import math
 
 import numpy as np
 
-from engine import dtypes
+from engine import dtypes, kernels
 from engine.autograd.function import Function, SavedTensor
 from engine.autograd.grad_mode import no_grad
+from engine.backends.strided import is_dense
 from engine.tensor import Tensor
 
 # ---------------------------------------------------------------------------------------------
@@ -41,19 +45,58 @@ _FUSED = (FLASH_ATTENTION, EFFICIENT_ATTENTION)
 
 
 class _Choice:
-    backends: tuple[str, ...] = (MATH,)
+    # None: PyTorch's own choice (_default_backend); sdpa_kernel sets a tuple of names
+    backends: tuple[str, ...] | None = None
 
 
 CHOICE = _Choice()
 
 
-def _backend() -> str:
-    # The first allowed one, like PyTorch's priority order when several are allowed: fused first.
+def _backend(query, key, value, attn_mask, dropout_p) -> str:
     allowed = CHOICE.backends
+    if allowed is None:
+        return _default_backend(query, key, value, attn_mask, dropout_p)
+    # The first allowed one, like PyTorch's priority order when several are allowed: fused first.
     for b in (FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH):
         if b in allowed:
             return b
     raise RuntimeError("scaled_dot_product_attention: no backend is enabled (sdpa_kernel([]))")
+
+
+_CPU_FLASH_DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+
+def _default_backend(query, key, value, attn_mask, dropout_p) -> str:
+    """What torch 2.13 runs when nothing restricts it (`torch._fused_sdp_choice`): on cpu its
+    flash kernel whenever the inputs fit it (sdp_utils_cpp's use_flash_attention_cpp: no
+    dropout; q, k, v 4-D with equal batch, heads and head dims, a last-dim stride of 1 and
+    non-empty sequences; a mask that does not require grad, 2-D or 4-D, broadcasting over
+    batch and heads only by size 1), the math path otherwise; on meta always the math path.
+    cuda: the math path here too (torch picks flash or memory-efficient kernels by GPU, dtype
+    and shape; not modelled: choose one with sdpa_kernel)."""
+    if query._device.type != "cpu" or dropout_p > 0.0:
+        return MATH
+    q, k, v = query, key, value
+    if not (q.ndim == k.ndim == v.ndim == 4) or q._dtype.name not in _CPU_FLASH_DTYPES:
+        return MATH
+    if not (q.shape[0] == k.shape[0] == v.shape[0] and q.shape[1] == k.shape[1] == v.shape[1]):
+        return MATH
+    if not (q.shape[3] == k.shape[3] == v.shape[3]) or q.shape[2] == 0 or k.shape[2] == 0:
+        return MATH
+    if any(t.stride(-1) != 1 for t in (q, k, v)):
+        return MATH
+    if attn_mask is not None:
+        m = attn_mask
+        if m.requires_grad or m.shape[-2] not in (q.shape[2], 1):
+            return MATH
+        if m.shape[-1] not in (k.shape[2], 1):
+            return MATH
+        if m.ndim == 4:
+            if m.shape[0] not in (1, q.shape[0]) or m.shape[1] not in (1, q.shape[1]):
+                return MATH
+        elif m.ndim != 2:
+            return MATH
+    return FLASH_ATTENTION
 
 
 def _ops():
@@ -253,7 +296,12 @@ def attention_math(
 class FusedAttention(Function):
     """Flash / memory-efficient attention: output and log-sum-exp out, L x S never stored.
 
-    Keeps q, k, v (inputs), the output and the log-sum-exp (B..., L) float32 for backward.
+    Keeps q, k, v (inputs), the output and the log-sum-exp (B..., L; float32, float64 for
+    float64 inputs) for backward. On cpu with 4-D inputs, as torch's CPU flash kernel
+    (FlashAttentionKernel.cpp, checked event by event against torch's profiler): the output is
+    laid out as the query when the query is dense; backward makes all three gradients laid out
+    [B, L, H, E] (unneeded ones die at return), copies grad_out into that layout unless it is
+    already, and each side's per-thread tiles (_cpu_splits) are scratch.
     """
 
     retain_output = True
@@ -269,12 +317,24 @@ class FusedAttention(Function):
         batch = self.batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         L, Dv = q.shape[-2], v.shape[-1]
         y = _empty(batch + (L, Dv), q._dtype, q._device)
-        lse = _empty(batch + (L,), dtypes.float32, q._device)
+        acc = dtypes.float64 if q._dtype is dtypes.float64 else dtypes.float32
+        lse = _empty(batch + (L,), acc, q._device)
+        work = None
+        if _cpu_kernel(q, k, v):
+            # torch's CPU kernel: the output laid out as the query (empty_like), and per thread
+            # a tile of scores, its row max and sum and an output tile (scratch: device-specific)
+            if y.shape == q.shape and is_dense(q.shape, q.stride()):
+                kernels.relayout(y, q.stride())
+            qs, kvs = _cpu_splits(L, k.shape[-2])
+            work = kernels.Scratch(
+                (kernels.get_num_threads() * (qs * kvs + 2 * qs + qs * Dv),), acc, q._device
+            )
         if _live(q) and self._batched(q, k, v):
             nd, va = q.ndim, v._data
             for b0, b1, P, m in self._chunks(q, k, mask):
                 _put(y._data, b0, b1, nd, P @ _compute(va[b0:b1] if nd > 2 else va, P.dtype))
                 _put(lse._data, b0, b1, nd, m)
+            del work
         elif _live(q):
             xp = _xp(q)
             mk = None if mask is None else mask._data
@@ -324,7 +384,7 @@ class FusedAttention(Function):
                     xp.copyto(sc, -np.inf, where=~m)
                 else:
                     sc += m
-            if lse is not None and ct == np.float32:  # (float64: lse is float32, recompute)
+            if lse is not None and lse.dtype == ct:
                 sc -= (lse[b0:b1] if qa.ndim > 2 else lse)[..., None]
                 xp.exp(sc, out=sc)
                 yield b0, b1, sc, None
@@ -367,9 +427,26 @@ class FusedAttention(Function):
         q, k, v = saved[0], saved[1], saved[2]
         mask = saved[3] if self.has_mask else None
         needs = tuple(e is not None for e in self.next_functions)
-        gq = _empty(q.shape, q._dtype, q._device) if needs[0] else None
-        gk = _empty(k.shape, k._dtype, k._device) if needs[1] else None
-        gv = _empty(v.shape, v._dtype, v._device) if needs[2] else None
+        cpu = _cpu_kernel(q, k, v)
+        if cpu:
+            # torch's CPU kernel makes all three gradients, laid out [B, L, H, E], then a
+            # buffer the size of grad_out, and per thread two tiles of scores (scratch)
+            gq, gk, gv = (
+                kernels.relayout(_empty(t.shape, t._dtype, t._device), _blhd(t.shape))
+                for t in (q, k, v)
+            )
+            # grad_out laid out [B, L, H, E] too (a copy unless it already is)
+            held = None if _blhd_laid(g) else _empty(g.shape, g._dtype, g._device)
+            qs, kvs = _cpu_splits(q.shape[-2], k.shape[-2])
+            acc = dtypes.float64 if q._dtype is dtypes.float64 else dtypes.float32
+            work = (
+                kernels.Scratch((kernels.get_num_threads() * 2 * qs * kvs,), acc, q._device),
+                kernels.Scratch((qs,), acc, q._device),
+            )
+        else:
+            gq = _empty(q.shape, q._dtype, q._device) if needs[0] else None
+            gk = _empty(k.shape, k._dtype, k._device) if needs[1] else None
+            gv = _empty(v.shape, v._dtype, v._device) if needs[2] else None
         if _live(g) and self._batched(q, k, v):
             ga, va, qa, ka = g._data, v._data, q._data, k._data
             ya = saved[-1]._data  # the output (retain_output)
@@ -418,6 +495,11 @@ class FusedAttention(Function):
                     _acc(gq._data, idx, dS @ _at(k._data, idx, batch).astype(np.float64))
                 if gk is not None:
                     _acc(gk._data, idx, dS.T @ _at(q._data, idx, batch).astype(np.float64))
+        if cpu:
+            del work, held
+            gq, gk, gv = (
+                t if need else None for t, need in zip((gq, gk, gv), needs[:3], strict=True)
+            )
         grads = [gq, gk, gv]
         if self.has_mask:
             grads.append(None)
@@ -429,6 +511,30 @@ class FusedAttention(Function):
 
     def name(self):
         return "ScaledDotProductFlashAttentionBackward0"
+
+
+def _cpu_kernel(q, k, v) -> bool:
+    """Whether torch's CPU flash kernel's layouts and buffers apply (cpu, 4-D inputs)."""
+    return q._device.type == "cpu" and q.ndim == k.ndim == v.ndim == 4
+
+
+def _cpu_splits(L: int, S: int) -> tuple[int, int]:
+    """The query and key/value tile sizes of torch's CPU flash kernel (FlashAttentionKernel)."""
+    qs = 256 if L >= 768 else 64 if L >= 192 else 32
+    return min(qs, L), 512 if S >= 512 else S
+
+
+def _blhd_laid(t) -> bool:
+    """Whether [B, H, L, E] `t` is laid out as [B, L, H, E] (its transpose(1, 2) contiguous,
+    size-1 dims aside, as torch's is_contiguous)."""
+    want = _blhd(t.shape)
+    return all(n == 1 or s == w for n, s, w in zip(t.shape, t.stride(), want, strict=True))
+
+
+def _blhd(shape) -> tuple:
+    """Strides (elements) of [B, H, L, E] laid out as [B, L, H, E]."""
+    B_, H_, L_, E_ = shape
+    return (L_ * H_ * E_, E_, H_ * E_, 1)
 
 
 # scores per run of _chunks (4 MiB of float32)
@@ -479,6 +585,10 @@ def attention_fused(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
 
     sc = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
     seed = int(get_generator().integers(0, 2**31)) if dropout_p > 0 else 0
+    if attn_mask is not None and attn_mask._dtype is dtypes.bool_:
+        # convert_boolean_attn_mask, before any backend: the float mask is what the kernel
+        # keeps for backward
+        attn_mask = _float_mask(attn_mask, query._dtype)
     args = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
     return FusedAttention.apply(
         *args, op="scaled_dot_product_attention", causal=is_causal, scale=sc, p=dropout_p, seed=seed
@@ -517,7 +627,7 @@ def scaled_dot_product_attention(
                 query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
             )
     _check_qkv(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
-    if _backend() == MATH:
+    if _backend(query, key, value, attn_mask, dropout_p) == MATH:
         return attention_math(query, key, value, attn_mask, dropout_p, is_causal, scale)[0]
     return attention_fused(query, key, value, attn_mask, dropout_p, is_causal, scale)
 

@@ -208,9 +208,10 @@ def test_sdpa_fused_accounting_keeps_only_output_and_logsumexp():
     assert engine.memory.memory_allocated() - before == QKV + B * H * L * 4
     assert y.grad_fn.name() == "ScaledDotProductFlashAttentionBackward0"
     peak = engine_peak(lambda: y.sum().backward())
-    # backward: the sum and its gradient (4 bytes each; the ones broadcast as a view) and
-    # grad_q, grad_k, grad_v (3 QKV); no scores materialised
-    assert peak == 3 * QKV + 8
+    # backward: the sum and its gradient (4 bytes each; the ones broadcast as a view),
+    # grad_q, grad_k, grad_v and, as torch's CPU kernel, a buffer the size of grad_out
+    # (4 QKV); no scores materialised
+    assert peak == 4 * QKV + 8
 
 
 @needs_torch
@@ -446,3 +447,199 @@ def test_gpt_style_block_runs_on_meta():
         del mha, x, y
     finally:
         engine.memory.set_allocator_model("exact", device="meta")
+
+
+# ---------------------------------------------------------------------------------------------
+# the default backend: PyTorch's own choice
+# ---------------------------------------------------------------------------------------------
+def _choice_cases(m, device):
+    """(name, q, k, v, kwargs) covering each of torch's CPU flash constraints, either side."""
+    rng = np.random.default_rng(0)
+
+    def t(*shape, dtype="float32", grad=False):
+        a = m.tensor(rng.standard_normal(shape).astype(dtype))
+        a = a.to(device)
+        return a.requires_grad_(True) if grad else a
+
+    B_, H_, L_, D_ = 2, 3, 16, 8
+    q = t(B_, H_, L_, D_, grad=True)
+    cases = [
+        ("plain", q, q, q, {}),
+        ("dropout", q, q, q, {"dropout_p": 0.1}),
+        ("causal", q, q, q, {"is_causal": True}),
+        ("bool 2-D mask", q, q, q, {"attn_mask": t(L_, L_) > 0}),
+        ("float 4-D mask", q, q, q, {"attn_mask": t(B_, 1, L_, L_)}),
+        ("4-D mask over heads", q, q, q, {"attn_mask": t(1, H_, L_, L_)}),
+        ("3-D mask", q, q, q, {"attn_mask": t(H_, L_, L_)}),
+        ("one-row mask", q, q, q, {"attn_mask": t(1, L_)}),
+        ("mask that requires grad", q, q, q, {"attn_mask": t(L_, L_, grad=True)}),
+        ("3-D inputs", q[0], q[0], q[0], {}),
+        ("batch broadcast", q, q[:1], q[:1], {}),
+        ("value head dim differs", q, q, t(B_, H_, L_, 4), {}),
+        ("transposed q (last stride 1)", t(B_, L_, H_, D_).transpose(1, 2), q, q, {}),
+        ("key with last stride != 1", q, t(B_, H_, D_, L_).transpose(2, 3), q, {}),
+        (
+            "float64",
+            t(B_, H_, L_, D_, dtype="float64"),
+            *[t(B_, H_, L_, D_, dtype="float64")] * 2,
+            {},
+        ),
+        ("empty query", q[:, :, :0], q, q, {}),
+        ("scale", q, q, q, {"scale": 0.3}),
+    ]
+    return cases
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_default_backend_is_torchs_choice(device):
+    from engine.ops import attention as att
+
+    names = {0: "MATH", 1: "FLASH_ATTENTION", 2: "EFFICIENT_ATTENTION"}
+    ours = _choice_cases(engine, device)
+    theirs = _choice_cases(torch, device)
+    for (name, q, k, v, kw), (_, tq, tk, tv, tkw) in zip(ours, theirs, strict=True):
+        want = names[torch._fused_sdp_choice(tq, tk, tv, **tkw)]
+        got = att._default_backend(q, k, v, kw.get("attn_mask"), kw.get("dropout_p", 0.0))
+        assert got == want, (device, name, got, want)
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.parametrize("kind", ["none", "causal", "bool", "float", "dropout"])
+def test_default_sdpa_on_cpu_keeps_what_torchs_default_keeps(kind):
+    """Without sdpa_kernel, what stays alive from forward to backward on cpu is torch's: its
+    flash kernel's output, log-sum-exp and (a bool mask made float) the float mask; with
+    dropout its math path's saved tensors."""
+
+    def kept(m):
+        rng = np.random.default_rng(0)
+        q, k, v = (
+            m.tensor(rng.standard_normal((B, H, L, D)).astype(np.float32), requires_grad=True)
+            for _ in range(3)
+        )
+        kw = {"dropout_p": 0.2} if kind == "dropout" else _mask_kwargs(m, kind, L, L)
+        if "attn_mask" in kw and kw["attn_mask"].dtype != m.bool:
+            kw["attn_mask"] = kw["attn_mask"].float()
+        out = {}
+
+        def region():
+            out["y"] = _F(m).scaled_dot_product_attention(q, k, v, **kw)
+
+        return region, out
+
+    from tests.engine.test_memory_vs_torch import RegionPeak
+
+    e_region, e_out = kept(engine)
+    probe = RegionPeak()
+    with engine.allocator.tracked.get_allocator("cpu").observing(probe):
+        e_region()
+    t_region, t_out = kept(torch)
+    t_live = _torch_live_after(t_region)
+    assert probe.total == t_live, (probe.total, t_live)
+    fused = kind != "dropout"
+    assert (e_out["y"].grad_fn.name() == "ScaledDotProductFlashAttentionBackward0") == fused
+    if fused:  # output + log-sum-exp (+ the float mask made of a bool one), no L x L scores
+        assert probe.total == QKV + B * H * L * 4 + (L * L * 4 if kind == "bool" else 0)
+
+
+class _Events(engine.allocator.MemoryObserver):
+    """Charged allocations (+bytes) and frees (-bytes) in order, and scratch apart."""
+
+    def __init__(self):
+        self.sizes, self.scratch, self.live = [], [], {}
+
+    def on_alloc(self, ev):
+        self.live[ev.storage_id] = ev.requested
+        self.sizes.append(ev.requested)
+
+    def on_free(self, ev):
+        n = self.live.pop(ev.storage_id, None)
+        if n is not None:
+            self.sizes.append(-n)
+
+    def on_scratch(self, ev):
+        self.scratch.append(ev.bytes if ev.action == "alloc" else -ev.bytes)
+
+
+def _torch_sizes(fn) -> list[int]:
+    import json
+    import os
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as fh:
+            events = json.load(fh)["traceEvents"]
+    finally:
+        os.unlink(path)
+    mem = (e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0)
+    return [e["args"]["Bytes"] for e in sorted(mem, key=lambda e: e["ts"])]
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["leaves", "packed"])
+@pytest.mark.parametrize("shape", [(2, 4, 128, 64, 128), (1, 2, 16, 8, 40), (1, 1, 800, 16, 600)])
+def test_default_cpu_attention_events_are_torchs_flash_kernels(dtype, layout, shape):
+    """Forward then backward of the default SDPA on cpu, event by event as torch's profiler
+    sees them: the output laid out as the query, the log-sum-exp in the accumulation dtype;
+    in backward the three gradients laid out [B, L, H, E] (so AccumulateGrad re-lays a leaf's),
+    a grad_out-sized buffer; the kernel's per-thread tiles are the engine's scratch, of the
+    sizes torch allocates for them at the same thread count."""
+    B_, H_, L_, E_, S_ = shape
+    threads = engine.get_num_threads()
+    torch.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    data = {
+        "q": rng.standard_normal((B_, L_, H_, E_)).astype(dtype),
+        "kv": rng.standard_normal((2, B_, S_, H_, E_)).astype(dtype),
+        "g": rng.standard_normal((B_, H_, L_, E_)).astype(dtype),
+    }
+
+    def program(m):
+        q = m.tensor(data["q"], requires_grad=True)
+        kv = m.tensor(data["kv"], requires_grad=True)
+        if layout == "leaves":  # each a contiguous leaf [B, H, L, E]
+            q = m.tensor(data["q"].transpose(0, 2, 1, 3).copy(), requires_grad=True)
+            k, v = (
+                m.tensor(a.transpose(0, 2, 1, 3).copy(), requires_grad=True) for a in data["kv"]
+            )
+        else:  # views of projections laid out [B, L, H, E], as in multi-head attention
+            q = q.transpose(1, 2)
+            k, v = kv[0].transpose(1, 2), kv[1].transpose(1, 2)
+        g = m.tensor(data["g"])
+        out = {}
+
+        def step():
+            out["y"] = _F(m).scaled_dot_product_attention(q, k, v)
+            out["y"].backward(g)
+
+        return step, out
+
+    e_step, e_out = program(engine)
+    t_step, t_out = program(torch)
+    acc = 8 if dtype == "float64" else 4
+    qs = 256 if L_ >= 768 else 64 if L_ >= 192 else 32
+    qs, kvs = min(qs, L_), 512 if S_ >= 512 else S_
+    fwd_work = threads * (qs * kvs + 2 * qs + qs * E_) * acc
+    bwd_work = [threads * 2 * qs * kvs * acc, qs * acc]
+    work = [fwd_work, *bwd_work]
+    probe = _Events()
+    with engine.allocator.tracked.get_allocator("cpu").observing(probe):
+        e_step()
+    theirs = _torch_sizes(t_step)
+    for w in work:  # the kernel's tiles: scratch in the engine
+        theirs.remove(w)
+        theirs.remove(-w)
+    assert probe.sizes == theirs, f"{probe.sizes} {theirs}"
+    assert sorted(probe.scratch) == sorted(work + [-w for w in work])
+    assert e_out["y"].stride() == t_out["y"].stride()
