@@ -643,3 +643,25 @@ def test_default_cpu_attention_events_are_torchs_flash_kernels(dtype, layout, sh
     assert probe.sizes == theirs, f"{probe.sizes} {theirs}"
     assert sorted(probe.scratch) == sorted(work + [-w for w in work])
     assert e_out["y"].stride() == t_out["y"].stride()
+
+
+def test_fused_attention_is_the_same_on_one_and_many_threads():
+    """Large enough for the batch to be split across the pool (BLAS single-threaded in each
+    part): the same bits as one thread."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((4, 4, 128, 64)).astype(np.float32) for _ in range(3)]
+    grad = rng.standard_normal((4, 4, 128, 64)).astype(np.float32)
+    before = engine.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            engine.set_num_threads(threads)
+            q, k, v = (engine.tensor(a.copy(), requires_grad=True) for a in arrays)
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                y = sdpa(q, k, v)
+            y.backward(engine.tensor(grad))
+            results.append([t.detach().numpy() for t in (y, q.grad, k.grad, v.grad)])
+    finally:
+        engine.set_num_threads(before)
+    for a, b in zip(*results, strict=True):
+        assert np.array_equal(a, b)
