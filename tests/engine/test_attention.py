@@ -157,7 +157,8 @@ QKV = B * H * L * D * 4  # one of q, k, v, out (float32)
 SCORES = B * H * L * L * 4  # one attention matrix (float32)
 
 
-def _sdpa_step(m, backend, kind):
+def _sdpa_inputs(m, kind):
+    """q, k, v [B, H, L, D] float32 that require grad, and the keyword arguments of `kind`."""
     rng = np.random.default_rng(0)
     q, k, v = (
         m.tensor(rng.standard_normal((B, H, L, D)).astype(np.float32), requires_grad=True)
@@ -166,6 +167,11 @@ def _sdpa_step(m, backend, kind):
     kw = {"dropout_p": 0.2} if kind == "dropout" else _mask_kwargs(m, kind, L, L)
     if "attn_mask" in kw and kw["attn_mask"].dtype != m.bool:
         kw["attn_mask"] = kw["attn_mask"].float()
+    return q, k, v, kw
+
+
+def _sdpa_step(m, backend, kind):
+    q, k, v, kw = _sdpa_inputs(m, kind)
 
     def region():
         with _ctx(m, backend):
@@ -514,14 +520,7 @@ def test_default_sdpa_on_cpu_keeps_what_torchs_default_keeps(kind):
     dropout its math path's saved tensors."""
 
     def kept(m):
-        rng = np.random.default_rng(0)
-        q, k, v = (
-            m.tensor(rng.standard_normal((B, H, L, D)).astype(np.float32), requires_grad=True)
-            for _ in range(3)
-        )
-        kw = {"dropout_p": 0.2} if kind == "dropout" else _mask_kwargs(m, kind, L, L)
-        if "attn_mask" in kw and kw["attn_mask"].dtype != m.bool:
-            kw["attn_mask"] = kw["attn_mask"].float()
+        q, k, v, kw = _sdpa_inputs(m, kind)
         out = {}
 
         def region():
@@ -564,24 +563,10 @@ class _Events(engine.allocator.MemoryObserver):
 
 
 def _torch_sizes(fn) -> list[int]:
-    import json
-    import os
-    import tempfile
+    """Bytes of torch's CPU profiler's memory events in fn, in order (+ alloc, - free)."""
+    from tests.engine.test_autograd_memory_parity import torch_memory_events
 
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as fh:
-            events = json.load(fh)["traceEvents"]
-    finally:
-        os.unlink(path)
-    mem = (e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0)
-    return [e["args"]["Bytes"] for e in sorted(mem, key=lambda e: e["ts"])]
+    return [e["args"]["Bytes"] for e in torch_memory_events(fn)]
 
 
 @needs_torch
