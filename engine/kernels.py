@@ -990,6 +990,7 @@ def _erf_rational(out, x) -> None:
             step=_ERF_BLOCK,
         )
         return
+    n = fo.size
     scratch: dict[int, np.ndarray] = {}  # thread id -> its scratch, for this call
 
     def part(bounds):
@@ -1001,14 +1002,10 @@ def _erf_rational(out, x) -> None:
             j = min(i + _ERF_BLOCK, hi)
             _erf_rational_block(fo[i:j], fx[i:j], *s[:, : j - i])
 
-    n = fo.size
-    if n == 0:
-        return
-    if pool_threads(n) > 1:  # chunks of whole blocks: each element sees the same operations
-        blocks = -(-n // _ERF_BLOCK)
-        step = -(-blocks // min(_threads * CHUNKS_PER_THREAD, blocks)) * _ERF_BLOCK
-        list(_get_pool().map(part, [(i, min(i + step, n)) for i in range(0, n, step)]))
-    else:
+    # (elementwise: where the chunks and blocks are cut does not change a value)
+    if pool_threads(n) > 1:
+        list(_get_pool().map(part, _chunks(n)))
+    elif n:
         part((0, n))
 
 

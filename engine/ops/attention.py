@@ -317,7 +317,7 @@ class FusedAttention(Function):
         batch = self.batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         L, Dv = q.shape[-2], v.shape[-1]
         y = _empty(batch + (L, Dv), q._dtype, q._device)
-        acc = dtypes.float64 if q._dtype is dtypes.float64 else dtypes.float32
+        acc = _accumulation(q._dtype)
         lse = _empty(batch + (L,), acc, q._device)
         work = None
         if _cpu_kernel(q, k, v):
@@ -334,7 +334,7 @@ class FusedAttention(Function):
 
             def part(i, lo, hi):
                 for b0, b1, P, m in self._chunks(q, k, mask, lo=lo, hi=hi):
-                    _put(y._data, b0, b1, nd, P @ _compute(va[b0:b1] if nd > 2 else va, P.dtype))
+                    _put(y._data, b0, b1, nd, P @ _compute(_rows(va, b0, b1, nd), P.dtype))
                     _put(lse._data, b0, b1, nd, m)
 
             kernels.run_parts(part, _ranges(q, k))
@@ -369,7 +369,7 @@ class FusedAttention(Function):
         lead = qa.shape[0] if qa.ndim > 2 else 1
         per = max(1, math.prod(qa.shape[1:-2]) * L * S)
         step = max(1, _CHUNK_SCORES // per)
-        ct = np.float64 if qa.dtype == np.float64 else np.float32
+        ct = _accumulation(q._dtype).np
         add = None
         if self.causal:
             add = xp.zeros((L, S), dtype=ct)
@@ -378,8 +378,8 @@ class FusedAttention(Function):
         for b0 in range(lo, hi, step):
             b1 = min(b0 + step, hi)
             # the scale applied to q (L x E) rather than to the scores (L x S)
-            qs = xp.multiply(qa[b0:b1] if qa.ndim > 2 else qa, self.scale, dtype=ct)
-            ks = _compute(ka[b0:b1] if ka.ndim > 2 else ka, ct)
+            qs = xp.multiply(_rows(qa, b0, b1, qa.ndim), self.scale, dtype=ct)
+            ks = _compute(_rows(ka, b0, b1, qa.ndim), ct)
             sc = qs @ xp.swapaxes(ks, -1, -2)
             if add is not None:
                 sc += add
@@ -390,7 +390,7 @@ class FusedAttention(Function):
                 else:
                     sc += m
             if lse is not None and lse.dtype == ct:
-                sc -= (lse[b0:b1] if qa.ndim > 2 else lse)[..., None]
+                sc -= _rows(lse, b0, b1, qa.ndim)[..., None]
                 xp.exp(sc, out=sc)
                 yield b0, b1, sc, None
                 continue
@@ -443,7 +443,7 @@ class FusedAttention(Function):
             # grad_out laid out [B, L, H, E] too (a copy unless it already is)
             held = None if _blhd_laid(g) else _empty(g.shape, g._dtype, g._device)
             qs, kvs = _cpu_splits(q.shape[-2], k.shape[-2])
-            acc = dtypes.float64 if q._dtype is dtypes.float64 else dtypes.float32
+            acc = _accumulation(q._dtype)
             work = (
                 kernels.Scratch((kernels.get_num_threads() * 2 * qs * kvs,), acc, q._device),
                 kernels.Scratch((qs,), acc, q._device),
@@ -502,7 +502,7 @@ class FusedAttention(Function):
         ct = P.dtype
         # (contiguous: the gradient of a sum is a broadcast view, which numpy's matmul
         # would not hand to BLAS)
-        gs = np.ascontiguousarray(_compute(ga[b0:b1] if nd > 2 else ga, ct))
+        gs = np.ascontiguousarray(_compute(_rows(ga, b0, b1, nd), ct))
         Pt = np.swapaxes(P, -1, -2)
         if gv is not None:
             _put(gv._data, b0, b1, nd, Pt @ gs)
@@ -510,15 +510,15 @@ class FusedAttention(Function):
         # rowsum(dP * P) = rowsum(g * y): over the head dim, not the L x S scores, as
         # the flash kernels' backward computes it
         gsc = gs * self.scale
-        dP = gsc @ np.swapaxes(_compute(va[b0:b1] if nd > 2 else va, ct), -1, -2)
-        rows = np.einsum("...i,...i->...", gsc, _compute(ya[b0:b1] if nd > 2 else ya, ct))
+        dP = gsc @ np.swapaxes(_compute(_rows(va, b0, b1, nd), ct), -1, -2)
+        rows = np.einsum("...i,...i->...", gsc, _compute(_rows(ya, b0, b1, nd), ct))
         dP -= rows[..., None]
         dP *= P  # dS
         if gq is not None:
-            _put(gq._data, b0, b1, nd, dP @ _compute(ka[b0:b1] if nd > 2 else ka, ct))
+            _put(gq._data, b0, b1, nd, dP @ _compute(_rows(ka, b0, b1, nd), ct))
         if gk is not None:
             dSt = np.swapaxes(dP, -1, -2)
-            _put(gk._data, b0, b1, nd, dSt @ _compute(qa[b0:b1] if nd > 2 else qa, ct))
+            _put(gk._data, b0, b1, nd, dSt @ _compute(_rows(qa, b0, b1, nd), ct))
 
     def release_saved(self) -> None:
         super().release_saved()
@@ -542,6 +542,12 @@ def _ranges(q, k) -> list[tuple[int, int]]:
 def _cpu_kernel(q, k, v) -> bool:
     """Whether torch's CPU flash kernel's layouts and buffers apply (cpu, 4-D inputs)."""
     return q._device.type == "cpu" and q.ndim == k.ndim == v.ndim == 4
+
+
+def _accumulation(dtype):
+    """The dtype the kernels accumulate in (the log-sum-exp's, the tiles'): float64 for
+    float64 inputs, else float32."""
+    return dtypes.float64 if dtype is dtypes.float64 else dtypes.float32
 
 
 def _cpu_splits(L: int, S: int) -> tuple[int, int]:
@@ -580,12 +586,15 @@ def _lead(arr, b0: int, b1: int, nd: int):
     return arr
 
 
+def _rows(arr, b0: int, b1: int, nd: int):
+    """Rows b0..b1 of the leading batch dim of an array of a computation whose inputs have `nd`
+    dims (the whole array when they have no batch dims)."""
+    return arr[b0:b1] if nd > 2 else arr
+
+
 def _put(arr, b0: int, b1: int, nd: int, value) -> None:
-    """Rows b0..b1 of a gradient (the whole array when it has no batch dims)."""
-    if nd > 2:
-        arr[b0:b1] = value
-    else:
-        arr[...] = value
+    """Rows b0..b1 of an output or gradient written (_rows)."""
+    _rows(arr, b0, b1, nd)[...] = value
 
 
 def _at(arr, idx, batch):

@@ -230,26 +230,24 @@ class EventLog:
 
     def peak_index(self) -> int | None:
         """The first event at which allocated bytes peaked (ooms do not count), or None."""
-        oom = _ACTION_CODE["oom"]
-        is_oom = [p[0] == oom for p in self.places.values]
+        kinds = self.kinds()
         best, index = -1, None
         where = self.where
         for i, a in enumerate(self.allocated):
-            if a > best and not is_oom[where[i]]:
+            if a > best and kinds[where[i]] != OOM:
                 best, index = a, i
         return index
 
     def live_rows(self, upto: int) -> list[int]:
         """The storage rows allocated and not freed in events [0, upto], in allocation order."""
-        alloc, free = _ACTION_CODE["alloc"], _ACTION_CODE["free"]
-        kind = [p[0] for p in self.places.values]
+        kind = self.kinds()
         live: dict[int, None] = {}
         where, rows = self.where, self.row
         for i in range(upto + 1):
             k = kind[where[i]]
-            if k == alloc:
+            if k == ALLOC:
                 live[rows[i]] = None
-            elif k == free:
+            elif k == FREE:
                 live.pop(rows[i], None)
         return list(live)
 

@@ -293,9 +293,7 @@ class Recorder(MemoryObserver):
                 row = log.add_row(nbytes, requested, None, None, NO_EVENT)
             log.add(seq, time_ns, allocated, reserved, FREE, place, row, run_of)
             return
-        category = ctx.get("category")
-        if category is not None and category not in CATEGORIES:
-            category = _ALIASES.get(category, "other")
+        category = _category(ctx.get("category"))
         row = log.add_row(nbytes, requested, category, ctx.get("tensor"), len(log.seq))
         if action == "alloc":
             log.add(seq, time_ns, allocated, reserved, ALLOC, place, row, run_of)
