@@ -53,6 +53,10 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
         retain_graph = False
     targets = capture if capture is not None else inputs
     roots = []
+    # The gradients made here (ones for a scalar output) live until the pass returns, as in
+    # torch.autograd.backward, whose list of them is a local of the call: on a GPU the seed's
+    # 512-byte block is live at a backward pass's peak.
+    implicit = []
     for t, g in zip(tensors, grad_tensors, strict=True):
         if not t.requires_grad:
             raise RuntimeError(
@@ -62,6 +66,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
             if t.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             g = kernels.ones_like_new(t)
+            implicit.append(g)
         elif not isinstance(g, Tensor):
             raise TypeError(f"gradient must be a Tensor, got {type(g).__name__}")
         elif g.shape != t.shape:

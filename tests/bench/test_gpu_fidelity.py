@@ -60,12 +60,14 @@ HAND = {
     # Before the step: params 2*2 MiB + 4096 + 2048, grads and momentum the same, x and target
     # 131072 each: 3 * (4194304 + 6144) + 262144 = 12863488.
     # zero_grad(set_to_none=True) frees the grads: -4200448.
-    # The step's own requests then peak at 4593664 bytes above that (torch's CPU profiler sees
-    # the same requests plus a 4-byte scalar: 4593668, tests/engine/test_memory_vs_torch.py):
-    # the activations h (262144) and out (131072), MSE's buffer, the new grads ... all
-    # 512-multiples, so rounding adds nothing: 12863488 - 4200448 + 4593664 = 13256704.
+    # The step's own requests then peak at 4593668 bytes above that (torch's CPU profiler sees
+    # the same, tests/engine/test_memory_vs_torch.py): the activations h (262144) and out
+    # (131072), MSE's buffer, the new grads ... all 512-multiples, and the loss's 4-byte
+    # gradient seed, held until backward returns (torch.autograd.backward's local list) and so
+    # live at the peak: one 512-byte block. 12863488 - 4200448 + 4593664 + 512 = 13257216, what
+    # torch.cuda measured on an H100 (docs/gpu-fidelity.md).
     # Large pool at most 12 MiB live: one 20 MiB segment; plus one 2 MiB small segment.
-    "mlp-step": (13256704, 22 * MiB, [("large", 20 * MiB), ("small", 2 * MiB)], {}),
+    "mlp-step": (13257216, 22 * MiB, [("large", 20 * MiB), ("small", 2 * MiB)], {}),
     # Adam's first step on the same MLP (grads made by one backward; x freed after it).
     # Large pool: W1, W2, gW2, gW1 (8 MiB), then the state exp_avg/exp_avg_sq of W1 and W2
     # (8 MiB) in the same 20 MiB segment, leaving 4 MiB free. The update makes one `denom` per

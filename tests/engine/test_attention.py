@@ -196,9 +196,10 @@ def test_sdpa_math_path_peak_matches_torch_profiler(kind):
 def test_sdpa_math_path_peak_by_hand():
     # forward keeps q', k' (scaled copies) and the softmax; the scores die after softmax.
     # backward's peak, in softmax's backward: saved (2 QKV + SCORES) + the output y (QKV) and
-    # its sum (4 bytes) + grad_v (QKV) + grad of the weights (SCORES) + softmax's grad (SCORES).
+    # its sum (4 bytes) and the sum's seed (4 bytes, held until backward returns) + grad_v (QKV)
+    # + grad of the weights (SCORES) + softmax's grad (SCORES).
     peak = engine_peak(_sdpa_step(engine, "MATH", "none"))
-    assert peak == 2 * QKV + SCORES + QKV + 4 + QKV + SCORES + SCORES
+    assert peak == 2 * QKV + SCORES + QKV + 4 + 4 + QKV + SCORES + SCORES
 
 
 def test_sdpa_fused_accounting_keeps_only_output_and_logsumexp():

@@ -269,11 +269,11 @@ def test_budget_met_and_not_met(tmp_path):
 
 
 def test_budget_picks_the_fewest_nodes():
-    advice = advise(STAGE, variant="inplace_off", device="meta", budget=215828 - 16384)
+    advice = advise(STAGE, variant="inplace_off", device="meta", budget=215832 - 16384)
     # the stem relu saves 16 KiB alone: it is enough, and picked first (largest saving)
     assert advice["budget"]["met"] and advice["budget"]["nodes"] == ["stem_relu"]
     assert advice["switched"] == ["stem_relu"]
-    assert advice["peak_after"] <= 215828 - 16384
+    assert advice["peak_after"] <= 215832 - 16384
 
 
 @pytest.mark.parametrize(

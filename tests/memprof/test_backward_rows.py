@@ -36,9 +36,11 @@ def variant(tmp_path_factory):
 def test_each_backward_node_has_its_own_row(variant):
     rows = [o for o in variant["ops"] if o["phase"] == "backward" and o["iteration"] == 0]
     nodes = [o["node"] for o in rows]
-    assert nodes == ["<backward>", "ReluBackward0", "AddmmBackward0"]  # seed, then graph order
-    by = {o["node"]: o for o in rows}
-    # relu's gradient: one [8, 32] float32 result (1 KiB); the seed's 4 bytes freed with it
+    # the seed made, the graph in order, the seed freed as backward returns (torch's lifetime)
+    assert nodes == ["<backward>", "ReluBackward0", "AddmmBackward0", "<backward>"]
+    assert rows[-1]["freed_bytes"] == 4 and rows[-1]["allocated_bytes"] == 0
+    by = {o["node"]: o for o in rows[1:-1]}
+    # relu's gradient: one [8, 32] float32 result (1 KiB)
     assert by["ReluBackward0"]["allocated_bytes"] == 8 * 32 * 4
     # addmm: grad of the weight [32, 16] and the bias [32] (2176 bytes) in this run
     assert by["AddmmBackward0"]["allocated_bytes"] == 32 * 16 * 4 + 32 * 4
