@@ -219,16 +219,27 @@ SIZE_METRICS = {
 }
 
 
+def _sizes(expected: int, actual: int | None) -> tuple[str, str]:
+    """The two sizes as a message shows them: in bytes too where the rounded units would read
+    the same but the numbers differ (24.09 MiB against 24.09 MiB says nothing)."""
+    if actual is None:
+        return format_bytes(expected), "not measured"
+    want, got = format_bytes(expected), format_bytes(actual)
+    if want == got and expected != actual:
+        want, got = f"{want} = {expected:,} bytes", f"{got} = {actual:,} bytes"
+    return want, got
+
+
 def _size_row(metric: str, op: str, expected: int, actual: int | None) -> dict[str, Any]:
     passed = actual is not None and _OPS[op](actual, expected)
-    shown = "not measured" if actual is None else format_bytes(actual)
+    want, shown = _sizes(expected, actual)
     return {
         "metric": metric,
         "op": op,
         "expected": expected,
         "actual": actual,
         "passed": passed,
-        "message": f"{metric} {op} {format_bytes(expected)} (actual {shown})",
+        "message": f"{metric} {op} {want} (actual {shown})",
     }
 
 
@@ -286,9 +297,8 @@ def evaluate(
     by_cat = variant["peak"]["by_category"]
     for cat, (op, n) in (expect.peak_by_category or {}).items():
         row = _size_row(f"peak_by_category:{cat}", op, n, by_cat.get(cat, 0))
-        row["message"] = (
-            f"{cat} at the peak {op} {format_bytes(n)} (actual {format_bytes(by_cat.get(cat, 0))})"
-        )
+        want, shown = _sizes(n, by_cat.get(cat, 0))
+        row["message"] = f"{cat} at the peak {op} {want} (actual {shown})"
         rows.append(row)
     for name, value in (expect.values or {}).items():
         obs = (observed_values or {}).get(name)

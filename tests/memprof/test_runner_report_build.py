@@ -207,6 +207,28 @@ def test_expectations_sizes_errors_and_counts():
     assert rows["warnings:stale_read"]["passed"]
 
 
+def test_sizes_that_round_alike_are_shown_in_bytes_too():
+    # 24.09 MiB against 24.09 MiB (a caching-model run's 512-byte blocks) says nothing: bytes do
+    v = variant("a", 25_262_080)
+    v["peak"] = {**v["peak"], "by_category": {"optimizer_state": 16_793_600}}
+    exp = Expectation.model_validate(
+        {
+            "peak_allocated": "== 25260032",
+            "peak_by_category": {"optimizer_state": 16_793_616},
+            "baseline": 64,
+        }
+    )
+    rows = {r["metric"]: r for r in evaluate(exp, v)}
+    assert rows["peak_allocated"]["message"] == (
+        "peak_allocated == 24.09 MiB = 25,260,032 bytes (actual 24.09 MiB = 25,262,080 bytes)"
+    )
+    assert rows["peak_by_category:optimizer_state"]["message"] == (
+        "optimizer_state at the peak == 16.02 MiB = 16,793,616 bytes "
+        "(actual 16.02 MiB = 16,793,600 bytes)"
+    )
+    assert rows["baseline"]["message"] == "baseline == 64 bytes (actual 64 bytes)"  # equal: short
+
+
 def test_missing_expected_error_fails():
     exp = Expectation.model_validate({"error": {"type": "RuntimeError"}})
     rows = {r["metric"]: r for r in evaluate(exp, variant("a", 1))}
