@@ -31,6 +31,7 @@ import numpy as np
 
 from engine import kernels
 from engine.autograd.function import Function
+from engine.backends import cuda_fast
 from engine.ops.common import result_buffer
 from engine.ops.registry import REQUIRED, Scenario, register
 from engine.tensor import Tensor
@@ -163,6 +164,8 @@ class _Activation(Function):
 # the activations
 # ---------------------------------------------------------------------------------------------
 def _sigmoid(xp, x, out):
+    if xp is not np and cuda_fast.unary("sigmoid", x, out):  # float32 contiguous: one pass
+        return
     xp.negative(x, out=out)
     xp.exp(out, out=out)
     xp.add(out, 1.0, out=out)

@@ -12,6 +12,7 @@ import numpy as np
 
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
+from engine.backends import cuda_fast
 from engine.kernels import PARALLEL_MIN_ELEMS
 from engine.ops.common import (
     broadcast_shape,
@@ -104,7 +105,13 @@ def _uf(xp, f, *args, out, dtype=None):
         return kernels.ufunc(f, *args, out=out)
     if dtype is not None:
         return getattr(xp, f.__name__)(*args, out=out, dtype=dtype, casting="unsafe")
-    return getattr(xp, f.__name__)(*args, out=out)
+    name = f.__name__
+    if len(args) == 1:
+        if cuda_fast.unary(name, args[0], out):  # float32 contiguous: float4 kernels
+            return out
+    elif cuda_fast.binary(name, args[0], args[1], out):
+        return out
+    return getattr(xp, name)(*args, out=out)
 
 
 class Neg(Unary):
@@ -221,7 +228,7 @@ class Sigmoid(Unary):
     def kernel(self, xp, x, y):
         if xp is np:
             kernels.run_parallel(_sigmoid_into, y, x)
-        else:
+        elif not cuda_fast.unary("sigmoid", x, y):  # float32 contiguous: one fused pass
             _sigmoid_into(x, y, xp)
 
     def backward(self, g):
@@ -256,7 +263,7 @@ class Relu(Unary):
     def kernel(self, xp, x, y):
         if xp is np:  # large: blocks against a constant block of zeros (a faster loop), threads
             kernels.extremum_scalar(np.maximum, x, 0, y)
-        else:
+        elif not cuda_fast.unary("relu", x, y):
             xp.maximum(x, 0, out=y)
 
     def backward(self, g):
