@@ -623,6 +623,9 @@ def cpu_trace_engine(program: Program) -> int:
             self.total -= self.live.pop(event.storage_id, 0)
 
     lib = _fresh_engine("meta")
+    # the exact model: torch's CPU allocator has no cache, and its CPU kernels none of the CUDA
+    # kernels' scratch that meta charges under the caching model (a reduction's staging buffer)
+    lib.module.memory.set_allocator_model("exact", "meta")
     state = program.setup(lib)
     region = RegionPeak()
     with get_allocator("meta").observing(region):

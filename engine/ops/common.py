@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine import dtypes, kernels
+from engine.backends import cuda_reduce
 from engine.tensor import Tensor
 
 _CAT = {}
@@ -151,4 +152,5 @@ def sum_to(g: Tensor, shape) -> Tensor:
         xp = kernels.xp_of(g)
         reduced = tuple(n for i, n in enumerate(g.shape) if i not in axes)
         xp.sum(g._data, axis=axes, out=out._data.reshape(reduced))
+    cuda_reduce.charge(g._device, g._data, axes)  # torch's global-reduce staging on a GPU
     return out

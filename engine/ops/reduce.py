@@ -9,6 +9,7 @@ import numpy as np
 
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
+from engine.backends import cuda_reduce
 from engine.ops.common import result_buffer
 from engine.tensor import Tensor, _wrap_dim
 
@@ -76,8 +77,13 @@ class Sum(Function):
                 _add_reduce(xd, None if full else dims, rdt.np, y._data, keepdim)
             else:  # large: on the pool
                 kernels.add_reduce(xd, None if full else dims, rdt.np, y._data, keepdim)
-        elif kind != "meta":
-            kernels.xp_of(x).sum(x._data, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
+        else:
+            if kind != "meta":
+                xp = kernels.xp_of(x)
+                xp.sum(xd, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
+            # torch's CUDA kernel stages partial sums in global memory (cuda, or meta under the
+            # caching model)
+            cuda_reduce.charge(x._device, xd, dims, max(rdt.itemsize, 4))
         return y
 
     def backward(self, g):
@@ -111,8 +117,10 @@ class Mean(Function):
                 whole = not keepdim and len(dims) == xd.ndim
                 kernels.add_reduce(xd, None if whole else dims, rdt.np, y._data, keepdim)
             np.true_divide(y._data, count, out=y._data, casting="unsafe")
-        elif kind != "meta":
-            kernels.xp_of(x).mean(xd, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
+        else:
+            if kind != "meta":
+                kernels.xp_of(x).mean(xd, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
+            cuda_reduce.charge(x._device, xd, dims, max(rdt.itemsize, 4))
         return y
 
     def backward(self, g):

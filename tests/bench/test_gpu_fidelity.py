@@ -328,13 +328,39 @@ def _torch_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+# What still differs on an H100 with torch 2.11 (docs/gpu-fidelity.md), peaks exact: in the
+# attention's backward the engine's matmul copies the non-contiguous value operand again where
+# torch's BmmBackward0 reuses the contiguous copy its forward made (one more 1 MiB small-pool
+# block: the small pool's peak and a third small segment), and torch's CUDA softmax backward
+# makes a 2 MiB product temporary that the engine does not (one more large-pool allocation).
+KNOWN_CUDA_GAPS = {
+    "transformer": (
+        "peak_reserved",
+        "segments",
+        "allocation.large_pool.allocated",
+        "allocation.small_pool.allocated",
+        "allocated_bytes.small_pool.peak",
+    ),
+}
+
+
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.skipif(not _torch_cuda(), reason="needs torch with CUDA")
 def test_cuda_half_matches_torch_cuda():
     rows, unmeasured = gf.run(sides={"engine-meta", "engine-cuda", "torch-cuda"})
-    assert unmeasured == {}
-    assert {r.program: r.problems for r in rows} == {r.program: [] for r in rows}
+    assert set(unmeasured) <= {"cpu"}  # the cpu half, not asked for here
+    problems = {
+        r.program: [
+            p for p in r.problems if p.split(":")[0] not in KNOWN_CUDA_GAPS.get(r.program, ())
+        ]
+        for r in rows
+    }
+    assert problems == {r.program: [] for r in rows}
+    # a known gap that closed should leave the list
+    for r in rows:
+        found = {p.split(":")[0] for p in r.problems}
+        assert set(KNOWN_CUDA_GAPS.get(r.program, ())) <= found, r.program
 
 
 @pytest.mark.cuda

@@ -6,6 +6,7 @@ import math
 
 from engine import kernels
 from engine.autograd.function import Function
+from engine.backends import cuda_reduce
 from engine.ops.common import device_of, result_buffer, result_type
 from engine.ops.nn.common import _dense, _live, _needs, _reshaped, _same_dtype
 from engine.ops.views import view_array
@@ -89,6 +90,7 @@ class Linear(Function):
             gb = kernels.empty((1, n_out), dt, dev)
             if _live(dev):
                 xp.sum(g2, axis=0, out=gb._data[0])
+            cuda_reduce.charge(dev, g2, (0,))  # torch's global-reduce staging on a GPU
             gb = gb.view(n_out)
         del gkeep
         return (gx, gw, gb) if self.has_bias else (gx, gw)

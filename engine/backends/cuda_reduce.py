@@ -1,0 +1,265 @@
+"""The scratch PyTorch's CUDA reductions allocate: Reduce.cuh's global-reduction buffers.
+
+When a reduction (sum, mean, amax, ...) has many inputs per output and few outputs, torch's
+CUDA kernel splits each output's inputs across thread blocks and combines the partial results
+through global memory: `gpu_reduce_kernel` allocates a staging buffer and a semaphore array
+from the caching allocator for the duration of the kernel. They count in
+`torch.cuda.memory_allocated()` and can set a backward pass's peak: a Linear's bias gradient,
+`grad.sum(0)` over a (16384, 1024) float32 gradient, stages 128 MiB (measured on an H100).
+
+`global_scratch` reproduces the decision and the sizes: the TensorIterator's dimension order
+for a reduction (reduced dimensions first, then by stride) and coalescing, then
+`setReduceConfig` (block shape, vectorisation along the output, the number of blocks per
+output from the device's multiprocessor count and threads per multiprocessor) and
+`ReduceConfig::global_memory_size` / `semaphore_size`. Checked against torch 2.11 on an H100
+(tests/engine/test_cuda_reduce.py, 200 recorded shapes, float32 and bfloat16).
+
+Not modelled: a reduction over more than 2**31 bytes, which torch splits into 32-bit-indexable
+pieces (each with its own configuration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WARP = 32
+MAX_THREADS = 512  # mnt_wrapper<T>::MAX_NUM_THREADS (256 for complex128, which is not modelled)
+INPUT_VEC = 4
+MIN_VALUES_PER_THREAD = 16
+MAX_VALUES_PER_THREAD = 256
+
+
+@dataclass(frozen=True)
+class GPU:
+    """What the reduction configuration reads of the device."""
+
+    multiprocessors: int = 132  # H100 SXM
+    max_threads_per_multiprocessor: int = 2048
+
+
+def _div_up(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _last_pow2(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def _order_and_coalesce(shape, in_strides, out_strides):
+    """TensorIterator's dims for a reduction, fastest first: (shape, input strides, output
+    strides), all in bytes, after reorder_dimensions and coalesce_dimensions."""
+    ndim = len(shape)
+    ops = [list(out_strides), list(in_strides)]  # the output first, as torch's operands
+    perm = list(range(ndim - 1, -1, -1))
+
+    def should_swap(d0, d1):
+        for k, strides in enumerate(ops):
+            s0, s1 = strides[d0], strides[d1]
+            if k == 0 and (s0 == 0) != (s1 == 0):  # reduced dimensions move to the front
+                return 1 if s1 == 0 else -1
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 != s1:
+                return -1 if s0 < s1 else 1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+
+    for i in range(1, ndim):
+        dim1 = i
+        for dim0 in range(i - 1, -1, -1):
+            c = should_swap(perm[dim0], perm[dim1])
+            if c > 0:
+                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                dim1 = dim0
+            elif c < 0:
+                break
+    shape = [shape[p] for p in perm]
+    ops = [[s[p] for p in perm] for s in ops]
+    if ndim <= 1:
+        return shape, ops[1], ops[0]
+    prev = 0
+    for dim in range(1, ndim):
+        s0, s1 = shape[prev], shape[dim]
+        if s0 == 1 or s1 == 1 or all(st[prev] * s0 == st[dim] for st in ops):
+            if s0 == 1:
+                for st in ops:
+                    st[prev] = st[dim]
+            shape[prev] *= s1
+        else:
+            prev += 1
+            if prev != dim:
+                for st in ops:
+                    st[prev] = st[dim]
+                shape[prev] = shape[dim]
+    n = prev + 1
+    return shape[:n], ops[1][:n], ops[0][:n]
+
+
+def _output_vec_size(shape, in_strides, itemsize, num_reduce, data_ptr) -> int:
+    vec = 4
+
+    def update(n):
+        nonlocal vec
+        while n % vec:
+            vec //= 2
+
+    update(data_ptr // itemsize)
+    update(shape[num_reduce])
+    for j, s in enumerate(in_strides):
+        if j != num_reduce:
+            update(s // itemsize)
+    return vec
+
+
+def global_scratch(
+    shape,
+    in_strides,
+    reduce_dims,
+    itemsize: int,
+    acc_itemsize: int,
+    gpu: GPU = GPU(),
+    data_ptr: int = 0,
+) -> tuple[int, int]:
+    """(staging buffer bytes, semaphore bytes) of one CUDA reduction; (0, 0) when the kernel
+    reduces without global memory. `in_strides` in elements; `reduce_dims` the reduced dims;
+    `acc_itemsize` the accumulation type's size (float32 for float16/bfloat16 sums)."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    if numel == 0:
+        return 0, 0
+    reduce_dims = set(reduce_dims)
+    out_strides, step = [], 1
+    for d in range(len(shape) - 1, -1, -1):  # the kept dims of a contiguous keepdim output
+        if d in reduce_dims or shape[d] == 1:
+            out_strides.append(0 if d in reduce_dims else step * acc_itemsize)
+        else:
+            out_strides.append(step * itemsize)
+            step *= shape[d]
+    out_strides.reverse()
+    in_bytes = [s * itemsize for s in in_strides]
+    shape_i, ins, outs = _order_and_coalesce(list(shape), in_bytes, out_strides)
+    ndim = len(shape_i)
+    num_reduce = sum(1 for s in outs if s == 0)
+    num_outputs = 1
+    for d in range(ndim):
+        if outs[d] != 0:
+            num_outputs *= shape_i[d]
+    inputs_per_output = numel // num_outputs
+
+    if ndim > 0:
+        fastest = num_reduce == ndim or ins[0] < ins[num_reduce]
+        if fastest:
+            dim0, dim1, fastest_stride = inputs_per_output, num_outputs, ins[0]
+        else:
+            dim0, dim1, fastest_stride = num_outputs, inputs_per_output, ins[num_reduce]
+    else:
+        fastest, dim0, dim1, fastest_stride = True, 1, 1, itemsize
+    output_vec = 1
+    if fastest_stride == itemsize:
+        if fastest and dim0 > 128 and num_reduce == 1:
+            dim0 //= INPUT_VEC  # vectorise along the input
+        elif not fastest:
+            output_vec = _output_vec_size(shape_i, ins, itemsize, num_reduce, data_ptr)
+            dim0 //= output_vec
+
+    # set_block_dimension
+    max_threads = MAX_THREADS // output_vec
+    dim0_pow2 = _last_pow2(dim0) if dim0 < max_threads else max_threads
+    dim1_pow2 = _last_pow2(dim1) if dim1 < max_threads else max_threads
+    width = min(dim0_pow2, WARP)
+    height = min(dim1_pow2, max_threads // width)
+    width = min(dim0_pow2, max_threads // height)
+    threads = width * height
+
+    step_input = step_output = 1
+    block_x_reduce = False
+    if ndim == 0 or fastest:
+        step_input *= width
+        block_x_reduce = True
+    else:
+        step_output *= width
+    block_y_reduce = False
+    values = _div_up(inputs_per_output, step_input)
+    if values >= height * 16 or values >= MAX_VALUES_PER_THREAD:
+        step_input *= height
+        block_y_reduce = True
+    else:
+        step_output *= height
+
+    blocks_per_sm = gpu.max_threads_per_multiprocessor // threads
+    target_grid = gpu.multiprocessors * blocks_per_sm
+    grid_x = _div_up(num_outputs // output_vec, step_output)
+    values = _div_up(inputs_per_output, step_input)
+    if not (block_y_reduce and values >= MAX_VALUES_PER_THREAD and grid_x <= target_grid):
+        return 0, 0
+    ctas = max(
+        min(_div_up(target_grid, grid_x), _div_up(values, MIN_VALUES_PER_THREAD)),
+        _div_up(values, MAX_VALUES_PER_THREAD),
+    )
+    if ctas <= 1:
+        return 0, 0
+    size = acc_itemsize * num_outputs * ctas
+    if not block_x_reduce:
+        size *= width * output_vec
+    return size, 4 * grid_x
+
+
+_gpus: dict = {}
+
+
+def device_gpu(index: int) -> GPU:
+    """The multiprocessor figures of CUDA device `index`, read once through CuPy."""
+    gpu = _gpus.get(index)
+    if gpu is None:
+        import cupy
+
+        attrs = cupy.cuda.Device(index).attributes
+        gpu = _gpus[index] = GPU(attrs["MultiProcessorCount"], attrs["MaxThreadsPerMultiProcessor"])
+    return gpu
+
+
+# The GPU that meta stands for under the caching model (PyTorch's CUDA caching allocator): the
+# reduction scratch there is sized for this device. An H100 SXM, where the model was checked.
+META_GPU = GPU()
+
+
+def charge(dev, data, dims, acc_itemsize: int | None = None) -> None:
+    """Charge, then give back, the staging buffer and semaphores torch's CUDA kernel allocates
+    to reduce `data` (the array of a tensor on device `dev`) over `dims`, as torch does: after
+    the result, the semaphores freed first. On cuda with the device's own figures; on meta
+    under the caching model with META_GPU's; a no-op on cpu, untracked, or when the kernel
+    needs no global memory."""
+    kind = dev.type
+    if kind == "cpu":
+        return
+    from engine.allocator import tracked
+    from engine.storage import allocator_for
+
+    if not tracked.TRACKING:
+        return
+    alloc = allocator_for(dev)
+    if kind == "cuda":
+        gpu, ptr = device_gpu(dev.index or 0), data.data.ptr
+    elif alloc.model_name == "caching":
+        gpu, ptr = META_GPU, 0  # the caching allocator's blocks are 512-byte aligned
+    else:
+        return
+    itemsize = data.itemsize
+    buf, sem = global_scratch(
+        data.shape,
+        [s // itemsize for s in data.strides],
+        dims,
+        itemsize,
+        acc_itemsize or max(itemsize, 4),  # float16/bfloat16 accumulate in float32
+        gpu,
+        ptr,
+    )
+    if not buf:
+        return
+    held = alloc.allocate(buf)
+    try:
+        alloc.release(*alloc.allocate(sem))
+    finally:
+        alloc.release(*held)
