@@ -403,17 +403,21 @@ def relayout(t: Tensor, strides: tuple) -> Tensor:
     return t
 
 
-def stride_order(shape, operands) -> list[int]:
+def stride_order(shape, operands, reduction: bool = False) -> list[int]:
     """The dims fastest first, by the operands' strides (elements, 0 where broadcast), as
     PyTorch sorts them (TensorIterator's reorder_dimensions; with one operand,
     infer_dense_strides): an insertion sort from C order where the first operand that tells two
-    dims apart decides, a 0 stride tells nothing, and equal strides put the larger dim later."""
+    dims apart decides, a 0 stride tells nothing, and equal strides put the larger dim later.
+    `reduction`: operands[0] is a reduction's output, whose 0 strides mark the reduced dims;
+    they go first (fastest)."""
     n = len(shape)
     perm = list(range(n - 1, -1, -1))
 
     def should_swap(d0, d1):
-        for st in operands:
+        for k, st in enumerate(operands):
             s0, s1 = st[d0], st[d1]
+            if reduction and k == 0 and (s0 == 0) != (s1 == 0):
+                return 1 if s1 == 0 else -1
             if s0 == 0 or s1 == 0:
                 continue
             if s0 < s1:

@@ -48,32 +48,11 @@ def _last_pow2(n: int) -> int:
 def _order_and_coalesce(shape, in_strides, out_strides):
     """TensorIterator's dims for a reduction, fastest first: (shape, input strides, output
     strides), all in bytes, after reorder_dimensions and coalesce_dimensions."""
+    from engine.kernels import stride_order
+
     ndim = len(shape)
     ops = [list(out_strides), list(in_strides)]  # the output first, as torch's operands
-    perm = list(range(ndim - 1, -1, -1))
-
-    def should_swap(d0, d1):
-        for k, strides in enumerate(ops):
-            s0, s1 = strides[d0], strides[d1]
-            if k == 0 and (s0 == 0) != (s1 == 0):  # reduced dimensions move to the front
-                return 1 if s1 == 0 else -1
-            if s0 == 0 or s1 == 0:
-                continue
-            if s0 != s1:
-                return -1 if s0 < s1 else 1
-            if shape[d0] > shape[d1]:
-                return 1
-        return 0
-
-    for i in range(1, ndim):
-        dim1 = i
-        for dim0 in range(i - 1, -1, -1):
-            c = should_swap(perm[dim0], perm[dim1])
-            if c > 0:
-                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
-                dim1 = dim0
-            elif c < 0:
-                break
+    perm = stride_order(shape, ops, reduction=True)
     shape = [shape[p] for p in perm]
     ops = [[s[p] for p in perm] for s in ops]
     if ndim <= 1:
