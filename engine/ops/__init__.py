@@ -530,6 +530,19 @@ def _batched_matmul(a, b):
 
     batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     count = math.prod(batch)
+    if len(batch) > 1 and da >= 2 and db >= 2 and count:
+        # torch's shape: both operands reshaped to (batch, n, m) (a copy where that is no view),
+        # one bmm, the result viewed back: backward reshapes the incoming gradient once (a
+        # copy when it is not contiguous) and both products read that one copy
+        flat = [
+            reshape(
+                t if t.shape == batch + t.shape[-2:] else expand(t, batch + t.shape[-2:]),
+                (count,) + t.shape[-2:],
+            )
+            for t in (a, b)
+        ]
+        y = _matmul(flat[0], flat[1], op="matmul")
+        return y.view(batch + y.shape[-2:])
     ops = [a, b]
     for i, t in enumerate(ops):
         if t.ndim < 2:

@@ -593,3 +593,42 @@ def test_gradients_match_pytorch(name, torch):
             assert e.grad is None
             continue
         np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# --- a batched matmul folds as torch's _matmul_impl: the gradient is copied once
+
+
+@pytest.mark.torch
+def test_batched_matmul_backward_copies_the_gradient_once_as_torch(torch):
+    def program(m):
+        rng = np.random.default_rng(0)
+        att = m.tensor(rng.standard_normal((2, 4, 16, 16)).astype(np.float32))
+        att.requires_grad_(True)
+        x = m.tensor(rng.standard_normal((2, 16, 4, 8)).astype(np.float32))
+        x.requires_grad_(True)
+        w = m.tensor(rng.standard_normal((2, 16, 32)).astype(np.float32))
+
+        def region():
+            y = m.matmul(att, x.transpose(1, 2))  # v: not viewable as (8, 16, 8): copied
+            (y.transpose(1, 2).reshape(2, 16, 32) * w).sum().backward()
+
+        return region
+
+    t_sizes = [e["args"]["Bytes"] for e in torch_memory_events(program(torch))]
+    region = program(engine)
+    seen = []
+
+    class Sizes(MemoryObserver):
+        def on_alloc(self, event):
+            seen.append(event.requested)
+
+        def on_free(self, event):
+            seen.append(-event.requested)
+
+    with get_allocator("cpu").observing(Sizes()):
+        region()
+
+    def big(sizes):  # the tensors' events, without the 4/8-byte scalars torch wraps
+        return [s for s in sizes if abs(s) >= 1024]
+
+    assert big(seen) == big(t_sizes)
