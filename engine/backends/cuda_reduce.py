@@ -204,27 +204,45 @@ def device_gpu(index: int) -> GPU:
 META_GPU = GPU()
 
 
+def _gpu_of(dev):
+    """(allocator, GPU) when `dev`'s kernels are torch's CUDA kernels here: cuda, or meta under
+    the caching model (META_GPU); None on cpu, on meta's exact model, or while untracked."""
+    kind = dev.type
+    if kind == "cpu":
+        return None
+    from engine.allocator import tracked
+    from engine.storage import allocator_for
+
+    if not tracked.TRACKING:
+        return None
+    alloc = allocator_for(dev)
+    if kind == "cuda":
+        return alloc, device_gpu(dev.index or 0)
+    if alloc.model_name == "caching":
+        return alloc, META_GPU
+    return None
+
+
+def transient(dev, nbytes: int) -> None:
+    """Charge, then give back, `nbytes` that torch's CUDA kernel for an op allocates and frees
+    inside the op (softmax backward's grad * output), where `dev` runs torch's CUDA kernels."""
+    found = _gpu_of(dev)
+    if found is not None and nbytes:
+        alloc = found[0]
+        alloc.release(*alloc.allocate(nbytes))
+
+
 def charge(dev, data, dims, acc_itemsize: int | None = None) -> None:
     """Charge, then give back, the staging buffer and semaphores torch's CUDA kernel allocates
     to reduce `data` (the array of a tensor on device `dev`) over `dims`, as torch does: after
     the result, the semaphores freed first. On cuda with the device's own figures; on meta
     under the caching model with META_GPU's; a no-op on cpu, untracked, or when the kernel
     needs no global memory."""
-    kind = dev.type
-    if kind == "cpu":
+    found = _gpu_of(dev)
+    if found is None:
         return
-    from engine.allocator import tracked
-    from engine.storage import allocator_for
-
-    if not tracked.TRACKING:
-        return
-    alloc = allocator_for(dev)
-    if kind == "cuda":
-        gpu, ptr = device_gpu(dev.index or 0), data.data.ptr
-    elif alloc.model_name == "caching":
-        gpu, ptr = META_GPU, 0  # the caching allocator's blocks are 512-byte aligned
-    else:
-        return
+    alloc, gpu = found
+    ptr = data.data.ptr if dev.type == "cuda" else 0  # the caching allocator's blocks: aligned
     itemsize = data.itemsize
     buf, sem = global_scratch(
         data.shape,

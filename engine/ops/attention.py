@@ -34,6 +34,7 @@ import numpy as np
 from engine import dtypes, kernels
 from engine.autograd.function import Function, SavedTensor
 from engine.autograd.grad_mode import no_grad
+from engine.backends import cuda_reduce
 from engine.backends.strided import is_dense
 from engine.tensor import Tensor
 
@@ -161,6 +162,8 @@ class SafeSoftmax(Function):
         # uncharged scratch (the fused ATen kernel keeps them in registers).
         (y,) = self.saved_tensors
         gx = _empty(g.shape, g._dtype, g._device)
+        # torch's CUDA softmax backward first makes grad * output, a temporary of g's size
+        cuda_reduce.transient(g._device, g.numel() * g._dtype.itemsize)
         if _live(g):
             xp = _xp(g)
             xp.multiply(g._data, y._data, out=gx._data)

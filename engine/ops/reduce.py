@@ -264,6 +264,8 @@ class Softmax(Function):
         out = kernels.empty(g.shape, g._dtype, g._device)
         if not _contiguous(g):
             g = kernels.copy_new(g)  # grad_output.contiguous(), as both of PyTorch's kernels do
+        if not self.log:  # torch's CUDA softmax backward reduces a grad * output temporary
+            cuda_reduce.transient(g._device, g.numel() * g._dtype.itemsize)
         s = kernels.Scratch(_keep_shape(g.shape, d), g._dtype, g._device)
         if g._device.type == "meta":
             s.release()

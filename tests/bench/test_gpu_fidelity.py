@@ -328,20 +328,12 @@ def _torch_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-# What still differs on an H100 with torch 2.11 (docs/gpu-fidelity.md), peaks exact: in the
-# attention's backward the engine's matmul copies the non-contiguous value operand again where
-# torch's BmmBackward0 reuses the contiguous copy its forward made (one more 1 MiB small-pool
-# block: the small pool's peak and a third small segment), and torch's CUDA softmax backward
-# makes a 2 MiB product temporary that the engine does not (one more large-pool allocation).
-KNOWN_CUDA_GAPS = {
-    "transformer": (
-        "peak_reserved",
-        "segments",
-        "allocation.large_pool.allocated",
-        "allocation.small_pool.allocated",
-        "allocated_bytes.small_pool.peak",
-    ),
-}
+# What still differs on an H100 with torch 2.11 (docs/gpu-fidelity.md), every peak and counter
+# equal: torch reserves one 2 MiB small segment fewer. Every segment the run itself allocates
+# agrees (segment.*.allocated); the setup's parameters fill three small segments on the engine
+# and, it seems, two on torch, where one can sit in free room of a segment torch's warm-up left
+# (its cuBLAS workspaces), which the comparison leaves out of torch's layout.
+KNOWN_CUDA_GAPS = {"transformer": ("peak_reserved", "segments")}
 
 
 @pytest.mark.cuda

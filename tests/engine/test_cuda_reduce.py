@@ -108,3 +108,26 @@ def test_linear_bias_gradient_on_cuda_peaks_as_torch(torch):
     engine.memory.set_allocator_model("caching", "cuda")
     peak(torch, "cuda")  # warm-up: cuBLAS's workspace stays torch's own
     assert peak(engine, "cuda") == peak(torch, "cuda")
+
+
+# --- the softmax backward's temporary (torch's softmax_backward_cuda_out: tmp = grad * output)
+
+
+def _softmax_backward_sizes(model: str) -> list[int]:
+    engine.memory.set_allocator_model(model, "meta")
+    x = engine.empty(8, 4, 128, 128, device="meta", requires_grad=True)
+    y = engine.softmax(x, -1)
+    g = engine.empty(8, 4, 128, 128, device="meta")
+    seen = _Events()
+    with get_allocator("meta").observing(seen):
+        y.backward(g)
+    del x, y, g
+    return seen.sizes
+
+
+def test_softmax_backward_on_a_gpu_makes_torchs_product_temporary():
+    scores = 8 * 4 * 128 * 128 * 4
+    # meta under the caching model stands for a GPU: grad_input, then grad * output, freed
+    assert _softmax_backward_sizes("caching")[:3] == [scores, scores, -scores]
+    # under the exact model (a CPU's kernels) no temporary: grad_input is all it allocates
+    assert [s for s in _softmax_backward_sizes("exact") if s > 0] == [scores]
