@@ -186,6 +186,7 @@ def global_scratch(
 
 
 _gpus: dict = {}
+_sizes: dict = {}  # (shape, strides, dims, itemsize, acc itemsize, GPU, alignment) -> sizes
 
 
 def device_gpu(index: int) -> GPU:
@@ -244,15 +245,15 @@ def charge(dev, data, dims, acc_itemsize: int | None = None) -> None:
     alloc, gpu = found
     ptr = data.data.ptr if dev.type == "cuda" else 0  # the caching allocator's blocks: aligned
     itemsize = data.itemsize
-    buf, sem = global_scratch(
-        data.shape,
-        [s // itemsize for s in data.strides],
-        dims,
-        itemsize,
-        acc_itemsize or max(itemsize, 4),  # float16/bfloat16 accumulate in float32
-        gpu,
-        ptr,
-    )
+    acc = acc_itemsize or max(itemsize, 4)  # float16/bfloat16 accumulate in float32
+    key = (data.shape, data.strides, tuple(dims), itemsize, acc, gpu, ptr % 64)
+    sizes = _sizes.get(key)
+    if sizes is None:  # a model's layers repeat their shapes: decided once per shape
+        if len(_sizes) > 4096:
+            _sizes.clear()
+        strides = [s // itemsize for s in data.strides]
+        sizes = _sizes[key] = global_scratch(data.shape, strides, dims, itemsize, acc, gpu, ptr)
+    buf, sem = sizes
     if not buf:
         return
     held = alloc.allocate(buf)
