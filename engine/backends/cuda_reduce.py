@@ -47,7 +47,8 @@ def _last_pow2(n: int) -> int:
 
 def _order_and_coalesce(shape, in_strides, out_strides):
     """TensorIterator's dims for a reduction, fastest first: (shape, input strides, output
-    strides), all in bytes, after reorder_dimensions and coalesce_dimensions."""
+    strides) after reorder_dimensions and coalesce_dimensions, each operand's strides in its
+    own unit (the input's in bytes)."""
     from engine.kernels import stride_order
 
     ndim = len(shape)
@@ -109,12 +110,11 @@ def global_scratch(
     if numel == 0:
         return 0, 0
     reduce_dims = set(reduce_dims)
+    # a contiguous keepdim output, in elements (only its order and its 0s are read)
     out_strides, step = [], 1
-    for d in range(len(shape) - 1, -1, -1):  # the kept dims of a contiguous keepdim output
-        if d in reduce_dims or shape[d] == 1:
-            out_strides.append(0 if d in reduce_dims else step * acc_itemsize)
-        else:
-            out_strides.append(step * itemsize)
+    for d in range(len(shape) - 1, -1, -1):
+        out_strides.append(0 if d in reduce_dims else step)
+        if d not in reduce_dims:
             step *= shape[d]
     out_strides.reverse()
     in_bytes = [s * itemsize for s in in_strides]
