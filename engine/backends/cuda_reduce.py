@@ -224,6 +224,18 @@ def _gpu_of(dev):
     return None
 
 
+def runs_cuda_kernels(dev) -> bool:
+    """Whether ops on `dev` account as torch's CUDA kernels do: cuda, or meta under the caching
+    model (the model of PyTorch's CUDA caching allocator)."""
+    if dev.type == "cuda":
+        return True
+    if dev.type != "meta":
+        return False
+    from engine.storage import allocator_for
+
+    return allocator_for(dev).model_name == "caching"
+
+
 def transient(dev, nbytes: int) -> None:
     """Charge, then give back, `nbytes` that torch's CUDA kernel for an op allocates and frees
     inside the op (softmax backward's grad * output), where `dev` runs torch's CUDA kernels."""

@@ -20,9 +20,12 @@ Two ways to run the same attention, chosen like PyTorch with
   keep a random seed and regenerate it in backward; so does this).
 
 With nothing chosen (no sdpa_kernel), the backend is PyTorch's own choice (_default_backend):
-on cpu its flash kernel when the inputs fit it, else MATH; MATH on meta (as torch's meta device)
-and on cuda (torch's GPU choice is not modelled). On cpu the fused accounting follows torch's
-CPU flash kernel (FlashAttentionKernel) event by event: see FusedAttention.
+on cpu its flash kernel when the inputs fit it, else MATH; MATH on meta (as torch's meta
+device); on cuda the memory-efficient kernel for float32, MATH for other dtypes (torch's flash
+and cuDNN choices are not modelled). On cpu the fused accounting follows torch's CPU flash
+kernel (FlashAttentionKernel) event by event, and where the device runs torch's CUDA kernels
+(cuda, or meta under the caching model) EFFICIENT_ATTENTION with float32 follows torch's CUDA
+memory-efficient kernel: see FusedAttention.
 """
 
 from __future__ import annotations
@@ -73,8 +76,12 @@ def _default_backend(query, key, value, attn_mask, dropout_p) -> str:
     dropout; q, k, v 4-D with equal batch, heads and head dims, a last-dim stride of 1 and
     non-empty sequences; a mask that does not require grad, 2-D or 4-D, broadcasting over
     batch and heads only by size 1), the math path otherwise; on meta always the math path.
-    cuda: the math path here too (torch picks flash or memory-efficient kernels by GPU, dtype
-    and shape; not modelled: choose one with sdpa_kernel)."""
+    On cuda, float32 4-D inputs whose head dims are multiples of 4 take the memory-efficient
+    kernel (torch 2.11 on an H100 chose it for every float32 case recorded, masks and dropout
+    included: bench/data/cuda_sdpa_h100.json); other dtypes the math path (torch picks flash or
+    cuDNN kernels for them by GPU; not modelled: choose one with sdpa_kernel)."""
+    if query._device.type == "cuda":
+        return _cuda_default(query, key, value, attn_mask)
     if query._device.type != "cpu" or dropout_p > 0.0:
         return MATH
     q, k, v = query, key, value
@@ -98,6 +105,21 @@ def _default_backend(query, key, value, attn_mask, dropout_p) -> str:
         elif m.ndim != 2:
             return MATH
     return FLASH_ATTENTION
+
+
+def _cuda_default(q, k, v, attn_mask) -> str:
+    """torch's choice on a GPU, as far as it is modelled: the memory-efficient kernel for 4-D
+    float32 inputs with head dims a multiple of 4 (and a mask that does not require grad), the
+    math path for everything else."""
+    if (
+        q.ndim == k.ndim == v.ndim == 4
+        and q._dtype is k._dtype is v._dtype is dtypes.float32
+        and q.shape[-1] % 4 == 0
+        and v.shape[-1] % 4 == 0
+        and (attn_mask is None or not attn_mask.requires_grad)
+    ):
+        return EFFICIENT_ATTENTION
+    return MATH
 
 
 def _ops():
@@ -304,7 +326,9 @@ class FusedAttention(Function):
     (FlashAttentionKernel.cpp, checked event by event against torch's profiler): the output is
     laid out as the query when the query is dense; backward makes all three gradients laid out
     [B, L, H, E] (unneeded ones die at return), copies grad_out into that layout unless it is
-    already, and each side's per-thread tiles (_cpu_splits) are scratch.
+    already, and each side's per-thread tiles (_cpu_splits) are scratch. With `efficient` where
+    the device runs torch's CUDA kernels (_cuda_efficient), as torch's CUDA memory-efficient
+    kernel: see its branches in forward and backward.
     """
 
     retain_output = True
@@ -315,15 +339,27 @@ class FusedAttention(Function):
     def to_save(self, tensors):
         return (0, 1, 2, 3) if len(tensors) == 4 else (0, 1, 2)
 
-    def forward(self, q, k, v, mask=None, out=None, causal=False, scale=1.0, p=0.0, seed=0):
+    def forward(
+        self, q, k, v, mask=None, out=None, causal=False, scale=1.0, p=0.0, seed=0, efficient=False
+    ):
         self.causal, self.scale, self.p, self.seed = causal, scale, p, seed
+        self.efficient = efficient
+        self.cuda_efficient = cuda_eff = efficient and _cuda_efficient(q, k, v)
         batch = self.batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         L, Dv = q.shape[-2], v.shape[-1]
         y = _empty(batch + (L, Dv), q._dtype, q._device)
         acc = _accumulation(q._dtype)
-        lse = _empty(batch + (L,), acc, q._device)
+        if cuda_eff:
+            # torch's CUDA kernel: the output laid out [B, L, H, E]; the log-sum-exp padded to
+            # 32 queries, and empty when no input requires grad
+            kernels.relayout(y, _blhd(y.shape))
+            wanted = any(t.requires_grad for t in (q, k, v))
+            lse = _empty(batch + ((-(-L // 32) * 32) if wanted else 0,), acc, q._device)
+        else:
+            lse = _empty(batch + (L,), acc, q._device)
+        lse_rows = lse._data[..., :L] if _live(q) else None  # what the computation writes
         work = None
-        if _cpu_kernel(q, k, v):
+        if _cpu_kernel(q, k, v) and not cuda_eff:
             # torch's CPU kernel: the output laid out as the query (empty_like), and per thread
             # a tile of scores, its row max and sum and an output tile (scratch: device-specific)
             if y.shape == q.shape and is_dense(q.shape, q.stride()):
@@ -338,7 +374,8 @@ class FusedAttention(Function):
             def part(i, lo, hi):
                 for b0, b1, P, m in self._chunks(q, k, mask, lo=lo, hi=hi):
                     _put(y._data, b0, b1, nd, P @ _compute(_rows(va, b0, b1, nd), P.dtype))
-                    _put(lse._data, b0, b1, nd, m)
+                    if lse_rows.size:
+                        _put(lse_rows, b0, b1, nd, m)
 
             kernels.run_parts(part, _ranges(q, k))
             del work
@@ -349,7 +386,8 @@ class FusedAttention(Function):
                 P, m, keep = self._probs(xp, q, k, mk, idx)
                 if keep is not None:
                     P = P * keep / (1.0 - self.p)
-                lse._data[idx] = m
+                if lse_rows.size:
+                    lse_rows[idx] = m
                 y._data[idx] = P @ _at(v._data, idx, batch)
         self.batch = batch
         self.lse = SavedTensor(lse, None)  # kept for backward (through saved_tensors_hooks too)
@@ -435,8 +473,25 @@ class FusedAttention(Function):
         q, k, v = saved[0], saved[1], saved[2]
         mask = saved[3] if self.has_mask else None
         needs = tuple(e is not None for e in self.next_functions)
-        cpu = _cpu_kernel(q, k, v)
-        if cpu:
+        cpu = _cpu_kernel(q, k, v) and not self.cuda_efficient
+        cuda_eff = self.cuda_efficient
+        if cuda_eff:
+            # torch's CUDA memory-efficient backward: grad_out copied to [B, L, H, E] unless it
+            # is laid out so; the three gradients laid out so; delta = rowsum(grad_out * out)
+            # (the product, its [B, L, H] sum, made contiguous [B, H, L]); grad_q's float32
+            # accumulator (_efficient_workspace). Read off torch 2.11's events on an H100.
+            dev = q._device
+            held = None if _blhd_laid(g) else _empty(g.shape, g._dtype, dev)
+            gq, gk, gv = (
+                kernels.relayout(_empty(t.shape, t._dtype, dev), _blhd(t.shape)) for t in (q, k, v)
+            )
+            B_, H_, L_ = g.shape[:3]
+            prod = _empty(g.shape, dtypes.float32, dev)
+            rows = _empty((B_, L_, H_), dtypes.float32, dev)
+            delta = _empty((B_, H_, L_), dtypes.float32, dev)
+            del rows, prod
+            workspace = _empty((_efficient_workspace(q),), dtypes.uint8, dev)
+        elif cpu:
             # torch's CPU kernel makes all three gradients, laid out [B, L, H, E], then a
             # buffer the size of grad_out, and per thread two tiles of scores (scratch)
             gq, gk, gv = (
@@ -459,7 +514,7 @@ class FusedAttention(Function):
             ga, va, qa, ka = g._data, v._data, q._data, k._data
             ya = saved[-1]._data  # the output (retain_output)
             nd = qa.ndim
-            lse_a = self.lse.unpack()._data
+            lse_a = self.lse.unpack()._data[..., : q.shape[-2]]
 
             def part(i, lo, hi):
                 for b0, b1, P, _ in self._chunks(q, k, mask, lse_a, lo=lo, hi=hi):
@@ -490,8 +545,11 @@ class FusedAttention(Function):
                     _acc(gq._data, idx, dS @ _at(k._data, idx, batch).astype(np.float64))
                 if gk is not None:
                     _acc(gk._data, idx, dS.T @ _at(q._data, idx, batch).astype(np.float64))
-        if cpu:
-            del work, held
+        if cuda_eff:
+            del delta, workspace, held
+        if cpu or cuda_eff:
+            if cpu:
+                del work, held
             gq, gk, gv = (
                 t if need else None for t, need in zip((gq, gk, gv), needs[:3], strict=True)
             )
@@ -528,6 +586,8 @@ class FusedAttention(Function):
         self.lse = None
 
     def name(self):
+        if self.efficient:
+            return "ScaledDotProductEfficientAttentionBackward0"
         return "ScaledDotProductFlashAttentionBackward0"
 
 
@@ -540,6 +600,26 @@ def _ranges(q, k) -> list[tuple[int, int]]:
     lead = q.shape[0] if q.ndim > 2 else 1
     per = math.prod(q.shape[1:-2]) * q.shape[-2] * k.shape[-2] * q.shape[-1] * 5
     return kernels.split_ranges(lead, per)
+
+
+def _cuda_efficient(q, k, v) -> bool:
+    """Whether torch's CUDA memory-efficient kernel's buffers apply: 4-D float32 inputs on a
+    device that runs torch's CUDA kernels (cuda, or meta under the caching model). Its layouts
+    and buffers were read off torch 2.11 on an H100 (bench/data/cuda_sdpa_h100.json)."""
+    return (
+        q.ndim == k.ndim == v.ndim == 4
+        and q._dtype is dtypes.float32
+        and cuda_reduce.runs_cuda_kernels(q._device)
+    )
+
+
+def _efficient_workspace(q) -> int:
+    """Bytes of the efficient backward's float32 workspace: grad_q's accumulator, one
+    (align(L, I), align(E, 64)) block per batch and head, I = 64 queries per block for head
+    dims to 64 and 128 above (the sm80 kernels' tiles), and a few bytes of counters."""
+    B_, H_, L_, E_ = q.shape
+    rows = 64 if E_ <= 64 else 128
+    return B_ * H_ * (-(-L_ // rows) * rows) * (-(-E_ // 64) * 64) * 4 + 4 * B_ * H_
 
 
 def _cpu_kernel(q, k, v) -> bool:
@@ -618,7 +698,16 @@ def _acc(arr, idx, value):
     arr[key] += value.astype(arr.dtype)
 
 
-def attention_fused(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+def attention_fused(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    efficient=False,
+):
     from engine.creation import get_generator
 
     sc = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
@@ -627,10 +716,32 @@ def attention_fused(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
         # convert_boolean_attn_mask, before any backend: the float mask is what the kernel
         # keeps for backward
         attn_mask = _float_mask(attn_mask, query._dtype)
+    if efficient and attn_mask is not None and _cuda_efficient(query, key, value):
+        attn_mask = _padded_mask(attn_mask)
     args = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
     return FusedAttention.apply(
-        *args, op="scaled_dot_product_attention", causal=is_causal, scale=sc, p=dropout_p, seed=seed
+        *args,
+        op="scaled_dot_product_attention",
+        causal=is_causal,
+        scale=sc,
+        p=dropout_p,
+        seed=seed,
+        efficient=efficient,
     )
+
+
+def _padded_mask(mask: Tensor) -> Tensor:
+    """The CUDA memory-efficient kernel's bias: a last dim that is not a multiple of 16 is
+    copied into a tensor padded to one (kept for backward) and read through a view of it."""
+    S = mask.shape[-1]
+    if S % 16 == 0:
+        return mask
+    with no_grad():
+        padded = _empty(mask.shape[:-1] + (-(-S // 16) * 16,), mask._dtype, mask._device)
+        view = padded[..., :S]
+        if _live(mask):
+            view._data[...] = mask._data
+        return view
 
 
 # ---------------------------------------------------------------------------------------------
@@ -651,7 +762,7 @@ def scaled_dot_product_attention(
     `attn_mask`: bool (True = take part) or float (added to the scores), broadcast to
     [..., L, S]. `is_causal`: the upper triangle is masked. `dropout_p` is applied whenever it is
     non-zero (as in PyTorch: pass 0.0 in eval). Memory follows the backend chosen by
-    `engine.nn.attention.sdpa_kernel` (MATH by default; see this module's docstring).
+    `engine.nn.attention.sdpa_kernel`, or PyTorch's own choice (see this module's docstring).
     """
     from engine.amp import autocast_mode
 
@@ -665,9 +776,19 @@ def scaled_dot_product_attention(
                 query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
             )
     _check_qkv(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
-    if _backend(query, key, value, attn_mask, dropout_p) == MATH:
+    backend = _backend(query, key, value, attn_mask, dropout_p)
+    if backend == MATH:
         return attention_math(query, key, value, attn_mask, dropout_p, is_causal, scale)[0]
-    return attention_fused(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    return attention_fused(
+        query,
+        key,
+        value,
+        attn_mask,
+        dropout_p,
+        is_causal,
+        scale,
+        efficient=backend == EFFICIENT_ATTENTION,
+    )
 
 
 __all__ = ["scaled_dot_product_attention", "safe_softmax", "attention_math"]
