@@ -452,7 +452,7 @@ class FusedAttention(Function):
         sc = (qs @ ks.T) * self.scale
         L, S = sc.shape
         if self.causal:
-            sc = xp.where(np.tri(L, S, dtype=bool), sc, -np.inf)
+            sc = xp.where(xp.asarray(np.tri(L, S, dtype=bool)), sc, -np.inf)
         if mk is not None:
             m = _at(mk, idx, batch)
             sc = xp.where(m, sc, -np.inf) if m.dtype == np.bool_ else sc + m
@@ -465,7 +465,7 @@ class FusedAttention(Function):
         lse = (mx + xp.log(safe))[..., 0]
         keep = None
         if self.p > 0:  # the kernels regenerate the mask from a seed: nothing is stored
-            keep = np.random.default_rng((self.seed, *idx)).random(P.shape) >= self.p
+            keep = xp.asarray(np.random.default_rng((self.seed, *idx)).random(P.shape) >= self.p)
         return P, lse, keep
 
     def backward(self, g):

@@ -19,6 +19,7 @@ import engine
 from engine.allocator import MemoryObserver, get_allocator
 from engine.nn.attention import SDPBackend, sdpa_kernel
 from engine.ops import attention as A
+from tests.conftest import requires_cuda
 
 DATA = json.loads(
     (Path(__file__).resolve().parents[2] / "bench" / "data" / "cuda_sdpa_h100.json").read_text()
@@ -123,3 +124,32 @@ def test_the_cuda_default_is_torchs_for_every_float32_case_recorded():
     # float16 / bfloat16: torch's flash or cuDNN kernels, not modelled: the math path
     half = engine.empty(2, 4, 128, 64, device="meta", dtype=engine.bfloat16)
     assert A._cuda_default(half, half, half, None) == A.MATH
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dropout", [0.0, 0.25])
+@pytest.mark.parametrize("causal", [False, True])
+def test_cuda_default_is_the_efficient_kernel_and_computes_attention(dropout, causal):
+    rng = np.random.default_rng(2)
+
+    def leaf(shape):
+        data = rng.standard_normal(shape).astype(np.float32)
+        return engine.tensor(data, device="cuda").requires_grad_(True)
+
+    q, k, v = leaf((2, 3, 33, 8)), leaf((2, 3, 20, 8)), leaf((2, 3, 20, 8))
+    engine.manual_seed(0)
+    y = engine.nn.functional.scaled_dot_product_attention(
+        q, k, v, dropout_p=dropout, is_causal=causal and dropout == 0
+    )
+    assert y.grad_fn.name() == "ScaledDotProductEfficientAttentionBackward0"
+    y.sum().backward()
+    assert all(t.grad is not None for t in (q, k, v))
+    if dropout == 0:  # the math path's values
+        with sdpa_kernel(SDPBackend.MATH):
+            ref = engine.nn.functional.scaled_dot_product_attention(
+                q.detach(), k.detach(), v.detach(), is_causal=causal
+            )
+        np.testing.assert_allclose(
+            y.detach().cpu().numpy(), ref.cpu().numpy(), rtol=2e-5, atol=2e-6
+        )
