@@ -16,26 +16,16 @@ import numpy as np
 import pytest
 
 import engine
-from engine.allocator import MemoryObserver, get_allocator
+from engine.allocator import get_allocator
 from engine.nn.attention import SDPBackend, sdpa_kernel
 from engine.ops import attention as A
 from tests.conftest import requires_cuda
+from tests.engine.test_cuda_reduce import _Events as _Blocks  # block sizes, frees negative
 
 DATA = json.loads(
     (Path(__file__).resolve().parents[2] / "bench" / "data" / "cuda_sdpa_h100.json").read_text()
 )
 F32 = [c for c in DATA["events"] if c["dtype"] == "float32"]
-
-
-class _Blocks(MemoryObserver):
-    def __init__(self):
-        self.sizes = []
-
-    def on_alloc(self, event):
-        self.sizes.append(event.bytes)
-
-    def on_free(self, event):
-        self.sizes.append(-event.bytes)
 
 
 def _leaf(shape, layout):
