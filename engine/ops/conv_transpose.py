@@ -13,6 +13,7 @@ import numpy as np
 
 from engine import kernels
 from engine.autograd.function import Function
+from engine.backends import cuda_reduce
 from engine.ops.nn.common import _pair
 
 
@@ -157,6 +158,7 @@ class ConvTranspose2d(Function):
             gb = kernels.empty((cout,), dt, dev)
             if _live(gy):
                 gb._data[...] = gy._data.sum(axis=(0, 2, 3))
+            cuda_reduce.charge(dev, gy._data, (0, 2, 3))  # the bias fallback's GPU staging
         return (gx, gw, gb) if self.has_bias else (gx, gw)
 
     def name(self):

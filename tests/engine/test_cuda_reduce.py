@@ -131,3 +131,22 @@ def test_softmax_backward_on_a_gpu_makes_torchs_product_temporary():
     assert _softmax_backward_sizes("caching")[:3] == [scores, scores, -scores]
     # under the exact model (a CPU's kernels) no temporary: grad_input is all it allocates
     assert [s for s in _softmax_backward_sizes("exact") if s > 0] == [scores]
+
+
+def test_conv_bias_gradient_stages_as_torchs_fallback_sum():
+    # convolution_backward computes the bias gradient itself on a GPU (cuDNN does not):
+    # grad_output.sum((0, 2, 3)), a reduction that stages here (N*H*W = 401408 per channel)
+    engine.memory.set_allocator_model("caching", "meta")
+    conv = engine.nn.Conv2d(3, 8, 3, padding=1, device="meta")
+    x = engine.empty(32, 3, 112, 112, device="meta")  # (held: its release is not the point)
+    y = conv(x)
+    buf, sem = global_scratch(
+        (32, 8, 112, 112), (8 * 112 * 112, 112 * 112, 112, 1), (0, 2, 3), 4, 4
+    )
+    assert (buf, sem) == (1568, 32)  # block-x reduction: one float per output and block
+    g = engine.empty(32, 8, 112, 112, device="meta")
+    seen = _Events()
+    with get_allocator("meta").observing(seen):
+        y.backward(g)
+    # the weight's gradient, the bias's, then the staging buffer and semaphores, freed at once
+    assert seen.sizes == [1024, 512, _blocks(buf), _blocks(sem), -_blocks(sem), -_blocks(buf)]

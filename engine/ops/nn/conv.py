@@ -7,6 +7,7 @@ import numpy as np
 from engine import kernels
 from engine.allocator import tracked
 from engine.autograd.function import Function
+from engine.backends import cuda_reduce
 from engine.ops.common import device_of, result_buffer, result_type
 from engine.ops.nn.common import _dense, _live, _needs, _pair, _same_dtype
 from engine.storage import wrap_storage
@@ -340,6 +341,9 @@ class Conv2d(Function):
             gb = kernels.empty((o,), dt, dev)
             if live:
                 xp.sum(g4.reshape(n, o, oh * ow), axis=(0, 2), out=gb._data)
+            # convolution_backward's bias fallback, grad_output.sum((0, 2, 3)): on a GPU its
+            # reduction may stage partial sums (cuDNN computes no bias gradient)
+            cuda_reduce.charge(dev, g._data, (0, 2, 3))
         del gkeep
         return (gx, gw, gb) if self.has_bias else (gx, gw)
 
