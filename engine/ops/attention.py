@@ -108,18 +108,25 @@ def _default_backend(query, key, value, attn_mask, dropout_p) -> str:
 
 
 def _cuda_default(q, k, v, attn_mask) -> str:
-    """torch's choice on a GPU, as far as it is modelled: the memory-efficient kernel for 4-D
-    float32 inputs with head dims a multiple of 4 (and a mask that does not require grad), the
-    math path for everything else."""
-    if (
-        q.ndim == k.ndim == v.ndim == 4
-        and q._dtype is k._dtype is v._dtype is dtypes.float32
-        and q.shape[-1] % 4 == 0
-        and v.shape[-1] % 4 == 0
-        and (attn_mask is None or not attn_mask.requires_grad)
+    """torch's choice on a GPU, as far as it is modelled: the memory-efficient kernel for
+    float32 inputs that pass its checks (sdp_utils' use_mem_efficient_attention: 4-D, equal
+    batch and head counts, q and k head dims equal, head dims a positive multiple of 4, a
+    last-dim stride of 1, non-empty sequences, a mask that does not require grad); the math
+    path for everything else."""
+    if not (q.ndim == k.ndim == v.ndim == 4) or not (
+        q._dtype is k._dtype is v._dtype is dtypes.float32
     ):
-        return EFFICIENT_ATTENTION
-    return MATH
+        return MATH
+    if not (q.shape[0] == k.shape[0] == v.shape[0] and q.shape[1] == k.shape[1] == v.shape[1]):
+        return MATH
+    E, Ev = q.shape[-1], v.shape[-1]
+    if k.shape[-1] != E or E <= 0 or Ev <= 0 or E % 4 or Ev % 4:
+        return MATH
+    if q.shape[2] == 0 or k.shape[2] == 0 or any(t.stride(-1) != 1 for t in (q, k, v)):
+        return MATH
+    if attn_mask is not None and attn_mask.requires_grad:
+        return MATH
+    return EFFICIENT_ATTENTION
 
 
 def _ops():

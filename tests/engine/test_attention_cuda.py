@@ -143,3 +143,19 @@ def test_cuda_default_is_the_efficient_kernel_and_computes_attention(dropout, ca
         np.testing.assert_allclose(
             y.detach().cpu().numpy(), ref.cpu().numpy(), rtol=2e-5, atol=2e-6
         )
+
+
+def test_the_cuda_default_falls_back_to_math_where_the_kernel_does_not_apply():
+    def t(*shape, dtype=None):
+        return engine.empty(*shape, device="meta", dtype=dtype or engine.float32)
+
+    q = t(2, 4, 16, 8)
+    assert A._cuda_default(q, q, q, None) == A.EFFICIENT_ATTENTION
+    assert A._cuda_default(t(2, 4, 16, 6), t(2, 4, 16, 6), t(2, 4, 16, 6), None) == A.MATH
+    assert A._cuda_default(q, t(1, 4, 16, 8), t(1, 4, 16, 8), None) == A.MATH  # batch
+    assert A._cuda_default(q, t(2, 4, 16, 12), q, None) == A.MATH  # q, k head dims
+    assert A._cuda_default(t(4, 16, 8), t(4, 16, 8), t(4, 16, 8), None) == A.MATH  # 3-d
+    strided = t(2, 4, 16, 16)[..., ::2]
+    assert A._cuda_default(strided, strided, strided, None) == A.MATH  # last-dim stride 2
+    grad_mask = t(16, 16).requires_grad_(True)
+    assert A._cuda_default(q, q, q, grad_mask) == A.MATH
