@@ -443,3 +443,27 @@ def test_gpu_checks_script_runs_every_part_and_says_what_it_could_not(tmp_path):
     assert proc.returncode == 1
     assert "no differences beyond the named allowances" in (tmp_path / "fidelity.log").read_text()
     assert "cuda unmeasured" in (tmp_path / "bench_cuda.log").read_text()
+
+
+def test_gpu_record_names_its_files_by_gpu_and_says_why_without_one():
+    spec = importlib.util.spec_from_file_location("gpu_record", REPO / "bench" / "gpu_record.py")
+    gpu_record = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_record)
+    names = (
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA A100-SXM4-80GB",
+        "NVIDIA H200",
+        "Tesla V100-PCIE-16GB",
+    )
+    assert [gpu_record._slug(n) for n in names] == ["h100", "a100", "h200", "v100"]
+    if _torch_cuda():
+        pytest.skip("a GPU is present: gpu_record records for real")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "gpu_record.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("gpu_record: nothing recorded: ")
+    assert "Traceback" not in proc.stderr
