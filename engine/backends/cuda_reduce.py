@@ -206,22 +206,17 @@ META_GPU = GPU()
 
 
 def _gpu_of(dev):
-    """(allocator, GPU) when `dev`'s kernels are torch's CUDA kernels here: cuda, or meta under
-    the caching model (META_GPU); None on cpu, on meta's exact model, or while untracked."""
-    kind = dev.type
-    if kind == "cpu":
+    """(allocator, GPU) while tracking where `dev` runs torch's CUDA kernels
+    (runs_cuda_kernels): the device's own figures on cuda, META_GPU on meta; else None."""
+    if not runs_cuda_kernels(dev):
         return None
     from engine.allocator import tracked
     from engine.storage import allocator_for
 
     if not tracked.TRACKING:
         return None
-    alloc = allocator_for(dev)
-    if kind == "cuda":
-        return alloc, device_gpu(dev.index or 0)
-    if alloc.model_name == "caching":
-        return alloc, META_GPU
-    return None
+    gpu = device_gpu(dev.index or 0) if dev.type == "cuda" else META_GPU
+    return allocator_for(dev), gpu
 
 
 def runs_cuda_kernels(dev) -> bool:

@@ -85,17 +85,13 @@ def _default_backend(query, key, value, attn_mask, dropout_p) -> str:
     if query._device.type != "cpu" or dropout_p > 0.0:
         return MATH
     q, k, v = query, key, value
-    if not (q.ndim == k.ndim == v.ndim == 4) or q._dtype.name not in _CPU_FLASH_DTYPES:
+    if not _fused_inputs_fit(q, k, v, attn_mask) or q._dtype.name not in _CPU_FLASH_DTYPES:
         return MATH
-    if not (q.shape[0] == k.shape[0] == v.shape[0] and q.shape[1] == k.shape[1] == v.shape[1]):
-        return MATH
-    if not (q.shape[3] == k.shape[3] == v.shape[3]) or q.shape[2] == 0 or k.shape[2] == 0:
-        return MATH
-    if any(t.stride(-1) != 1 for t in (q, k, v)):
+    if v.shape[3] != q.shape[3]:
         return MATH
     if attn_mask is not None:
         m = attn_mask
-        if m.requires_grad or m.shape[-2] not in (q.shape[2], 1):
+        if m.shape[-2] not in (q.shape[2], 1):
             return MATH
         if m.shape[-1] not in (k.shape[2], 1):
             return MATH
@@ -107,24 +103,32 @@ def _default_backend(query, key, value, attn_mask, dropout_p) -> str:
     return FLASH_ATTENTION
 
 
+def _fused_inputs_fit(q, k, v, attn_mask) -> bool:
+    """The checks torch's fused kernels share (sdp_utils): q, k, v 4-D with equal batch and
+    head counts, q and k head dims equal, non-empty sequences, a last-dim stride of 1, a mask
+    that does not require grad."""
+    if not (q.ndim == k.ndim == v.ndim == 4):
+        return False
+    if not (q.shape[0] == k.shape[0] == v.shape[0] and q.shape[1] == k.shape[1] == v.shape[1]):
+        return False
+    if k.shape[3] != q.shape[3] or q.shape[2] == 0 or k.shape[2] == 0:
+        return False
+    if any(t.stride(-1) != 1 for t in (q, k, v)):
+        return False
+    return attn_mask is None or not attn_mask.requires_grad
+
+
 def _cuda_default(q, k, v, attn_mask) -> str:
     """torch's choice on a GPU, as far as it is modelled: the memory-efficient kernel for
-    float32 inputs that pass its checks (sdp_utils' use_mem_efficient_attention: 4-D, equal
-    batch and head counts, q and k head dims equal, head dims a positive multiple of 4, a
-    last-dim stride of 1, non-empty sequences, a mask that does not require grad); the math
-    path for everything else."""
-    if not (q.ndim == k.ndim == v.ndim == 4) or not (
-        q._dtype is k._dtype is v._dtype is dtypes.float32
-    ):
+    float32 inputs that pass its checks (sdp_utils' use_mem_efficient_attention: the shared
+    ones, _fused_inputs_fit, and head dims a positive multiple of 4); the math path for
+    everything else."""
+    if not _fused_inputs_fit(q, k, v, attn_mask):
         return MATH
-    if not (q.shape[0] == k.shape[0] == v.shape[0] and q.shape[1] == k.shape[1] == v.shape[1]):
+    if not (q._dtype is k._dtype is v._dtype is dtypes.float32):
         return MATH
     E, Ev = q.shape[-1], v.shape[-1]
-    if k.shape[-1] != E or E <= 0 or Ev <= 0 or E % 4 or Ev % 4:
-        return MATH
-    if q.shape[2] == 0 or k.shape[2] == 0 or any(t.stride(-1) != 1 for t in (q, k, v)):
-        return MATH
-    if attn_mask is not None and attn_mask.requires_grad:
+    if E <= 0 or Ev <= 0 or E % 4 or Ev % 4:
         return MATH
     return EFFICIENT_ATTENTION
 
@@ -489,9 +493,7 @@ class FusedAttention(Function):
             # accumulator (_efficient_workspace). Read off torch 2.11's events on an H100.
             dev = q._device
             held = None if _blhd_laid(g) else _empty(g.shape, g._dtype, dev)
-            gq, gk, gv = (
-                kernels.relayout(_empty(t.shape, t._dtype, dev), _blhd(t.shape)) for t in (q, k, v)
-            )
+            gq, gk, gv = _blhd_grads(q, k, v)
             B_, H_, L_ = g.shape[:3]
             prod = _empty(g.shape, dtypes.float32, dev)
             rows = _empty((B_, L_, H_), dtypes.float32, dev)
@@ -501,10 +503,7 @@ class FusedAttention(Function):
         elif cpu:
             # torch's CPU kernel makes all three gradients, laid out [B, L, H, E], then a
             # buffer the size of grad_out, and per thread two tiles of scores (scratch)
-            gq, gk, gv = (
-                kernels.relayout(_empty(t.shape, t._dtype, t._device), _blhd(t.shape))
-                for t in (q, k, v)
-            )
+            gq, gk, gv = _blhd_grads(q, k, v)
             # grad_out laid out [B, L, H, E] too (a copy unless it already is)
             held = None if _blhd_laid(g) else _empty(g.shape, g._dtype, g._device)
             qs, kvs = _cpu_splits(q.shape[-2], k.shape[-2])
@@ -554,9 +553,9 @@ class FusedAttention(Function):
                     _acc(gk._data, idx, dS.T @ _at(q._data, idx, batch).astype(np.float64))
         if cuda_eff:
             del delta, workspace, held
-        if cpu or cuda_eff:
-            if cpu:
-                del work, held
+        elif cpu:
+            del work, held
+        if cpu or cuda_eff:  # all three were made: the unneeded ones die here
             gq, gk, gv = (
                 t if need else None for t, need in zip((gq, gk, gv), needs[:3], strict=True)
             )
@@ -651,6 +650,13 @@ def _blhd_laid(t) -> bool:
     size-1 dims aside, as torch's is_contiguous)."""
     want = _blhd(t.shape)
     return all(n == 1 or s == w for n, s, w in zip(t.shape, t.stride(), want, strict=True))
+
+
+def _blhd_grads(q, k, v) -> tuple:
+    """Gradients of q, k and v laid out [B, L, H, E], as both fused kernels make them."""
+    return tuple(
+        kernels.relayout(_empty(t.shape, t._dtype, t._device), _blhd(t.shape)) for t in (q, k, v)
+    )
 
 
 def _blhd(shape) -> tuple:
