@@ -35,6 +35,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -568,9 +569,33 @@ def measure_torch_cuda(program: Program) -> Figures:
     return figures
 
 
+def trace_events(prof) -> list[dict]:
+    """A finished torch.profiler run's chrome-trace events (through a temporary file, the only
+    way torch hands them out)."""
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as fh:
+            return json.load(fh)["traceEvents"]
+    finally:
+        os.unlink(path)
+
+
+def memory_events(events, device_type: int) -> list[dict]:
+    """The `[memory]` events of one device type (0 cpu, 1 cuda), in time order."""
+    return sorted(
+        (
+            e
+            for e in events
+            if e.get("name") == "[memory]" and e["args"].get("Device Type") == device_type
+        ),
+        key=lambda e: e["ts"],
+    )
+
+
 def cpu_trace_torch(program: Program) -> int:
     """Peak of the raw bytes torch requests inside ``run`` on cpu (its profiler's events)."""
-    import tempfile
 
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -581,18 +606,7 @@ def cpu_trace_torch(program: Program) -> int:
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         kept = program.run(lib, state, {})
     del kept, state
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as fh:
-            events = json.load(fh)["traceEvents"]
-    finally:
-        os.unlink(path)
-    memory = sorted(
-        (e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
-        key=lambda e: e["ts"],
-    )
+    memory = memory_events(trace_events(prof), device_type=0)
     live: dict[int, list[int]] = {}
     total = peak = 0
     for e in memory:

@@ -27,7 +27,11 @@ import json
 import os
 import re
 import sys
-import tempfile
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.gpu_fidelity import memory_events, trace_events  # noqa: E402
 
 
 def _torch_cuda():
@@ -49,21 +53,10 @@ def op_events(torch, fn) -> list[list]:
     ) as p:
         fn()
         torch.cuda.synchronize()
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        p.export_chrome_trace(path)
-        with open(path) as fh:
-            events = json.load(fh)["traceEvents"]
-    finally:
-        os.unlink(path)
+    events = trace_events(p)
     ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
-    memory = sorted(
-        (e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1),
-        key=lambda e: e["ts"],
-    )
     out = []
-    for m in memory:
+    for m in memory_events(events, device_type=1):
         inside = [
             o for o in ops if o["tid"] == m["tid"] and o["ts"] <= m["ts"] <= o["ts"] + o["dur"]
         ]
