@@ -12,29 +12,38 @@ import inspect
 import sys
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 
-def _defer_rich_markdown() -> None:
-    """typer's help (typer.rich_utils) imports rich.markdown, and with it markdown-it, at import:
-    40 ms of `memprof --help`, for Markdown help that memprof does not use. Give it a stand-in
-    module that loads the real one the first time anything in it is used."""
-    if "rich.markdown" in sys.modules:
+def _defer(module: str, *classes: str) -> None:
+    """Put a stand-in for `module` in sys.modules that imports the real one the first time
+    anything in it is used: constructing one of `classes` (or reading a class attribute, such as
+    Traceback.from_exception) builds the real class's object, any other attribute is read from
+    the real module. typer.rich_utils imports, for `memprof --help`, rich.markdown (with
+    markdown-it: 40 ms) for Markdown help that memprof does not use, and rich.traceback (with
+    pygments' lexers, rich.syntax and rich.pretty: 50-70 ms) for pretty exceptions that
+    memprof turns off."""
+    if module in sys.modules:
         return
     import types
 
     def real():
-        if getattr(sys.modules.get("rich.markdown"), "_memprof_stand_in", False):
-            del sys.modules["rich.markdown"]
-        return importlib.import_module("rich.markdown")
+        if getattr(sys.modules.get(module), "_memprof_stand_in", False):
+            del sys.modules[module]
+        return importlib.import_module(module)
 
-    class Markdown:  # constructing one builds the real rich.markdown.Markdown
-        def __new__(cls, *args, **kwargs):
-            return real().Markdown(*args, **kwargs)
+    class _Lazy(type):
+        def __getattr__(cls, name):  # a class attribute: the real class's
+            return getattr(getattr(real(), cls.__name__), name)
 
-    stand_in = types.ModuleType("rich.markdown")
+    stand_in = types.ModuleType(module)
     stand_in._memprof_stand_in = True
-    stand_in.Markdown = Markdown
+    for name in classes:
+
+        def __new__(cls, *args, **kwargs):  # noqa: N807 - the stand-in's constructor
+            return getattr(real(), cls.__name__)(*args, **kwargs)
+
+        setattr(stand_in, name, _Lazy(name, (), {"__new__": __new__}))
 
     def attribute(name):
         if name.startswith("__"):  # the import system's questions (__path__, ...): a module's
@@ -42,18 +51,11 @@ def _defer_rich_markdown() -> None:
         return getattr(real(), name)
 
     stand_in.__getattr__ = attribute
-    sys.modules["rich.markdown"] = stand_in
+    sys.modules[module] = stand_in
 
 
-_defer_rich_markdown()
-
-app = typer.Typer(
-    name="memprof",
-    help="Where the memory of a tensor program goes, and what in-place operations save.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+_defer("rich.markdown", "Markdown")
+_defer("rich.traceback", "Traceback")
 
 # (command name, module under memprof.cli, function name). Modules are thin and import
 # the engine / web stack lazily, so `memprof --help` stays fast.
@@ -71,7 +73,7 @@ COMMANDS = [
 ]
 
 
-class _PlainHelpCommand(TyperCommand):
+class _PlainHelp:
     """Help with plain placeholders: `PATH`, `N`, `DEVICE` instead of `<list[Path]>`, `<int>`,
     `<str>`, and nothing after a flag (`--quiet`, not `--quiet <bool>`). A parameter's own
     `metavar` wins."""
@@ -87,6 +89,24 @@ class _PlainHelpCommand(TyperCommand):
             elif param.metavar is None:
                 param.metavar = _placeholder(param)
         return params
+
+
+class _PlainHelpCommand(_PlainHelp, TyperCommand):
+    """A command's help, plainly (_PlainHelp)."""
+
+
+class _PlainHelpGroup(_PlainHelp, TyperGroup):
+    """`memprof --help`, plainly (_PlainHelp): `--help`, not `--help <bool>`."""
+
+
+app = typer.Typer(
+    name="memprof",
+    help="Where the memory of a tensor program goes, and what in-place operations save.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    cls=_PlainHelpGroup,
+)
 
 
 def _no_type(ctx=None) -> None:

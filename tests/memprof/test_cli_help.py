@@ -19,9 +19,10 @@ runner = CliRunner()
 COMMAND_NAMES = [name for name, _, _ in COMMANDS]
 
 
-@pytest.mark.parametrize("command", COMMAND_NAMES)
+@pytest.mark.parametrize("command", [None, *COMMAND_NAMES])
 def test_help_has_plain_placeholders_and_no_type_tags(command):
-    res = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}, terminal_width=200)
+    args = ["--help"] if command is None else [command, "--help"]  # None: `memprof --help`
+    res = runner.invoke(app, args, env={"COLUMNS": "200"}, terminal_width=200)
     assert res.exit_code == 0, res.output
     assert not re.search(r"<(list\[|str>|bool>|path>|int|float>|Path>)", res.output), res.output
     for flag in ("--help", "--quiet", "--all", "--open", "--report"):
@@ -62,6 +63,35 @@ def test_nothing_imports_web_or_the_engine_for_help():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_help_leaves_rich_markdown_and_traceback_unloaded_until_used():
+    """`memprof --help` renders without rich.markdown (markdown-it) and rich.traceback
+    (pygments, rich.syntax): their stand-ins load the real modules the first time they are
+    used, and what they build is the real thing."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from typer.testing import CliRunner
+        from memprof.cli.app import app
+        result = CliRunner().invoke(app, ["--help"])
+        assert result.exit_code == 0 and "run" in result.output
+        heavy = ("markdown_it", "pygments", "rich.syntax", "rich.pretty")
+        print(sorted(m for m in sys.modules if m.startswith(heavy)))
+        from rich.traceback import Traceback
+        from rich.markdown import Markdown
+        try:
+            1 / 0
+        except ZeroDivisionError as exc:
+            tb = Traceback.from_exception(type(exc), exc, exc.__traceback__)
+        md = Markdown("# title")
+        real = sys.modules["rich.traceback"], sys.modules["rich.markdown"]
+        print(type(tb) is real[0].Traceback, type(md) is real[1].Markdown)
+        print("pygments" in sys.modules, "markdown_it" in sys.modules)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:3] == ["[]", "True True", "True True"], out.stdout
 
 
 def test_serve_is_registered_as_a_command_module_like_the_others():
