@@ -831,6 +831,52 @@ def axpy(out, a, b, alpha, xp=np):
     return out
 
 
+# momentum_step_'s block: its four calls per block read and write the block while it is in L2
+# (0.5M float32, one thread, medians: 8K elements 770-860 us, 16K 530-680, 32K 465-580, 64K
+# 490-550; the three whole-array passes it replaces 690-710).
+MOMENTUM_BLOCK = 1 << 15
+
+
+def momentum_step_(param, buf, grad, momentum, alpha, lr) -> bool:
+    """SGD's single-tensor update on numpy arrays, in place and in one pass of blocks:
+    buf.mul_(momentum).add_(grad, alpha=alpha); param.add_(buf, alpha=-lr), each block through
+    the same numpy calls (and so the same roundings) as those three ops. False, with nothing
+    written, unless all three are C-contiguous arrays of one shape and one floating dtype."""
+    fp, fb, fg = _flat(param), _flat(buf), _flat(grad)
+    if (
+        fp is None
+        or fb is None
+        or fg is None
+        or not (param.shape == buf.shape == grad.shape)
+        or not (param.dtype == buf.dtype == grad.dtype)
+        or param.dtype.kind != "f"
+    ):
+        return False
+    n = fp.size
+    step = MOMENTUM_BLOCK
+
+    def part(bounds):
+        lo, hi = bounds
+        scratch = np.empty(min(step, hi - lo), dtype=fp.dtype)
+        for i in range(lo, hi, step):
+            j = min(i + step, hi)
+            b, s = fb[i:j], scratch[: j - i]
+            np.multiply(b, momentum, out=b)
+            if alpha == 1:
+                np.add(b, fg[i:j], out=b)
+            else:  # (axpy's two calls)
+                np.multiply(fg[i:j], alpha, out=s, casting="unsafe")
+                np.add(b, s, out=b, casting="unsafe")
+            np.multiply(b, -lr, out=s, casting="unsafe")
+            np.add(fp[i:j], s, out=fp[i:j], casting="unsafe")
+
+    if pool_threads(n) > 1:
+        list(_get_pool().map(part, _chunks(n)))
+    elif n:
+        part((0, n))
+    return True
+
+
 def _axpy_block(out, a, b, alpha):
     scaled = np.multiply(b, alpha, dtype=out.dtype, casting="unsafe")
     np.add(a, scaled, out=out, casting="unsafe")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine import kernels
 from engine.allocator.tracked import tracking
 from engine.autograd.grad_mode import no_grad
 from engine.optim import foreach
@@ -83,6 +84,8 @@ class SGD(Optimizer):
                     state["momentum_buffer"] = buf
                 elif fresh:
                     buf.copy_(grad)
+                elif not nesterov and _momentum_step(param, buf, grad, momentum, dampening, lr):
+                    continue
                 else:
                     buf.mul_(momentum).add_(grad, alpha=1 - dampening)
                 grad = grad.add(buf, alpha=momentum) if nesterov else buf
@@ -139,3 +142,22 @@ class SGD(Optimizer):
                     self.state[p]["momentum_buffer"] = empty_like(p.grad)
         with tracking(False):  # the kernel's temporaries are registers
             self._single(group, params, fresh=fresh)
+
+
+def _momentum_step(param, buf, grad, momentum, dampening, lr) -> bool:
+    """`buf.mul_(momentum).add_(grad, alpha=1 - dampening)` and `param.add_(buf, alpha=-lr)`
+    as one pass over the three cpu arrays (kernels.momentum_step_: the same values, sooner).
+    Nothing is allocated by either form; each tensor's version moves as the three in-place ops
+    move it. False (nothing done) where the ops must run one by one: another device, bfloat16
+    (held in float32, rounded per op), views, distinct dtypes or layouts, or shared memory."""
+    if param.device.type != "cpu" or buf.device.type != "cpu" or grad.device.type != "cpu":
+        return False
+    if param._dtype.emulated or param._base is not None or buf._base is not None:
+        return False
+    if len({id(param._storage), id(buf._storage), id(grad._storage)}) < 3:
+        return False
+    if not kernels.momentum_step_(param._data, buf._data, grad._data, momentum, 1 - dampening, lr):
+        return False
+    buf._storage.version += 2
+    param._storage.version += 1
+    return True

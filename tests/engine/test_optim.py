@@ -90,6 +90,61 @@ def test_sgd_momentum_by_hand():
     np.testing.assert_allclose(p.numpy(force=True), [0.5 - 0.5 * 2.9, -2.5 - 0.5 * 0.9], rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dampening", [0.0, 0.3])
+def test_sgd_momentum_in_one_pass_equals_the_three_in_place_ops(monkeypatch, dtype, dampening):
+    """The cpu momentum update runs as one pass of blocks (kernels.momentum_step_): the same
+    bits as buf.mul_().add_() and param.add_() one by one, on one thread or the pool, and each
+    tensor's version moves as those ops move it. A transposed parameter takes the ops."""
+    from engine import kernels
+    from engine.optim import sgd
+
+    rng = np.random.default_rng(7)
+    big = (600, 1100)  # past kernels.PARALLEL_MIN_ELEMS: the pool's chunks, several blocks
+    assert big[0] * big[1] > kernels.PARALLEL_MIN_ELEMS
+    values = [rng.standard_normal(s).astype(dtype) for s in (big, (3, 5))]
+    grads = [[rng.standard_normal(v.shape).astype(dtype) for v in values] for _ in range(3)]
+
+    before = engine.get_num_threads()
+    passes = []
+
+    def run(one_pass: bool, threads: int):
+        monkeypatch.setattr(kernels, "BLAS_SPIN_S", 0.0)  # the pool, whatever ran before
+        one_pass_step = sgd._momentum_step
+
+        def step(*args):
+            done = one_pass and one_pass_step(*args)
+            passes.append((tuple(args[0].shape), args[0].is_contiguous(), done))
+            return done
+
+        monkeypatch.setattr(sgd, "_momentum_step", step)
+        engine.set_num_threads(threads)
+        try:
+            params = [nn.Parameter(engine.tensor(v.copy())) for v in values]
+            params.append(nn.Parameter(engine.tensor(values[0].T.copy()).t()))  # not contiguous
+            opt = optim.SGD(params, lr=0.05, momentum=0.9, dampening=dampening)
+            for step in grads:
+                for p, g in zip(params, [*step, step[0]], strict=True):
+                    p.grad = engine.tensor(g)
+                opt.step()
+            versions = [p._version for p in params]
+            versions += [opt.state[p]["momentum_buffer"]._version for p in params]
+            return [p.numpy(force=True) for p in params], versions
+        finally:
+            engine.set_num_threads(before)
+            monkeypatch.undo()
+
+    ops_values, ops_versions = run(one_pass=False, threads=2)
+    for threads in (1, 2):
+        values_now, versions = run(one_pass=True, threads=threads)
+        assert versions == ops_versions
+        for got, want in zip(values_now, ops_values, strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(ops_values[0], values[0])  # the steps moved the weights
+    # (the first step makes the buffers): one pass for the contiguous ones, the ops otherwise
+    assert {p for p in passes[6:]} == {(big, True, True), ((3, 5), True, True), (big, False, False)}
+
+
 def test_adam_first_step_moves_each_weight_by_lr():
     # bias-corrected m/sqrt(v) = g/|g| at step 1
     p = nn.Parameter(engine.tensor([1.0, 1.0, 1.0]))
