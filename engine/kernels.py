@@ -809,22 +809,12 @@ def axpy(out, a, b, alpha, xp=np):
     if b.shape == out.shape and a.shape == out.shape:
         fo, fa, fb = _flat(out), _flat(a), _flat(b)
         if fo is not None and fa is not None and fb is not None:
-            n = fo.size
-            step = POOL_BLOCK
 
-            def part(bounds):
-                lo, hi = bounds
-                scratch = np.empty(min(step, hi - lo), dtype=fo.dtype)
-                for i in range(lo, hi, step):
-                    j = min(i + step, hi)
-                    s = scratch[: j - i]
-                    np.multiply(fb[i:j], alpha, out=s, casting="unsafe")
-                    np.add(fa[i:j], s, out=fo[i:j], casting="unsafe")
+            def block(i, j, s):
+                np.multiply(fb[i:j], alpha, out=s, casting="unsafe")
+                np.add(fa[i:j], s, out=fo[i:j], casting="unsafe")
 
-            if pool_threads(n) > 1:
-                list(_get_pool().map(part, _chunks(n)))
-            else:
-                part((0, n))
+            _in_blocks(fo.size, POOL_BLOCK, fo.dtype, block)
             return out
     # Broadcasting or strided: the same in blocks of at most SCRATCH_ELEMS elements.
     blocked(_axpy_block, out, a, b, alpha)
@@ -852,29 +842,38 @@ def momentum_step_(param, buf, grad, momentum, alpha, lr) -> bool:
         or param.dtype.kind != "f"
     ):
         return False
-    n = fp.size
-    step = MOMENTUM_BLOCK
+
+    def block(i, j, s):
+        b = fb[i:j]
+        np.multiply(b, momentum, out=b)
+        if alpha == 1:
+            np.add(b, fg[i:j], out=b)
+        else:  # (axpy's two calls)
+            np.multiply(fg[i:j], alpha, out=s, casting="unsafe")
+            np.add(b, s, out=b, casting="unsafe")
+        np.multiply(b, -lr, out=s, casting="unsafe")
+        np.add(fp[i:j], s, out=fp[i:j], casting="unsafe")
+
+    _in_blocks(fp.size, MOMENTUM_BLOCK, fp.dtype, block)
+    return True
+
+
+def _in_blocks(n: int, step: int, dtype, block) -> None:
+    """block(i, j, scratch) for the consecutive blocks [i, j) of at most `step` of n elements,
+    with a scratch of the block's length (one per part); the parts on the pool when it is free.
+    For elementwise work: where the parts and blocks are cut changes no value."""
 
     def part(bounds):
         lo, hi = bounds
-        scratch = np.empty(min(step, hi - lo), dtype=fp.dtype)
+        scratch = np.empty(min(step, hi - lo), dtype=dtype)
         for i in range(lo, hi, step):
             j = min(i + step, hi)
-            b, s = fb[i:j], scratch[: j - i]
-            np.multiply(b, momentum, out=b)
-            if alpha == 1:
-                np.add(b, fg[i:j], out=b)
-            else:  # (axpy's two calls)
-                np.multiply(fg[i:j], alpha, out=s, casting="unsafe")
-                np.add(b, s, out=b, casting="unsafe")
-            np.multiply(b, -lr, out=s, casting="unsafe")
-            np.add(fp[i:j], s, out=fp[i:j], casting="unsafe")
+            block(i, j, scratch[: j - i])
 
     if pool_threads(n) > 1:
         list(_get_pool().map(part, _chunks(n)))
     elif n:
         part((0, n))
-    return True
 
 
 def _axpy_block(out, a, b, alpha):
