@@ -88,14 +88,14 @@ def run_once(variant, modules: frozenset = frozenset()) -> RunResult:
     """Run a variant through the runner, recording the facts and values advice needs; `modules`:
     (node id, layer path) of module calls to run in place (see `switched`)."""
     from memprof.runner import _RUN_LOCK
-    from memprof.runner.execute import _failed_entry, _measure, _serialisable
+    from memprof.runner.execute import _failed_entry, _measure, _serialisable_entry
 
     with _RUN_LOCK:
         run = None
         try:
             run = AdviceRun(variant, modules)
             run.prepare()
-            entry = _serialisable(_measure(run, None))
+            entry = _serialisable_entry(_measure(run, None), run.rec.records)
             if entry["status"] == "ok":
                 run.capture_final()
             return RunResult(

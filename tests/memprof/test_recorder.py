@@ -79,3 +79,35 @@ def test_row_false_records_events_without_a_row(rec):
         None,
     )
     del x
+
+
+def test_an_entry_is_checked_for_json_through_its_timelines_interned_values(rec):
+    """run_variant's check that an entry is plain JSON reads the timeline's names from the
+    log's interned tables, not from the columns: a clean entry comes back as it is, and a name
+    JSON cannot hold (here a NaN iteration and a non-string tensor name) is written as text,
+    as _serialisable writes it, in the columns as everywhere else."""
+    import json
+
+    from memprof.reports.build import timeline
+    from memprof.runner.execute import _serialisable, _serialisable_entry
+
+    x = engine.ones(256)
+    with rec.step("h", "exp", "forward", 0, category="activation"):
+        y = engine.exp(x)
+    entry = {"name": "v", "timeline": timeline(rec.records, rec.t0_ns), "ops": rec.ops}
+    assert _serialisable_entry(entry, rec.records) is entry
+    json.dumps(entry, allow_nan=False)
+
+    with rec.step(
+        "h2", "exp", "forward", float("nan"), category="activation", tensor=frozenset("a")
+    ):
+        z = engine.exp(y)
+    entry = {"name": "v", "timeline": timeline(rec.records, rec.t0_ns)}
+    with pytest.raises((TypeError, ValueError)):
+        json.dumps(entry["timeline"], allow_nan=False)  # what the check must not let through
+    fixed = _serialisable_entry(entry, rec.records)
+    assert fixed == _serialisable(entry)
+    assert fixed["timeline"]["iteration"][-1] == "nan"
+    assert fixed["timeline"]["tensor"][-1] == "frozenset({'a'})"
+    json.dumps(fixed, allow_nan=False)
+    del z
