@@ -723,7 +723,11 @@ def test_random_workload_keeps_counters_consistent(name):
     model = make_model(name, "cuda")
     live = []
     peak = 0
-    for _ in range(400):
+    # every stat's peak, in every scope, is the highest current seen since the last reset
+    # (the all-pools peaks are kept apart from the pools' sums: they must not be those sums)
+    currents = [k for k in model.memory_stats() if k.endswith(".current")]
+    highest: dict = {}
+    for step in range(400):
         roll = rng.random()
         if roll < 0.55 or not live:
             n = rng.choice(
@@ -734,9 +738,19 @@ def test_random_workload_keeps_counters_consistent(name):
             model.free(live.pop(rng.randrange(len(live))))
         else:
             model.empty_cache()
+        if step == 200:
+            model.reset_peak_stats()
+            highest.clear()
+            peak = model.allocated_bytes
         peak = max(peak, model.allocated_bytes)
+        stats = model.memory_stats()
+        for key in currents:
+            highest[key] = max(highest.get(key, 0), stats[key])
         assert_consistent(model)
     assert model.max_allocated_bytes == peak
+    stats = model.memory_stats()
+    for key in currents:
+        assert stats[key[: -len("current")] + "peak"] == highest[key], key
     for block in live:
         model.free(block)
     model.empty_cache()

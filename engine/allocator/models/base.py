@@ -166,6 +166,19 @@ class _Stats:
             setattr(self, name + "_peak", getattr(self, name))
 
 
+def _pools_total(small: _Stats, large: _Stats, peaks: dict[str, int]) -> _Stats:
+    """All pools as one _Stats, for models that count per pool only: the pools' counters and
+    increases summed, and the all-pools peaks given by name (no sum of the pools' recovers
+    one; those not given are 0)."""
+    total = _Stats()
+    for name in _COUNTED:
+        for slot in (name, name + "_inc"):
+            setattr(total, slot, getattr(small, slot) + getattr(large, slot))
+    for name, value in peaks.items():
+        setattr(total, name + "_peak", value)
+    return total
+
+
 def _device_index(device: str) -> int:
     _, _, index = device.partition(":")
     return int(index) if index.isdigit() else 0

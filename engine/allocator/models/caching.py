@@ -6,11 +6,13 @@ from bisect import bisect_left, insort
 
 from engine.allocator.models.base import (
     _BASE_ADDRESS,
+    _COUNTED,
     MIN_BLOCK_SIZE,
     SMALL_SIZE,
     AccountingModel,
     Block,
     _block_dict,
+    _pools_total,
     _Stats,
     round_size,
     segment_size,
@@ -80,6 +82,52 @@ class CachingModel(AccountingModel):
         self._segments: dict[int, _Segment] = {}
         self._next_address = _BASE_ADDRESS
 
+    def _init_stats(self) -> None:
+        """The pools' counters; the all-pools figures are their sums, worked out when read,
+        except the peaks, which no sum can recover: those are kept as they happen (`_peak`,
+        one slot per counted stat), after each increase of a pool's counter."""
+        self._small = _Stats()
+        self._large = _Stats()
+        self._peak = dict.fromkeys(_COUNTED, 0)
+
+    @property
+    def _all(self) -> _Stats:
+        """All pools, as one _Stats: the pools' sums, and the peaks kept."""
+        return _pools_total(self._small, self._large, self._peak)
+
+    @property
+    def allocated_bytes(self) -> int:
+        return self._small.allocated_bytes + self._large.allocated_bytes
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self._small.reserved_bytes + self._large.reserved_bytes
+
+    @property
+    def requested_bytes(self) -> int:
+        return self._small.requested_bytes + self._large.requested_bytes
+
+    @property
+    def max_allocated_bytes(self) -> int:
+        return self._peak["allocated_bytes"]
+
+    @property
+    def max_reserved_bytes(self) -> int:
+        return self._peak["reserved_bytes"]
+
+    def reset_peak_stats(self) -> None:
+        self._small.reset_peaks()
+        self._large.reset_peaks()
+        small, large = self._small, self._large
+        for name in _COUNTED:
+            self._peak[name] = getattr(small, name) + getattr(large, name)
+
+    def _peaks_after(self, name: str) -> None:
+        """The all-pools peak of counter `name`, after a pool's counter grew."""
+        n = getattr(self._small, name) + getattr(self._large, name)
+        if n > self._peak[name]:
+            self._peak[name] = n
+
     def malloc(self, nbytes: int) -> Block:
         if nbytes <= 0:
             if nbytes == 0:
@@ -121,8 +169,26 @@ class CachingModel(AccountingModel):
             split_blocks = split_bytes = 0
         block.allocated = True
         block.requested = nbytes
-        self._all.add_block(block.size, nbytes, split_blocks, split_bytes)
         stats.add_block(block.size, nbytes, split_blocks, split_bytes)
+        # the all-pools peaks (_init_stats), inline: every tensor allocation comes through here
+        small, large, peak = self._small, self._large, self._peak
+        n = small.allocation + large.allocation
+        if n > peak["allocation"]:
+            peak["allocation"] = n
+        n = small.allocated_bytes + large.allocated_bytes
+        if n > peak["allocated_bytes"]:
+            peak["allocated_bytes"] = n
+        n = small.requested_bytes + large.requested_bytes
+        if n > peak["requested_bytes"]:
+            peak["requested_bytes"] = n
+        if split_blocks > 0:
+            n = small.inactive_split + large.inactive_split
+            if n > peak["inactive_split"]:
+                peak["inactive_split"] = n
+        if split_bytes > 0:
+            n = small.inactive_split_bytes + large.inactive_split_bytes
+            if n > peak["inactive_split_bytes"]:
+                peak["inactive_split_bytes"] = n
         if self.trace is not None:
             self.trace("alloc", block.address, block.size, nbytes)
         return block
@@ -185,8 +251,11 @@ class CachingModel(AccountingModel):
         if merged.prev is not None or merged.next is not None:
             split_blocks += 1
             split_bytes += merged.size
-        self._all.remove_block(block.size, block.requested, split_blocks, split_bytes)
         stats.remove_block(block.size, block.requested, split_blocks, split_bytes)
+        if split_blocks > 0:  # (only these can grow when a block is freed)
+            self._peaks_after("inactive_split")
+        if split_bytes > 0:
+            self._peaks_after("inactive_split_bytes")
         if self.trace is not None:
             self.trace("free_requested", block.address, block.size, block.requested)
             self.trace("free_completed", block.address, block.size, block.requested)
@@ -221,10 +290,10 @@ class CachingModel(AccountingModel):
         """Reserve a segment for a rounded ``size`` and return its single free block."""
         alloc_size = segment_size(size)
         limit = self.limit
-        if limit is not None and self._all.reserved_bytes + alloc_size > limit:
+        if limit is not None and self.reserved_bytes + alloc_size > limit:
             # PyTorch: cudaMalloc failed, so release every cached fully free segment and retry.
             self.num_alloc_retries += 1
-            if self._all.reserved_bytes - self._cached_segment_bytes() + alloc_size > limit:
+            if self.reserved_bytes - self._cached_segment_bytes() + alloc_size > limit:
                 self.num_ooms += 1
                 if self.trace is not None:
                     self.trace("oom", 0, alloc_size, nbytes)
@@ -235,8 +304,9 @@ class CachingModel(AccountingModel):
         segment = _Segment(address, alloc_size, pool)
         segment.head = _CachedBlock(alloc_size, 0, pool, address, segment, None, None, False)
         self._segments[address] = segment
-        self._all.add_segment(alloc_size)
         (self._small if pool == "small" else self._large).add_segment(alloc_size)
+        self._peaks_after("segment")
+        self._peaks_after("reserved_bytes")
         self.num_device_alloc += 1
         if self.trace is not None:
             self.trace("segment_alloc", address, alloc_size, alloc_size)
@@ -244,7 +314,6 @@ class CachingModel(AccountingModel):
 
     def _release(self, segment: _Segment, stats: _Stats) -> None:
         del self._segments[segment.address]
-        self._all.remove_segment(segment.size)
         stats.remove_segment(segment.size)
         self.num_device_free += 1
         if self.trace is not None:

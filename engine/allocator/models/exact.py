@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from engine.allocator.models.base import (
     _BASE_ADDRESS,
-    _COUNTED,
     SMALL_SIZE,
     AccountingModel,
     Block,
     _block_dict,
+    _pools_total,
     _Stats,
 )
 
@@ -50,13 +50,8 @@ class ExactModel(AccountingModel):
     @property
     def _all(self) -> _Stats:
         """All pools, as one _Stats: the sums of the pools' counters, and the peaks kept."""
-        total = _Stats()
-        for name in _COUNTED:
-            for slot in (name, name + "_inc"):
-                setattr(total, slot, getattr(self._small, slot) + getattr(self._large, slot))
-        total.allocated_bytes_peak = self._peak_bytes
-        total.allocation_peak = self._peak_count
-        return total
+        peaks = {"allocated_bytes": self._peak_bytes, "allocation": self._peak_count}
+        return _pools_total(self._small, self._large, peaks)
 
     def malloc(self, nbytes: int) -> Block:
         address = self.charge(nbytes)
