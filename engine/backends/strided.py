@@ -29,12 +29,32 @@ def is_dense(shape, strides, unit: int = 1) -> bool:
     return True
 
 
+# view_strides' answers for the (old shape, old strides, new shape) tuples asked lately: a
+# model asks the same few views in every layer (GPT-2 small's step on meta: 480 walks of ~260
+# bytecodes each, for a dozen distinct questions).
+_VIEWS: dict[tuple, tuple[int, ...] | None] = {}
+
+
 def view_strides(old_shape, old_strides, new_shape) -> tuple[int, ...] | None:
     """Strides for viewing (old_shape, old_strides) as new_shape without copying, or None.
 
     A port of PyTorch's `computeStride` (aten/src/ATen/TensorUtils.cpp): walk the old dims from
     the back in chunks that are contiguous among themselves and map them onto new dims.
     """
+    if type(old_shape) is tuple and type(old_strides) is tuple and type(new_shape) is tuple:
+        key = (old_shape, old_strides, new_shape)
+        found = _VIEWS.get(key, _VIEWS)
+        if found is not _VIEWS:
+            return found
+        if len(_VIEWS) > 4096:
+            _VIEWS.clear()
+        found = _VIEWS[key] = _walk(old_shape, old_strides, new_shape)
+        return found
+    return _walk(old_shape, old_strides, new_shape)
+
+
+def _walk(old_shape, old_strides, new_shape) -> tuple[int, ...] | None:
+    """view_strides' answer, worked out."""
     numel = math.prod(old_shape)
     if numel == 0:
         if tuple(old_shape) == tuple(new_shape):

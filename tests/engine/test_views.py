@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -187,3 +189,36 @@ def test_views_of_views_keep_the_root_base():
     v = b[1][2]
     assert v._base is b
     assert v._view_fn(b).tolist() == b.numpy()[1, 2].tolist()
+
+
+def test_view_strides_answers_from_its_cache_as_its_walk_and_as_torch():
+    """view_strides keeps its answers by (old shape, old strides, new shape): a second asking
+    gives what the walk gives, for viewable and unviewable layouts alike, and the strides are
+    torch's (`view` of the same layout, or its refusal)."""
+    import itertools
+
+    from engine.backends import strided
+
+    torch = pytest.importorskip("torch")
+    base = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
+    layouts = [base, base.transpose(1, 2), base.permute(3, 0, 1, 2), base[:, 1:], base[..., ::2]]
+    targets = [(-1,), (6, 20), (2, 60), (2, 3, 20), (6, 4, 5), (1, 2, 3, 4, 5)]
+    asked = 0
+    for t, shape in itertools.product(layouts, targets):
+        new = tuple(shape) if -1 not in shape else (t.numel(),)
+        if t.numel() != math.prod(new):
+            continue
+        old_shape, old_strides = tuple(t.shape), tuple(t.stride())
+        walked = strided._walk(old_shape, old_strides, new)
+        first = strided.view_strides(old_shape, old_strides, new)
+        again = strided.view_strides(old_shape, old_strides, new)
+        assert first == again == walked
+        assert (old_shape, old_strides, new) in strided._VIEWS
+        try:
+            want = tuple(t.view(new).stride())
+        except RuntimeError:
+            want = None
+        assert walked == want, (old_shape, old_strides, new)
+        assert strided.view_strides(list(old_shape), list(old_strides), list(new)) == walked
+        asked += 1
+    assert asked >= 20
