@@ -507,7 +507,8 @@ class Binary(Function):
             else:
                 y = kernels.empty_for(shape, dtype, dev, ad, bd)
         else:
-            check_out(out, shape, dtype, self.opname, (sa, sb))
+            if out is not a or shape is not sa or cast:  # (in place into a, a's dtype: it fits)
+                check_out(out, shape, dtype, self.opname, (sa, sb))
             y = out
         kind = dev.type
         if kind != "meta":
