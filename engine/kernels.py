@@ -497,7 +497,7 @@ def empty_for(shape, dtype, device, *arrays) -> Tensor:
             if a.ndim > 1 and not a.flags.c_contiguous:
                 break
         elif cls is MetaArray:
-            if len(a.shape) > 1 and not a.c_contiguous:
+            if a.contig is not True and len(a.shape) > 1 and not a.c_contiguous:
                 break
         elif cls is float or cls is int or cls is bool:
             continue  # a Python number operand

@@ -490,7 +490,10 @@ class Binary(Function):
                     dtype = result_type(a, b)
             else:
                 dev, bd, shape, sb = a._device, b, sa, ()
-                dtype = scalar_result_type(a._dtype, b)
+                dtype = a._dtype
+                # a Python float keeps a floating dtype (scalar_result_type's first case)
+                if b.__class__ is not float or not dtype.is_floating_point:
+                    dtype = scalar_result_type(dtype, b)
                 cast = dtype is not a._dtype
         else:
             dev, ad, bd = b._device, a, b._data
