@@ -287,9 +287,9 @@ def empty(shape, dtype, device) -> Tensor:
             sid = next(_storage_ids)
             handle = alloc.model.charge(nbytes)
             epoch = alloc.epoch
-    else:
+    else:  # nothing charged; the storage still gets its own id (storages are told apart by it)
         alloc = handle = None
-        sid = epoch = 0
+        sid, epoch = next(_storage_ids), 0
     if cpu:
         s = _new(Storage)
     elif device.type == "meta":  # an array with no data: only a failed charge to give back

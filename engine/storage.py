@@ -132,9 +132,9 @@ def wrap_storage(array, dev) -> Storage:
     if tracked.TRACKING:
         alloc = allocator_for(dev)
         handle, sid, epoch = alloc.allocate(array.nbytes)
-    else:
+    else:  # nothing charged; an id of its own all the same
         alloc = handle = None
-        sid = epoch = 0
+        sid, epoch = next(tracked._storage_ids), 0
     s = _new(Storage)
     s.data = array
     s.nbytes = array.nbytes

@@ -283,3 +283,29 @@ def test_an_op_the_meta_device_cannot_run_is_a_warning_not_an_error(tmp_path, mo
         "s.yaml:5:5: warning: shapes from node 'act' on are not checked: the meta device cannot run "
         "it (NotImplementedError: relu has no meta kernel); they are checked when it runs"
     ]
+
+
+def test_the_shape_dry_run_charges_no_allocator_and_still_names_the_writer(tmp_path):
+    """The dry run checks shapes with the allocator's accounting off: the meta allocator's
+    counters do not move, while a stale read still names only the node that wrote its storage
+    (u's in-place write goes to another storage of the same size)."""
+    from engine.allocator import get_allocator
+
+    text = """\
+    name: stale
+    inputs:
+      x: {shape: [4]}
+    program:
+      - {id: x1, op: mul, in: x, args: {other: 2.0}}
+      - {id: t, op: exp, in: x}
+      - {id: u, op: relu, in: t, inplace: true}
+      - {id: h, op: relu, in: x1, inplace: true}
+      - {id: y, op: sigmoid, in: x1}
+    """
+    model = get_allocator("meta").model
+    before = model.memory_stats()
+    sc = load_scenario(write(tmp_path, text))
+    assert model.memory_stats() == before
+    assert [str(w).replace(str(tmp_path / "s.yaml"), "s.yaml") for w in sc.warnings] == [
+        "s.yaml:9:5: warning: node y reads x1, which node h overwrote in place; it sees h's values"
+    ]
