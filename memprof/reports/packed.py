@@ -25,7 +25,6 @@ times) and `Labels` (the rest) for the dashboard, which never needs the lists.
 from __future__ import annotations
 
 import base64
-import math
 import zlib
 from typing import Any
 
@@ -35,7 +34,6 @@ from memprof.reports.reduce import Labels
 
 _LEVEL = 6
 PACK_MIN = 256  # a report packs a table of at least this many entries (fewer stay plain lists)
-_INT64 = (-(2**63), 2**63)
 
 
 class PackError(ValueError):
@@ -50,25 +48,37 @@ def _ints_text(values: np.ndarray) -> str:
     return base64.b64encode(zlib.compress(deltas.tobytes(), _LEVEL)).decode("ascii")
 
 
-def _is_int(v) -> bool:
-    return type(v) is int and _INT64[0] <= v < _INT64[1]
-
-
 def pack_column(values: list) -> dict[str, Any]:
-    """One column (a list of JSON scalars) as its smallest packed form."""
-    if values and all(_is_int(v) for v in values):
-        return {"int": _ints_text(np.array(values, dtype=np.int64))}
-    if values and all(type(v) is float and math.isfinite(v) and abs(v) < 9e9 for v in values):
-        ns = np.rint(np.array(values, dtype=np.float64) * 1e9).astype(np.int64)
-        if (ns / 1e9).tolist() == values:  # exact round trip: nanosecond-rounded times
-            return {"ns": _ints_text(ns)}
-    lut: dict[Any, int] = {}
+    """One column (a list of JSON scalars) as its smallest packed form.
+
+    The checks run over the whole column at once (the entries' types as a set, numpy's range
+    and finiteness tests, the labels' codes through one dict): a report's columns have tens of
+    thousands of entries each, which per-entry Python took most of saving a report for."""
+    types = set(map(type, values))
+    if types == {int}:  # (bool is a type of its own here: labels)
+        try:
+            ints = np.array(values, dtype=np.int64)
+        except OverflowError:  # past int64: labels
+            ints = None
+        if ints is not None:
+            return {"int": _ints_text(ints)}
+    if types == {float}:
+        floats = np.array(values, dtype=np.float64)
+        if np.isfinite(floats).all() and (np.abs(floats) < 9e9).all():
+            ns = np.rint(floats * 1e9).astype(np.int64)
+            if (ns / 1e9).tolist() == values:  # exact round trip: nanosecond-rounded times
+                return {"ns": _ints_text(ns)}
+    # labels keyed by value, or by (type, value) where values of two types compare equal
+    # (1, 1.0 and True are three labels)
+    typed = len(types & {int, float, bool}) > 1
+    keys = list(zip(map(type, values), values, strict=True)) if typed else values
     try:
-        codes = [lut.setdefault((type(v), v), len(lut)) for v in values]
+        lut = {key: code for code, key in enumerate(dict.fromkeys(keys))}  # first appearance
     except TypeError:  # an unhashable entry (a list, an object): keep the JSON list
         return {"values": list(values)}
-    labels = [v for _, v in lut]
-    return {"labels": labels, "codes": _ints_text(np.array(codes, dtype=np.int64))}
+    labels = [v for _, v in lut] if typed else list(lut)
+    codes = np.fromiter(map(lut.__getitem__, keys), dtype=np.int64, count=len(keys))
+    return {"labels": labels, "codes": _ints_text(codes)}
 
 
 def pack_columns(columns: dict[str, list]) -> dict[str, Any]:
