@@ -178,35 +178,32 @@ def test_phases_expectations_and_baseline_are_checked(tmp_path):
     ]
 
 
+STALE = """\
+name: stale
+inputs:
+  x: {shape: [4]}
+program:
+  - {id: x1, op: mul, in: x, args: {other: 2.0}}
+  - {id: h, op: relu, in: x1, inplace: true}
+  - {id: y, op: sigmoid, in: x1}
+"""
+
+
 def test_strict_stale_read_is_an_error_before_running(tmp_path):
-    text = """\
-    name: stale
-    strict: true
-    inputs:
-      x: {shape: [4]}
-    program:
-      - {id: x1, op: mul, in: x, args: {other: 2.0}}
-      - {id: h, op: relu, in: x1, inplace: true}
-      - {id: y, op: sigmoid, in: x1}
-    """
+    text = STALE.replace("name: stale\n", "name: stale\nstrict: true\n")
     assert problems(tmp_path, text) == [
         "s.yaml:8:5: node y reads x1, which node h overwrote in place; it sees h's values "
         "(strict: true makes this an error)"
     ]
 
 
-def test_stale_read_without_strict_is_a_warning(tmp_path):
-    text = """\
-    name: stale
-    inputs:
-      x: {shape: [4]}
-    program:
-      - {id: x1, op: mul, in: x, args: {other: 2.0}}
-      - {id: h, op: relu, in: x1, inplace: true}
-      - {id: y, op: sigmoid, in: x1}
-    """
+def warnings_of(tmp_path, text):
     sc = load_scenario(write(tmp_path, text))
-    assert [str(w).replace(str(tmp_path / "s.yaml"), "s.yaml") for w in sc.warnings] == [
+    return [str(w).replace(str(tmp_path / "s.yaml"), "s.yaml") for w in sc.warnings]
+
+
+def test_stale_read_without_strict_is_a_warning(tmp_path):
+    assert warnings_of(tmp_path, STALE) == [
         "s.yaml:7:5: warning: node y reads x1, which node h overwrote in place; it sees h's values"
     ]
 
@@ -291,21 +288,13 @@ def test_the_shape_dry_run_charges_no_allocator_and_still_names_the_writer(tmp_p
     (u's in-place write goes to another storage of the same size)."""
     from engine.allocator import get_allocator
 
-    text = """\
-    name: stale
-    inputs:
-      x: {shape: [4]}
-    program:
-      - {id: x1, op: mul, in: x, args: {other: 2.0}}
-      - {id: t, op: exp, in: x}
-      - {id: u, op: relu, in: t, inplace: true}
-      - {id: h, op: relu, in: x1, inplace: true}
-      - {id: y, op: sigmoid, in: x1}
-    """
+    # two more nodes before h: u writes in place into t, a storage of x1's size
+    more = "  - {id: t, op: exp, in: x}\n  - {id: u, op: relu, in: t, inplace: true}\n"
+    text = STALE.replace("  - {id: h,", more + "  - {id: h,")
     model = get_allocator("meta").model
     before = model.memory_stats()
-    sc = load_scenario(write(tmp_path, text))
+    found = warnings_of(tmp_path, text)
     assert model.memory_stats() == before
-    assert [str(w).replace(str(tmp_path / "s.yaml"), "s.yaml") for w in sc.warnings] == [
+    assert found == [
         "s.yaml:9:5: warning: node y reads x1, which node h overwrote in place; it sees h's values"
     ]
