@@ -170,7 +170,7 @@ class CachingModel(AccountingModel):
         block.allocated = True
         block.requested = nbytes
         stats.add_block(block.size, nbytes, split_blocks, split_bytes)
-        # the all-pools peaks (_init_stats), inline: every tensor allocation comes through here
+        # the all-pools peaks (_init_stats); the three that every allocation moves inline
         small, large, peak = self._small, self._large, self._peak
         n = small.allocation + large.allocation
         if n > peak["allocation"]:
@@ -182,13 +182,9 @@ class CachingModel(AccountingModel):
         if n > peak["requested_bytes"]:
             peak["requested_bytes"] = n
         if split_blocks > 0:
-            n = small.inactive_split + large.inactive_split
-            if n > peak["inactive_split"]:
-                peak["inactive_split"] = n
+            self._peaks_after("inactive_split")
         if split_bytes > 0:
-            n = small.inactive_split_bytes + large.inactive_split_bytes
-            if n > peak["inactive_split_bytes"]:
-                peak["inactive_split_bytes"] = n
+            self._peaks_after("inactive_split_bytes")
         if self.trace is not None:
             self.trace("alloc", block.address, block.size, nbytes)
         return block
