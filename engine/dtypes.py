@@ -19,6 +19,8 @@ class dtype:  # noqa: N801 - PyTorch's spelling
         "is_signed",
         "torch_tensor_name",
         "emulated",
+        "_alone",
+        "_paired",
     )
 
     def __init__(self, name: str, np_dtype, tensor_name: str, itemsize: int | None = None):
@@ -29,6 +31,9 @@ class dtype:  # noqa: N801 - PyTorch's spelling
         self.is_signed = self.np.kind in "fi"
         self.torch_tensor_name = tensor_name
         self.emulated = itemsize is not None and itemsize != self.np.itemsize
+        # (self,) and (self, self), shared: a node's input dtypes (autograd keeps one per node)
+        self._alone = (self,)
+        self._paired = (self, self)
 
     def __repr__(self) -> str:
         return f"engine.{self.name}"

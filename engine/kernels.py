@@ -37,7 +37,6 @@ from engine.backends.strided import is_dense
 from engine.errors import OutOfMemoryError
 from engine.storage import (
     Storage,
-    _fake_addresses,
     _MetaStorage,
     allocator_for,
     cuda_array,
@@ -264,11 +263,19 @@ def empty(shape, dtype, device) -> Tensor:
     """
     if type(shape) is not tuple:
         shape = tuple(shape)
-    np_dtype = dtype.np
-    nbytes = _prod(shape) * dtype.itemsize
-    if nbytes > _INT64_MAX:  # PyTorch refuses it at creation, meta included
-        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(shape)}")
-    cpu = device.type == "cpu"
+    kind = device.type
+    if kind == "meta":  # its size and its (immutable, shared) array remembered by shape
+        made = _META_MADE.get((shape, dtype))
+        if made is None:
+            made = _meta_made(shape, dtype)
+        nbytes, data = made
+        cpu = False
+    else:
+        np_dtype = dtype.np
+        nbytes = _prod(shape) * dtype.itemsize
+        if nbytes > _INT64_MAX:  # PyTorch refuses it at creation
+            _overflowed(shape)
+        cpu = kind == "cpu"
     if cpu:
         # The system's memory first: when it refuses (MemoryError under `ulimit -v`, or past
         # what the OS will overcommit) nothing was charged, so the peak stays what the program
@@ -292,15 +299,8 @@ def empty(shape, dtype, device) -> Tensor:
         sid, epoch = next(_storage_ids), 0
     if cpu:
         s = _new(Storage)
-    elif device.type == "meta":  # an array with no data: only a failed charge to give back
-        try:
-            data = _meta_contiguous(shape, np_dtype)
-        except BaseException:
-            if alloc is not None:
-                alloc.release(handle, sid, epoch)
-            raise
+    elif kind == "meta":
         s = _new(_MetaStorage)
-        s.fake_address = next(_fake_addresses) << 32
     else:
         data = cuda_array(shape, np_dtype, device, alloc, handle, sid, epoch, nbytes)
         s = _new(Storage)
@@ -334,8 +334,25 @@ def _refused(device, nbytes: int):
     ) from None
 
 
+def _overflowed(shape):
+    raise RuntimeError(f"Storage size calculation overflowed with sizes={list(shape)}")
+
+
 _new = object.__new__
-_meta_contiguous = MetaArray.contiguous
+# A meta storage's array has no data and is never changed in place (views are arrays of their
+# own), so storages of one shape and dtype share it: (shape, dtype) -> (bytes charged, array).
+_META_MADE: dict[tuple, tuple] = {}
+
+
+def _meta_made(shape: tuple, dtype) -> tuple:
+    nbytes = _prod(shape) * dtype.itemsize
+    if nbytes > _INT64_MAX:  # PyTorch refuses it at creation, meta included
+        _overflowed(shape)
+    made = (nbytes, MetaArray.contiguous(shape, dtype.np))
+    if len(_META_MADE) >= 4096:
+        _META_MADE.clear()
+    _META_MADE[(shape, dtype)] = made
+    return made
 
 
 class Scratch:

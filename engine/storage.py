@@ -7,8 +7,6 @@ a storage's base tensor, all its views and detached aliases share it.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from engine import host_cache
@@ -17,7 +15,6 @@ from engine.allocator.tracked import get_allocator
 from engine.backends import cupy_module
 from engine.errors import OutOfMemoryError
 
-_fake_addresses = itertools.count(1)
 _CACHE_MIN = host_cache.MIN_BYTES
 _give = host_cache.give
 _ndarray = np.ndarray
@@ -47,7 +44,7 @@ class Storage:
         "__weakref__",
     )
 
-    fake_address = 0  # a meta storage's stand-in for data_ptr() (_MetaStorage sets its own)
+    fake_address = 0  # a meta storage's stand-in for data_ptr() (_MetaStorage has its own)
 
     def __del__(self):
         alloc = self.allocator
@@ -75,7 +72,11 @@ class Storage:
 class _MetaStorage(Storage):
     """A meta storage: no memory, but a distinct fake address for data_ptr()."""
 
-    __slots__ = ("fake_address",)
+    __slots__ = ()
+
+    @property
+    def fake_address(self):  # distinct per storage, as its id is; 4 GiB apart
+        return self.id << 32
 
 
 class _AliasStorage(Storage):

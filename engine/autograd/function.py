@@ -320,11 +320,12 @@ class Function:
                 _edge(a) if a.requires_grad else None,
                 _edge(b) if b.requires_grad else None,
             )
-            node.input_dtypes = (a._dtype, b._dtype)
+            dt = a._dtype
+            node.input_dtypes = dt._paired if b._dtype is dt else (dt, b._dtype)
         elif len(tensors) == 1:
             a = tensors[0]
             node.next_functions = (_edge(a) if a.requires_grad else None,)
-            node.input_dtypes = (a._dtype,)
+            node.input_dtypes = a._dtype._alone
         else:
             node.next_functions = tuple([_edge(t) if t.requires_grad else None for t in tensors])
             node.input_dtypes = tuple([t._dtype for t in tensors])

@@ -462,11 +462,14 @@ class Binary(Function):
 
     def prepare(self, a, b, *rest):
         # What backward reads, noted only when history is recorded (forward runs without it).
-        a_t = self.a_t = isinstance(a, Tensor)
-        b_t = self.b_t = isinstance(b, Tensor)
-        self.shapes = (a._data.shape if a_t else (), b._data.shape if b_t else ())
-        if not (a_t and b_t):
-            self.scalar = b if a_t else a
+        if a.__class__ is Tensor or isinstance(a, Tensor):
+            if b.__class__ is Tensor or isinstance(b, Tensor):
+                self.a_t = self.b_t = True
+                self.shapes = (a._data.shape, b._data.shape)
+            else:  # (no shapes to keep: a gradient has the tensor operand's, the result's)
+                self.a_t, self.b_t, self.scalar = True, False, b
+        else:
+            self.a_t, self.b_t, self.scalar = False, True, a
 
     def forward(self, a, b, out=None, **kw):
         """kw: op attributes (alpha, rounding_mode): kept on the node and passed to the kernel."""
@@ -507,6 +510,10 @@ class Binary(Function):
         if out is None:
             if len(shape) < 2:  # one layout only (the check below is a call of its own)
                 y = kernels.empty(shape, dtype, dev)
+            elif not sb:  # b a number or 0-d: a's layout decides (and a's the other way round)
+                y = kernels.empty_for(shape, dtype, dev, ad)
+            elif not sa:
+                y = kernels.empty_for(shape, dtype, dev, bd)
             else:
                 y = kernels.empty_for(shape, dtype, dev, ad, bd)
         else:
@@ -541,12 +548,17 @@ class Binary(Function):
         return ()
 
     def _grads(self, ga, gb):
-        out = []
-        if self.a_t:
-            out.append(None if ga is None else sum_to(ga, self.shapes[0]))
-        if self.b_t:
-            out.append(None if gb is None else sum_to(gb, self.shapes[1]))
-        return tuple(out)
+        """The gradients of the tensor operands, reduced to their shapes where broadcast (with
+        one tensor operand, the gradient has its shape already: the result's)."""
+        if not self.b_t:
+            return (ga,)
+        if not self.a_t:
+            return (gb,)
+        sa, sb = self.shapes
+        return (
+            None if ga is None else sum_to(ga, sa),
+            None if gb is None else sum_to(gb, sb),
+        )
 
     def _needs(self):
         """(a needs grad, b needs grad) in terms of next_functions."""
@@ -576,6 +588,10 @@ class Add(Binary):
             kernels.axpy(y, a, b, alpha, xp=xp)
 
     def backward(self, g):
+        if not (self.a_t and self.b_t):  # a tensor and a number: g has the tensor's shape
+            if self.next_functions[0] is None:
+                return (None,)
+            return (g if self.a_t or self.alpha == 1 else g * self.alpha,)
         na, nb = self._needs()
         return self._grads(
             g if na else None, (g if self.alpha == 1 else g * self.alpha) if nb else None
@@ -624,13 +640,10 @@ class Mul(Binary):
         return idx
 
     def backward(self, g):
+        if not (self.a_t and self.b_t):  # a tensor and a number: g has the tensor's shape
+            return (None if self.next_functions[0] is None else g * self.scalar,)
         na, nb = self._needs()
-        saved = {}
-        if self.a_t and self.b_t:
-            saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
-        if not (self.a_t and self.b_t):
-            s = self.scalar
-            return self._grads(g * s if na else None, g * s if nb else None)
+        saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
         ga = g * saved[1] if na else None
         gb = g * saved[0] if nb else None
         return self._grads(ga, gb)

@@ -91,6 +91,54 @@ def test_meta_storages_get_distinct_nonzero_addresses():
     assert c.untyped_storage().data_ptr() == c.numpy().__array_interface__["data"][0]
 
 
+def test_meta_storages_of_one_shape_share_an_array_that_views_never_change():
+    # given two meta tensors of one shape and dtype (their arrays are shared: no data, never
+    # written), when one is viewed, sliced and transposed, in place too, then the other's
+    # geometry is untouched and a new tensor of that shape still starts contiguous at offset 0
+    a, b = engine.empty(6, 4, device="meta"), engine.empty(6, 4, device="meta")
+    assert a._data is b._data
+    assert a.view(4, 6)[1:].t().contiguous().shape == (6, 3)
+    a.t_()
+    a[2:].transpose_(0, 1)
+    assert a.shape == (4, 6) and a.stride() == (1, 4)
+    for t in (b, engine.empty(6, 4, device="meta")):
+        assert t.shape == (6, 4) and t.stride() == (4, 1) and t.storage_offset() == 0
+        assert t.is_contiguous()
+    # a bfloat16 storage (held as float32) is charged its own 2 bytes per element
+    before = memory.memory_allocated("meta")
+    h = engine.empty(6, 4, device="meta", dtype=engine.bfloat16)
+    assert memory.memory_allocated("meta") - before == 48 and h.dtype is engine.bfloat16
+    with pytest.raises(RuntimeError, match="Storage size calculation overflowed"):
+        engine.empty(1 << 40, 1 << 30, device="meta")
+
+
+def test_a_meta_graph_keeps_under_300_bytes_per_elementwise_node():
+    # given a chain of tensor-and-number ops on meta that requires grad (the 1M-op benchmark's
+    # graph), then what the graph keeps alive per node (the node, its edges, what it saved) is
+    # bounded: each intermediate result dies as the next op consumes it
+    import tracemalloc
+
+    from engine.utils.collector import paused
+
+    x = engine.randn(64, 64, device="meta", requires_grad=True)
+    y = (x * 2.0) + 1.0  # (warm: caches the first call fills)
+    n = 4000
+    with paused():
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            y = x
+            for i in range(n):
+                y = y * 1.0001 if i % 2 else y + 1.0
+            per_node = (tracemalloc.get_traced_memory()[0] - before) / n
+        finally:
+            tracemalloc.stop()
+    assert memory.memory_allocated("meta") >= 2 * 64 * 64 * 4  # x and the last result
+    assert 100 < per_node < 300, per_node
+    y.sum().backward()
+    assert x.grad.shape == (64, 64)
+
+
 @pytest.mark.parametrize(
     "read",
     [
