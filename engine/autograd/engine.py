@@ -15,7 +15,6 @@ from engine.allocator import tracked as _tracked
 from engine.allocator.tracked import set_op
 from engine.autograd.function import Function, _round_emulated, gradient_edge
 from engine.autograd.grad_mode import STATE
-from engine.autograd.nodes import AccumulateGrad
 from engine.tensor import Tensor
 
 
@@ -133,7 +132,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
             else:
                 break
             grads = buffers.pop(node)
-            hooks = _leaf_hooks(node) if type(node) is AccumulateGrad else node.tensor_hooks
+            hooks = node.tensor_hooks
             if hooks:
                 _run_hooks(hooks, grads)
             retained = node.retained
@@ -250,13 +249,6 @@ def _prune(targets, parents, capture: bool):
         needed.add(node)
         stack.extend(parents.get(node, ()))
     return needed, wanted
-
-
-def _leaf_hooks(node):
-    """Tensor hooks on the gradient arriving at a leaf's AccumulateGrad (a non-leaf's are on
-    its grad_fn, `tensor_hooks`, by output index)."""
-    hooks = getattr(node.variable, "_backward_hooks", None)
-    return {0: list(hooks.values())} if hooks else None
 
 
 def _run_hooks(hooks, grads) -> None:

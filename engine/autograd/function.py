@@ -206,6 +206,7 @@ class Function:
     writes_overlap = False  # may write into an expanded tensor (fill_ / zero_, as PyTorch)
 
     next_functions: tuple = ()
+    _named: dict | None = None  # what save() kept, by name
     saved: list
     sequence_nr: int
 
@@ -230,7 +231,7 @@ class Function:
         They are held as the declared ones are (SavedTensor: tagged saved_for_backward,
         version-checked on use, released with the node); `kept(name)` gives them back.
         """
-        named = self.__dict__.get("_named")
+        named = self._named
         if named is None:
             named = self._named = {}
         me = weakref.ref(self)
@@ -239,7 +240,7 @@ class Function:
 
     def kept(self, key: str) -> Tensor | None:
         """A buffer kept by `save` (None when it was saved as None)."""
-        named = self.__dict__.get("_named")
+        named = self._named
         if named is None or key not in named:
             raise RuntimeError(
                 "Trying to backward through the graph a second time (or directly access saved "
@@ -253,7 +254,7 @@ class Function:
         """Drop everything kept for backward (the engine calls it once the node has run)."""
         for s in self.saved:
             s.release()
-        named = self.__dict__.get("_named")
+        named = self._named
         if named:
             for s in named.values():
                 if s is not None:

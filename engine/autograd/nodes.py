@@ -29,6 +29,13 @@ class AccumulateGrad(Function):
     def name(self) -> str:
         return "AccumulateGrad"
 
+    @property
+    def tensor_hooks(self):
+        """Tensor hooks on the gradient arriving here: the leaf's own (a non-leaf's are on its
+        grad_fn, by output index)."""
+        hooks = getattr(self.variable, "_backward_hooks", None)
+        return {0: list(hooks.values())} if hooks else None
+
     def backward(self, grad):
         var = self.variable
         from engine import kernels
