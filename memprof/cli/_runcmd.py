@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -14,6 +15,7 @@ from memprof.reports.record import record_run
 from memprof.reports.store import dumps_report, output_problem, write_output
 from memprof.runner import progress_fraction, run_loaded
 from memprof.scenario import load_scenarios
+from memprof.scenario.discover import scenario_files
 
 
 def run_command(
@@ -28,9 +30,27 @@ def run_command(
     top: int | None = 5,
     jobs: int | None = None,
 ) -> None:
+    with ExitStack() as stack:
+        _run(stack, scenarios, variants, device, allocator, json_out, runs_dir, quiet, top, jobs)
+
+
+def _run(stack, scenarios, variants, device, allocator, json_out, runs_dir, quiet, top, jobs):
     to_stdout = json_out == "-"
     out = terminal.make_console(stderr=to_stdout)
     err = terminal.make_console(stderr=True)
+
+    # Several scenarios (or --jobs N): the workers start first, and import while this process
+    # validates the files (the variants then run in them, after every file has passed).
+    files, _ = scenario_files(scenarios)
+    if jobs is None:  # several scenarios: the machine's cores; one: this process
+        from memprof.runner.parallel import default_jobs
+
+        jobs = default_jobs() if len(files) > 1 else 1
+    workers = None
+    if jobs > 1 and any(f.suffix.lower() != ".py" for f in files):
+        from memprof.runner.parallel import Workers
+
+        workers = stack.enter_context(Workers(jobs))
 
     loaded, problems = load_scenarios(
         scenarios, variants=variants, device=device, allocator=allocator
@@ -58,10 +78,6 @@ def run_command(
         transient=True,
         disable=not show_bar,
     )
-    if jobs is None:  # several scenarios: the machine's cores; one: this process
-        from memprof.runner.parallel import default_jobs
-
-        jobs = default_jobs() if len(loaded) > 1 else 1
     parallel = jobs > 1 and sum(len(sc.variants) for sc in loaded) > 1
     with progress:
         if parallel:
@@ -76,6 +92,7 @@ def run_command(
                 on_done=lambda i, name: progress.advance(
                     task, max(v.spec.iterations for v in loaded[i].variants)
                 ),
+                workers=workers,
             )
         for sc in [] if parallel else loaded:
             iters = {v.name: v.spec.iterations for v in sc.variants}
@@ -90,6 +107,7 @@ def run_command(
 
             reports.append(run_loaded(sc, progress=on_progress))
             progress.remove_task(task)
+    stack.close()  # no worker outlives the runs
 
     unsaved = []
     for i, report in enumerate(reports):

@@ -7,6 +7,8 @@ JSON data). The parent, which has already validated every file, assembles each s
 report from the entries in the scenario's own variant order, exactly as `run_loaded` does, so a
 parallel report differs from a serial one only in what is measured in time (durations,
 timestamps) and the run id. Python scenario files run in the parent, serially, as before.
+`memprof run` starts the workers (Workers) before it validates the files, so that they import
+the engine and memprof meanwhile; a file that fails validation stops them before any variant.
 
 The thread budget is shared out: each worker's engine pool and BLAS get cores // N threads
 (at least one), so N workers do not oversubscribe the machine. A worker that dies (killed, out
@@ -19,6 +21,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import nullcontext
 from typing import Any
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -32,6 +35,13 @@ def _init_worker(threads: int) -> None:
     import engine
 
     engine.set_num_threads(threads)
+
+
+def _warm() -> None:
+    """A worker's first task: import what running a variant needs, while the parent is still
+    validating the scenario files."""
+    import memprof.runner.execute  # noqa: F401
+    import memprof.scenario  # noqa: F401
 
 
 _LOADED: dict[tuple, dict] = {}  # in a worker: each scenario file is parsed once
@@ -73,9 +83,12 @@ def _pool(workers: int, threads: int) -> ProcessPoolExecutor:
 
 def _stop(pool: ProcessPoolExecutor) -> None:
     """Ctrl-C or an error here: no worker outlives the command."""
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
         proc.terminate()
     pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:  # reaped before the command goes on (or exits)
+        proc.join(timeout=5)
 
 
 def _run_pool(pool, tasks, task_fn, args_of, entries, on_done) -> list:
@@ -103,15 +116,64 @@ def _run_pool(pool, tasks, task_fn, args_of, entries, on_done) -> list:
     return broken
 
 
+class Workers:
+    """`jobs` worker processes, started (and importing) before there is work for them: the
+    command starts them, then validates its scenario files, then hands them to run_many. As a
+    context manager: the thread variables the workers read are set while it is open, and no
+    worker outlives it."""
+
+    def __init__(self, jobs: int, *, warm: bool = True):
+        self.jobs = jobs
+        self.threads = max(1, default_jobs() // jobs)
+        self.pool: ProcessPoolExecutor | None = None
+        self._warm = warm
+        self._saved: dict[str, str | None] = {}
+
+    def __enter__(self) -> Workers:
+        self._saved = {k: os.environ.get(k) for k in _THREAD_VARS}
+        for k in _THREAD_VARS:  # read by BLAS when the worker imports numpy
+            os.environ[k] = str(self.threads)
+        if self._warm:
+            self.pool = _pool(self.jobs, self.threads)
+            for _ in range(self.jobs):  # (each submit while none is idle starts a worker)
+                self.pool.submit(_warm)
+        return self
+
+    def take(self, workers: int) -> ProcessPoolExecutor:
+        """The started pool (run_pool shuts it down when its tasks are done), or a new one."""
+        pool, self.pool = self.pool, None
+        return pool if pool is not None else _pool(workers, self.threads)
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.pool is not None:
+                _stop(self.pool)
+                self.pool = None
+        finally:
+            for k, val in self._saved.items():
+                if val is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = val
+
+
 def run_many(
-    loaded_list: list, jobs: int, *, device=None, allocator=None, on_done=None, task=None
+    loaded_list: list,
+    jobs: int,
+    *,
+    device=None,
+    allocator=None,
+    on_done=None,
+    task=None,
+    workers: Workers | None = None,
 ) -> list:
     """Reports of the loaded scenarios (in their order), YAML variants run in `jobs` processes.
 
     on_done(scenario_index, variant_name): after each variant, for progress. A worker that dies
     breaks its pool: the variants it took down are run again one by one, each in a process of
     its own, so only the variant that kills its process fails (with a message).
-    task: what a worker runs per variant (tests pass one that dies); default _run_task."""
+    task: what a worker runs per variant (tests pass one that dies); default _run_task.
+    workers: started Workers to run on (`memprof run` starts them before validating)."""
     from memprof.runner import assemble_report, run_loaded
 
     task_fn = task or _run_task
@@ -126,27 +188,17 @@ def run_many(
         return (str(loaded_list[i].path), v.name, device, allocator)
 
     if tasks:
-        threads = max(1, default_jobs() // jobs)
-        saved = {k: os.environ.get(k) for k in _THREAD_VARS}
-        for k in _THREAD_VARS:  # read by BLAS when the worker imports numpy
-            os.environ[k] = str(threads)
-        try:
-            pool = _pool(min(jobs, len(tasks)), threads)
+        with Workers(jobs, warm=False) if workers is None else nullcontext(workers) as w:
+            pool = w.take(min(jobs, len(tasks)))
             broken = _run_pool(pool, tasks, task_fn, args_of, entries, on_done)
             for t in sorted(broken, key=lambda t: t[:2]):  # alone, in a process of its own
-                if _run_pool(_pool(1, threads), [t], task_fn, args_of, entries, on_done):
+                if _run_pool(w.take(1), [t], task_fn, args_of, entries, on_done):
                     i, j, v = t
                     entries[(i, j)] = _crashed_entry(
                         v, "its worker process died before the variant finished"
                     )
                     if on_done is not None:
                         on_done(i, v.name)
-        finally:
-            for k, val in saved.items():
-                if val is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = val
     reports = []
     for i, sc in enumerate(loaded_list):
         if getattr(sc, "run", None) is not None:

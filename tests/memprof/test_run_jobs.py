@@ -120,3 +120,50 @@ def test_a_worker_that_dies_fails_its_own_variant_only(tmp_path):
     assert dies["b"]["peak_allocated_bytes"] == 64 * 64 * 4
     assert [v["status"] for v in by_name["relu-block"]["variants"]] == ["ok", "ok"]
     assert sorted(done) == sorted(["a", "die", "b", "inplace", "out_of_place"])
+
+
+def test_workers_start_before_validation_and_run_the_variants(tmp_path, monkeypatch):
+    # given two scenarios and --jobs 2, then one pool of workers is started before the files
+    # are validated (they import meanwhile), and the variants run in it: no second pool
+    import memprof.cli._runcmd as runcmd
+    from memprof.runner import parallel
+
+    pools, order = [], []
+    real_pool, real_load = parallel._pool, runcmd.load_scenarios
+
+    def pool(workers, threads):
+        pools.append(workers)
+        order.append("pool")
+        return real_pool(workers, threads)
+
+    def load(*args, **kwargs):
+        order.append("validate")
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(parallel, "_pool", pool)
+    monkeypatch.setattr(runcmd, "load_scenarios", load)
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    for f in ("relu.yaml", "multi_branch.yaml"):
+        shutil.copy(ROOT / "scenarios" / f, folder / f)
+    result, reports = _run(tmp_path, folder, 2, "warm")
+    assert result.exit_code == 0, result.output
+    assert order == ["pool", "validate"] and pools == [2]
+    assert [v["status"] for r in reports for v in r["variants"]] == ["ok"] * 4
+
+
+def test_invalid_input_stops_the_started_workers(tmp_path):
+    # given --jobs 2 and a folder with a bad file, then the command exits 2 naming the file,
+    # and none of the workers it started outlives it
+    import multiprocessing
+
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    shutil.copy(ROOT / "scenarios" / "relu.yaml", folder / "relu.yaml")
+    (folder / "bad.yaml").write_text("name: bad\nprogram: [1, 2\n")
+    result = CliRunner().invoke(
+        app, ["run", str(folder), "--jobs", "2", "-q", "--runs", str(tmp_path / "runs")]
+    )
+    assert result.exit_code == 2
+    assert "bad.yaml:3:1: YAML syntax error" in result.output
+    assert multiprocessing.active_children() == []
