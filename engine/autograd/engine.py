@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import sys
 
+from engine import kernels
 from engine.allocator import tracked as _tracked
 from engine.allocator.tracked import set_op
 from engine.autograd.function import Function, _round_emulated, gradient_edge
@@ -24,8 +25,6 @@ def _accumulate(buffer: list, pos: int, grad: Tensor) -> None:
     if old is None:
         buffer[pos] = grad
         return
-    from engine import kernels
-
     if (
         old.shape == grad.shape
         and old._base is None
@@ -46,8 +45,6 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
     that lead to them run). capture: autograd.grad's form: returns the gradient arriving at each
     of these tensors instead of accumulating anything (None where none arrives).
     """
-    from engine import kernels
-
     if retain_graph is None:
         retain_graph = False
     targets = capture if capture is not None else inputs
@@ -271,8 +268,6 @@ def _run_hooks(hooks, grads) -> None:
 
 def _retain_grads(retained, grads) -> None:
     """retain_grad(): a non-leaf keeps (a copy of) the gradient arriving at its grad_fn."""
-    from engine import kernels
-
     for ref, nr in retained:
         t = ref()
         g = grads[nr]

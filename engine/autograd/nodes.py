@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 
+from engine import kernels
 from engine.autograd.function import _MAX_SEQ, Function
 from engine.backends.strided import is_dense
 from engine.tensor import Tensor
@@ -38,8 +39,6 @@ class AccumulateGrad(Function):
 
     def backward(self, grad):
         var = self.variable
-        from engine import kernels
-
         if var._grad is None:
             if _stealable(grad, var):
                 var._grad = _as_plain(grad)
@@ -121,8 +120,6 @@ class CopySlices(Function):
         self.fn.release_saved()
 
     def backward(self, grad):
-        from engine import kernels
-
         result = kernels.copy_new(grad, contiguous=True)
         region = self.view_fn(result)
         grads = self.fn.backward(kernels.copy_new(region, contiguous=True))
@@ -151,8 +148,6 @@ class ViewRegenBackward(Function):
         return "AsStridedBackward0"
 
     def backward(self, grad):
-        from engine import kernels
-
         result = kernels.zeros(self.base_shape, self.dtype, self.device)
         kernels.copy_into(self.view_fn(result), grad)
         return (result,)
