@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, get_args
 
 from memprof import __version__
-from memprof.reports.schema import Category
 from memprof.reports.types import Comparison, Report, Variant
+from memprof.reports.vocab import Category
 from memprof.units import format_bytes
 
 SCHEMA_VERSION = 2

@@ -9,17 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Category = Literal[
-    "input",
-    "parameter",
-    "activation",
-    "gradient",
-    "optimizer_state",
-    "saved_for_backward",
-    "temporary",
-    "other",
-]
-Phase = Literal["setup", "forward", "backward", "optimizer", "release"]
+from memprof.reports.vocab import Category, Phase
 
 
 class _Model(BaseModel):

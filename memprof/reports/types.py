@@ -10,7 +10,7 @@ validate reports read back (memprof/reports/store.py) can use it to name a bad f
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from memprof.reports.schema import Category, Phase  # one list of categories and phases
+from memprof.reports.vocab import Category, Phase  # one list of categories and phases
 
 Status = Literal["ok", "error", "oom"]
 
