@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from memprof.reports.vocab import Category
 from memprof.scenario.catalog import DTYPES, INITS, MODULES, OPS, OPTIMIZERS, REQUIRED, Arg
 from memprof.units import parse_size
 
@@ -364,22 +365,9 @@ class Expectation(Strict):
     peak_over_baseline: SizeCheck | None = Field(
         None, description="peak allocated minus the baseline: what the program added"
     )
-    peak_by_category: (
-        dict[
-            Literal[
-                "input",
-                "parameter",
-                "activation",
-                "gradient",
-                "optimizer_state",
-                "saved_for_backward",
-                "temporary",
-                "other",
-            ],
-            SizeCheck,
-        ]
-        | None
-    ) = Field(None, description="bytes of each category live at the peak, e.g. {gradient: 2 MiB}")
+    peak_by_category: dict[Category, SizeCheck] | None = Field(
+        None, description="bytes of each category live at the peak, e.g. {gradient: 2 MiB}"
+    )
     error: ErrorExpectation | None = None
     values: (
         dict[
