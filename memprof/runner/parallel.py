@@ -134,9 +134,13 @@ class Workers:
         for k in _THREAD_VARS:  # read by BLAS when the worker imports numpy
             os.environ[k] = str(self.threads)
         if self._warm:
-            self.pool = _pool(self.jobs, self.threads)
-            for _ in range(self.jobs):  # (each submit while none is idle starts a worker)
-                self.pool.submit(_warm)
+            try:
+                self.pool = _pool(self.jobs, self.threads)
+                for _ in range(self.jobs):  # (each submit while none is idle starts a worker)
+                    self.pool.submit(_warm)
+            except BaseException:  # (no __exit__ follows a failed __enter__)
+                self.__exit__(None, None, None)
+                raise
         return self
 
     def take(self, workers: int) -> ProcessPoolExecutor:

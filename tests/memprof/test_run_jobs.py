@@ -167,3 +167,25 @@ def test_invalid_input_stops_the_started_workers(tmp_path):
     assert result.exit_code == 2
     assert "bad.yaml:3:1: YAML syntax error" in result.output
     assert multiprocessing.active_children() == []
+
+
+def test_workers_that_cannot_start_leave_the_environment_as_it_was(monkeypatch):
+    # given a pool that cannot start (no processes left, say), then entering Workers raises
+    # and the thread variables it set for the workers are back as they were
+    import os
+
+    import pytest
+
+    from memprof.runner import parallel
+
+    def refuse(workers, threads):
+        raise OSError("cannot start a process")
+
+    monkeypatch.setattr(parallel, "_pool", refuse)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with pytest.raises(OSError, match="cannot start"):
+        with parallel.Workers(2):
+            pass
+    assert os.environ["OMP_NUM_THREADS"] == "7"
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
