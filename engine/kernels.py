@@ -263,19 +263,11 @@ def empty(shape, dtype, device) -> Tensor:
     """
     if type(shape) is not tuple:
         shape = tuple(shape)
-    kind = device.type
-    if kind == "meta":  # its size and its (immutable, shared) array remembered by shape
-        made = _META_MADE.get((shape, dtype))
-        if made is None:
-            made = _meta_made(shape, dtype)
-        nbytes, data = made
-        cpu = False
-    else:
-        np_dtype = dtype.np
-        nbytes = _prod(shape) * dtype.itemsize
-        if nbytes > _INT64_MAX:  # PyTorch refuses it at creation
-            _overflowed(shape)
-        cpu = kind == "cpu"
+    np_dtype = dtype.np
+    nbytes = _prod(shape) * dtype.itemsize
+    if nbytes > _INT64_MAX:  # PyTorch refuses it at creation, meta included
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(shape)}")
+    cpu = device.type == "cpu"
     if cpu:
         # The system's memory first: when it refuses (MemoryError under `ulimit -v`, or past
         # what the OS will overcommit) nothing was charged, so the peak stays what the program
@@ -299,7 +291,10 @@ def empty(shape, dtype, device) -> Tensor:
         sid, epoch = next(_storage_ids), 0
     if cpu:
         s = _new(Storage)
-    elif kind == "meta":
+    elif device.type == "meta":  # (made before the charge: nothing to give back if it fails)
+        data = _META_ARRAYS.get((shape, np_dtype))
+        if data is None:
+            data = _meta_array(shape, np_dtype)
         s = _new(_MetaStorage)
     else:
         data = cuda_array(shape, np_dtype, device, alloc, handle, sid, epoch, nbytes)
@@ -334,25 +329,18 @@ def _refused(device, nbytes: int):
     ) from None
 
 
-def _overflowed(shape):
-    raise RuntimeError(f"Storage size calculation overflowed with sizes={list(shape)}")
-
-
 _new = object.__new__
 # A meta storage's array has no data and is never changed in place (views are arrays of their
-# own), so storages of one shape and dtype share it: (shape, dtype) -> (bytes charged, array).
-_META_MADE: dict[tuple, tuple] = {}
+# own), so storages of one shape and dtype share it: (shape, numpy dtype) -> array.
+_META_ARRAYS: dict[tuple, MetaArray] = {}
 
 
-def _meta_made(shape: tuple, dtype) -> tuple:
-    nbytes = _prod(shape) * dtype.itemsize
-    if nbytes > _INT64_MAX:  # PyTorch refuses it at creation, meta included
-        _overflowed(shape)
-    made = (nbytes, MetaArray.contiguous(shape, dtype.np))
-    if len(_META_MADE) >= 4096:
-        _META_MADE.clear()
-    _META_MADE[(shape, dtype)] = made
-    return made
+def _meta_array(shape: tuple, np_dtype) -> MetaArray:
+    a = MetaArray.contiguous(shape, np_dtype)
+    if len(_META_ARRAYS) >= 4096:
+        _META_ARRAYS.clear()
+    _META_ARRAYS[(shape, np_dtype)] = a
+    return a
 
 
 class Scratch:
