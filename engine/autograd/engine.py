@@ -76,7 +76,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
     # once: when first reached (its count is new), or as a root.
     deps: dict[Function, int] = {}
     stack = list({id(edge[0]): edge[0] for edge, _ in roots}.values())
-    root_ids = {id(node) for node in stack}
+    root_nodes = set(stack)
     parents = {} if targets is not None else None  # node -> nodes with an edge to it
     while stack:
         node = stack.pop()
@@ -87,7 +87,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
             count = deps.get(nxt)
             if count is None:
                 deps[nxt] = 1
-                if id(nxt) not in root_ids:
+                if nxt not in root_nodes:
                     stack.append(nxt)
             else:
                 deps[nxt] = count + 1
@@ -189,10 +189,11 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                     gi = out[i]
                     out[i] = None  # the buffer becomes the gradient's only holder
                 if gi is not None:
-                    want = dtypes[i] if dtypes else None
-                    if want is not None and gi._dtype is not want:  # PyTorch's validate_outputs
-                        gi = gi.to(want)  # (float32 + bfloat16 under autocast: a bf16 gradient)
-                    elif gi._dtype.emulated:  # bfloat16 held in float32: a bf16 kernel's values
+                    dt = gi._dtype
+                    if dtypes and dt is not dtypes[i] and dtypes[i] is not None:
+                        gi = gi.to(dtypes[i])  # PyTorch's validate_outputs (float32 + bfloat16
+                        # under autocast: a bf16 gradient)
+                    elif dt.emulated:  # bfloat16 held in float32: a bf16 kernel's values
                         _round_emulated(gi)
                     if buf[nr] is None:  # the first gradient to arrive: nothing to sum
                         buf[nr] = gi

@@ -282,13 +282,17 @@ class Function:
         """Run forward and wire this node into the graph (saved tensors, edges, outputs)."""
         node = self
         tensors = args  # the tensor arguments: usually all of them
-        for a in args:
-            if a.__class__ is not Tensor and not isinstance(a, Tensor):
-                if len(args) == 2 and args[0].__class__ is Tensor:  # tensor op number
-                    tensors = (args[0],)
-                else:
+        if len(args) == 2:  # (a binary op: tensor op number, the commonest mix, decided inline)
+            a, b = args
+            if b.__class__ is not Tensor and not isinstance(b, Tensor):
+                tensors = (a,) if a.__class__ is Tensor or isinstance(a, Tensor) else ()
+            elif a.__class__ is not Tensor and not isinstance(a, Tensor):
+                tensors = (b,)
+        else:
+            for a in args:
+                if a.__class__ is not Tensor and not isinstance(a, Tensor):
                     tensors = tuple([a for a in args if isinstance(a, Tensor)])
-                break
+                    break
         if node.inplace_view:
             return node._record_inplace_view(args, out, op, attrs, tensors)
         node.prepare(*args)

@@ -96,7 +96,7 @@ class ExactModel(AccountingModel):
         if count > self._peak_count:
             self._peak_count = count
         address = self._next_address
-        self._next_address = address + (nbytes + 511) // 512 * 512  # keep addresses 512-aligned
+        self._next_address = address + ((nbytes + 511) & -512)  # keep addresses 512-aligned
         self._live[address] = nbytes
         if self.trace is not None:  # every allocation is its own segment
             self.trace("segment_alloc", address, nbytes, nbytes)
