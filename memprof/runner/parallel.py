@@ -84,10 +84,15 @@ def _pool(workers: int, threads: int) -> ProcessPoolExecutor:
 def _stop(pool: ProcessPoolExecutor) -> None:
     """Ctrl-C or an error here: no worker outlives the command."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    # (taken before shutdown forgets it) the pool's own thread joins the workers too, and one
+    # it reaped first reads as alive here until that thread is done
+    manager = getattr(pool, "_executor_manager_thread", None)
     for proc in procs:
         proc.terminate()
     pool.shutdown(wait=False, cancel_futures=True)
-    for proc in procs:  # reaped before the command goes on (or exits)
+    if manager is not None:  # every worker reaped before the command goes on (or exits)
+        manager.join(timeout=5)
+    for proc in procs:
         proc.join(timeout=5)
 
 
