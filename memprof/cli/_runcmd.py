@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from contextlib import ExitStack
+from contextlib import nullcontext
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -30,84 +30,79 @@ def run_command(
     top: int | None = 5,
     jobs: int | None = None,
 ) -> None:
-    with ExitStack() as stack:
-        _run(stack, scenarios, variants, device, allocator, json_out, runs_dir, quiet, top, jobs)
-
-
-def _run(stack, scenarios, variants, device, allocator, json_out, runs_dir, quiet, top, jobs):
     to_stdout = json_out == "-"
     out = terminal.make_console(stderr=to_stdout)
     err = terminal.make_console(stderr=True)
 
     # Several scenarios (or --jobs N): the workers start first, and import while this process
-    # validates the files (the variants then run in them, after every file has passed).
+    # validates the files (the variants then run in them, after every file has passed); none
+    # outlives the runs.
     files, _ = scenario_files(scenarios)
     if jobs is None:  # several scenarios: the machine's cores; one: this process
         from memprof.runner.parallel import default_jobs
 
         jobs = default_jobs() if len(files) > 1 else 1
-    workers = None
+    starting = nullcontext()
     if jobs > 1 and any(f.suffix.lower() != ".py" for f in files):
         from memprof.runner.parallel import Workers
 
-        workers = stack.enter_context(Workers(jobs))
-
-    loaded, problems = load_scenarios(
-        scenarios, variants=variants, device=device, allocator=allocator
-    )
-    problems += [
-        problem
-        for problem in (
-            output_problem(runs_dir, directory=True),
-            None if not json_out or to_stdout else output_problem(json_out),
+        starting = Workers(jobs)
+    with starting as workers:
+        loaded, problems = load_scenarios(
+            scenarios, variants=variants, device=device, allocator=allocator
         )
-        if problem
-    ]
-    if problems:
-        raise InvalidInput("invalid input", problems)
-
-    reports = []
-    units = sum(len(sc.variants) * max(v.spec.iterations for v in sc.variants) for sc in loaded)
-    show_bar = not quiet and units > 1 and err.is_terminal
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not show_bar,
-    )
-    parallel = jobs > 1 and sum(len(sc.variants) for sc in loaded) > 1
-    with progress:
-        if parallel:
-            from memprof.runner.parallel import run_many
-
-            task = progress.add_task(f"{len(loaded)} scenarios, {jobs} jobs", total=units)
-            reports = run_many(
-                loaded,
-                jobs,
-                device=device,
-                allocator=allocator,
-                on_done=lambda i, name: progress.advance(
-                    task, max(v.spec.iterations for v in loaded[i].variants)
-                ),
-                workers=workers,
+        problems += [
+            problem
+            for problem in (
+                output_problem(runs_dir, directory=True),
+                None if not json_out or to_stdout else output_problem(json_out),
             )
-        for sc in [] if parallel else loaded:
-            iters = {v.name: v.spec.iterations for v in sc.variants}
-            task = progress.add_task(sc.name, total=sum(iters.values()))
+            if problem
+        ]
+        if problems:
+            raise InvalidInput("invalid input", problems)
 
-            def on_progress(ev, _task=task, _name=sc.name, _total=sum(iters.values())):
-                progress.update(
-                    _task,
-                    description=f"{_name} [{ev['index'] + 1}/{ev['total']}] {ev['variant']}",
-                    completed=progress_fraction(ev) * _total,
+        reports = []
+        units = sum(len(sc.variants) * max(v.spec.iterations for v in sc.variants) for sc in loaded)
+        show_bar = not quiet and units > 1 and err.is_terminal
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not show_bar,
+        )
+        parallel = jobs > 1 and sum(len(sc.variants) for sc in loaded) > 1
+        with progress:
+            if parallel:
+                from memprof.runner.parallel import run_many
+
+                task = progress.add_task(f"{len(loaded)} scenarios, {jobs} jobs", total=units)
+                reports = run_many(
+                    loaded,
+                    jobs,
+                    device=device,
+                    allocator=allocator,
+                    on_done=lambda i, name: progress.advance(
+                        task, max(v.spec.iterations for v in loaded[i].variants)
+                    ),
+                    workers=workers,
                 )
+            for sc in [] if parallel else loaded:
+                iters = {v.name: v.spec.iterations for v in sc.variants}
+                task = progress.add_task(sc.name, total=sum(iters.values()))
 
-            reports.append(run_loaded(sc, progress=on_progress))
-            progress.remove_task(task)
-    stack.close()  # no worker outlives the runs
+                def on_progress(ev, _task=task, _name=sc.name, _total=sum(iters.values())):
+                    progress.update(
+                        _task,
+                        description=f"{_name} [{ev['index'] + 1}/{ev['total']}] {ev['variant']}",
+                        completed=progress_fraction(ev) * _total,
+                    )
+
+                reports.append(run_loaded(sc, progress=on_progress))
+                progress.remove_task(task)
 
     unsaved = []
     for i, report in enumerate(reports):
