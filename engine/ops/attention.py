@@ -468,7 +468,7 @@ class FusedAttention(Function):
             m = _at(mk, idx, batch)
             sc = xp.where(m, sc, -np.inf) if m.dtype == np.bool_ else sc + m
         mx = sc.max(axis=-1, keepdims=True)
-        mx = xp.where(np.isfinite(mx), mx, 0.0)
+        mx = xp.where(xp.isfinite(mx), mx, 0.0)
         e = xp.exp(sc - mx)
         tot = e.sum(axis=-1, keepdims=True)
         safe = xp.where(tot > 0, tot, 1.0)
@@ -521,10 +521,11 @@ class FusedAttention(Function):
             ya = saved[-1]._data  # the output (retain_output)
             nd = qa.ndim
             lse_a = self.lse.unpack()._data[..., : q.shape[-2]]
+            xp = _xp(g)
 
             def part(i, lo, hi):
                 for b0, b1, P, _ in self._chunks(q, k, mask, lse_a, lo=lo, hi=hi):
-                    self._grads(P, b0, b1, nd, ga, va, qa, ka, ya, gq, gk, gv)
+                    self._grads(xp, P, b0, b1, nd, ga, va, qa, ka, ya, gq, gk, gv)
 
             kernels.run_parts(part, _ranges(q, k))
         elif _live(g):
@@ -564,27 +565,28 @@ class FusedAttention(Function):
             grads.append(None)
         return tuple(grads)
 
-    def _grads(self, P, b0, b1, nd, ga, va, qa, ka, ya, gq, gk, gv) -> None:
-        """Slices b0..b1's gradients from their probabilities P (the batched path)."""
+    def _grads(self, xp, P, b0, b1, nd, ga, va, qa, ka, ya, gq, gk, gv) -> None:
+        """Slices b0..b1's gradients from their probabilities P (the batched path), with xp
+        the arrays' module (numpy or CuPy)."""
         ct = P.dtype
         # (contiguous: the gradient of a sum is a broadcast view, which numpy's matmul
         # would not hand to BLAS)
-        gs = np.ascontiguousarray(_compute(_rows(ga, b0, b1, nd), ct))
-        Pt = np.swapaxes(P, -1, -2)
+        gs = xp.ascontiguousarray(_compute(_rows(ga, b0, b1, nd), ct))
+        Pt = xp.swapaxes(P, -1, -2)
         if gv is not None:
             _put(gv._data, b0, b1, nd, Pt @ gs)
         # dS = P * (dP - rowsum(dP * P)) * scale, the scale applied to g (L x E);
         # rowsum(dP * P) = rowsum(g * y): over the head dim, not the L x S scores, as
         # the flash kernels' backward computes it
         gsc = gs * self.scale
-        dP = gsc @ np.swapaxes(_compute(_rows(va, b0, b1, nd), ct), -1, -2)
-        rows = np.einsum("...i,...i->...", gsc, _compute(_rows(ya, b0, b1, nd), ct))
+        dP = gsc @ xp.swapaxes(_compute(_rows(va, b0, b1, nd), ct), -1, -2)
+        rows = xp.einsum("...i,...i->...", gsc, _compute(_rows(ya, b0, b1, nd), ct))
         dP -= rows[..., None]
         dP *= P  # dS
         if gq is not None:
             _put(gq._data, b0, b1, nd, dP @ _compute(_rows(ka, b0, b1, nd), ct))
         if gk is not None:
-            dSt = np.swapaxes(dP, -1, -2)
+            dSt = xp.swapaxes(dP, -1, -2)
             _put(gk._data, b0, b1, nd, dSt @ _compute(_rows(qa, b0, b1, nd), ct))
 
     def release_saved(self) -> None:
