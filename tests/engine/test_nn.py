@@ -17,6 +17,7 @@ import engine
 from engine import nn
 from engine.allocator.events import MemoryObserver
 from engine.allocator.tracked import get_allocator
+from tests.conftest import requires_cuda
 
 EPS = 1e-6
 
@@ -49,7 +50,7 @@ def _grad_of(base, arr, layout):
     g = base.grad
     if g is None:
         return np.zeros(arr.shape)
-    g = g.detach().numpy() if hasattr(g, "detach") else g.numpy()
+    g = g.detach().cpu().numpy() if hasattr(g, "detach") else g.numpy()
     return g.swapaxes(-1, -2) if layout == "transposed" and arr.ndim >= 2 else g
 
 
@@ -64,7 +65,7 @@ def _run(m, fn, arrays, layout):
     w = _sample(tuple(y.shape), "normal", 99)
     loss = _loss(m, y, w)
     loss.backward()
-    out = y.detach().numpy()
+    out = y.detach().cpu().numpy()
     return out, [_grad_of(b, a, layout) for (b, _), a in zip(pairs, arrays, strict=True)], w
 
 
@@ -322,6 +323,27 @@ def test_gradients_match_central_differences_and_torch(name, layout):
             torch = None
     arrays = [_sample(s, domain, seed) for seed, s in enumerate(shapes)]
     gradcheck(fn, arrays, layout=layout, torch=torch)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize(
+    "name,layout", [(n, layout) for n, layout in _LAYOUT_CASES if "dropout" not in n]
+)
+def test_cuda_computes_what_cpu_does(name, layout):
+    """Every program above (but dropout's, whose masks come from another generator) with its
+    tensors on a GPU: CuPy's paths give the CPU's float64 outputs and gradients."""
+    fn, shapes, domain, _ = CASES[name]
+    arrays = [_sample(s, domain, seed) for seed, s in enumerate(shapes)]
+    out, grads, _ = _run(engine, fn, arrays, layout)
+    engine.set_default_device("cuda")
+    try:
+        c_out, c_grads, _ = _run(engine, fn, arrays, layout)
+    finally:
+        engine.set_default_device(None)
+    np.testing.assert_allclose(c_out, out, rtol=1e-9, atol=1e-10)
+    for a, b in zip(c_grads, grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-10)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import engine
+from tests.conftest import requires_cuda
 
 torch = pytest.importorskip("torch")
 
@@ -27,7 +28,7 @@ def _lib_tensor(m, arr, requires_grad=False):
 
 
 def _np(t):
-    return t.detach().numpy()
+    return t.detach().cpu().numpy()
 
 
 def _both(fn, arrays, grad_mask, layout, seed=0):
@@ -120,6 +121,24 @@ CASES = _cases()
 def test_functional_matches_torch_in_float32(name, layout):
     fn, arrays = CASES[name]
     (ey, eg), (ty, tg) = _both(fn, arrays, [True] * len(arrays), layout)
+    np.testing.assert_allclose(ey, ty, rtol=1e-4, atol=1e-5)
+    for a, b in zip(eg, tg, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_functional_on_cuda_matches_torch(name, layout):
+    """The same functionals with the engine's tensors on a GPU (CuPy's arrays), torch's on the
+    CPU: each op's CuPy path computes what torch does."""
+    fn, arrays = CASES[name]
+    engine.set_default_device("cuda")
+    try:
+        (ey, eg), (ty, tg) = _both(fn, arrays, [True] * len(arrays), layout)
+    finally:
+        engine.set_default_device(None)
     np.testing.assert_allclose(ey, ty, rtol=1e-4, atol=1e-5)
     for a, b in zip(eg, tg, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5)

@@ -154,8 +154,12 @@ class NllLoss(Function):
         valid, vkeep = _work((n, inner), dtypes.bool_, dev)
         xp.not_equal(t, self.ignore_index, out=valid)
         if n * inner:
-            hi = int(xp.max(t, where=valid, initial=-1))
-            lo = int(xp.min(t, where=valid, initial=0))
+            if xp is np:
+                hi = int(np.max(t, where=valid, initial=-1))
+                lo = int(np.min(t, where=valid, initial=0))
+            else:  # CuPy's reductions take no where=: a temporary, seen as CuPy's own
+                hi = int(xp.where(valid, t, -1).max())
+                lo = int(xp.where(valid, t, 0).min())
             if hi >= n_cls or lo < 0:
                 raise IndexError(f"Target {hi if hi >= n_cls else lo} is out of bounds.")
         idx, ikeep = _work((n, inner), dtypes.int64, dev)
