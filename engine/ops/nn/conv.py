@@ -25,6 +25,12 @@ def conv_out_size(size, k, s, pad_before, pad_after, d):
 # (32 -> 64 channels on 16x16, batch 32: forward 4.85 -> 4.62 ms, forward+grad_W 10.8 -> 9.6).
 GROUP_ELEMS = 1 << 18
 GROUP_MIN_K = 128
+# On these devices a convolution takes many samples per product whatever its geometry
+# (_BatchStage), up to BATCH_ELEMS elements of columns (64 MiB of float32): each kernel launch
+# there costs microseconds, so one copy and one product over the batch beat a few per sample
+# (bench_cuda's cnn-stem on an H200: 177 column copies and 16 products per step before).
+BATCHED_DEVICES = frozenset({"cuda"})
+BATCH_ELEMS = 1 << 24
 
 
 class _Stage:
@@ -124,6 +130,44 @@ class _FlatStage:
         )
 
 
+class _BatchStage:
+    """S samples zero-padded, [S, C, Hp, Wp]: every kernel offset's windows of all of them are
+    one strided view, [C, kh, kw, S, OH, OW], copied into the columns with one call (any
+    stride, dilation or padding). The layout of the devices in BATCHED_DEVICES, where a call
+    costs more than the bytes it moves; `row` = OW, the width of an output row in the product."""
+
+    def __init__(self, geom, dtype, dev, samples: int = 1):
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = geom
+        self.geom = geom
+        self.row = ow
+        self.t = kernels.Scratch((samples, c, h + pt + pb, w + pl + pr), dtype, dev)
+        if self.t.data is not None:
+            self.t.data.fill(0)
+
+    def load(self, data, b0: int, b1: int, as_strided) -> None:
+        """Samples b0..b1 of data [N, C, H, W] into the first b1 - b0 images."""
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        self.t.data[: b1 - b0, :, pt : pt + h, pl : pl + w] = data[b0:b1]
+
+    def columns(self, as_strided, count: int):
+        """Every kernel offset's windows in the first `count` samples: [C, kh, kw, count, OH,
+        OW], a view of the stage."""
+        return self.windows(as_strided, count, None)
+
+    def windows(self, as_strided, count: int, offset):
+        """All windows ([C, kh, kw, count, OH, OW]), or kernel offset (i, j)'s alone ([C, count,
+        OH, OW])."""
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        buf = self.t.data
+        s0, s1, s2, s3 = buf.strides
+        if offset is None:
+            shape = (c, kh, kw, count, oh, ow)
+            return as_strided(buf, shape, (s1, dh * s2, dw * s3, s0, sh * s2, sw * s3))
+        i, j = offset
+        base = buf[:, :, i * dh :, j * dw :]
+        return as_strided(base, (c, count, oh, ow), (s1, s0, sh * s2, sw * s3))
+
+
 class Conv2d(Function):
     """2-D convolution by im2col, one sample at a time (like PyTorch's slow_conv2d; small stride-1
     samples several at a time, side by side: Conv2d._group).
@@ -198,16 +242,18 @@ class Conv2d(Function):
         og, ckk, length = o // groups, cg * kh * kw, oh * ow
         wr = weight._data.reshape(groups, og, ckk) if _live(dev) else None
         b_col = bias._data[:, None] if bias is not None and _live(dev) else None
-        wide = self._wide()
-        # samples per product: the columns of several small samples side by side (_FlatStage).
-        # The parts take whole groups (from sample 0 on, as one thread takes them): a sample's
-        # output is the same product of the same columns whatever the thread count.
+        self.batched = dev.type in BATCHED_DEVICES
+        wide = self._wide() or self.batched
+        # samples per product: the columns of several samples side by side (_FlatStage,
+        # _BatchStage). The parts take whole groups (from sample 0 on, as one thread takes
+        # them): a sample's output is the same product of the same columns whatever the thread
+        # count.
         group = self._group() if wide else 1
         units = self._parts(dev, -(-n // group), group)
         ranges = [(lo * group, min(hi * group, n)) for lo, hi in units]
         bufs = [self._buffers(x, samples=group) for _ in ranges]  # (meta: only the workspace)
-        if wide:  # the product over the padded width, per part; the outputs are cut from it
-            wp = w + pl + pr
+        if wide:  # the product over the stage's rows, per part; the outputs are cut from it
+            wp = self._row()
             prods = [kernels.Scratch((o * group * oh * wp,), y._dtype, dev) for _ in ranges]
             b3 = b_col[:, :, None] if b_col is not None else None
 
@@ -256,10 +302,18 @@ class Conv2d(Function):
         geometry only (not on a part's channels), so every part groups the samples alike and
         grad_W adds them in the same order whatever the thread count."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        per_sample = c * kh * kw * oh * self._row()
+        if self.batched:
+            return max(1, min(n, BATCH_ELEMS // max(per_sample, 1)))
         if cg * kh * kw < GROUP_MIN_K:
             return 1
-        per_sample = c * kh * kw * oh * (w + pl + pr)
         return max(1, min(n, GROUP_ELEMS // max(per_sample, 1)))
+
+    def _row(self) -> int:
+        """The width of one output row in a product of several samples' columns: the padded
+        width for _FlatStage, OW for _BatchStage."""
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        return ow if self.batched else w + pl + pr
 
     def _wide(self) -> bool:
         """Columns over the padded width (_FlatStage): stride 1, unless a 1x1 reads its input."""
@@ -273,6 +327,9 @@ class Conv2d(Function):
         samples: how many samples one product takes (wide convolutions, _group)."""
         geom = self._channel_geom(*chans) if chans is not None else self.geom
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = geom
+        if self.batched:
+            cols = kernels.Scratch((c * kh * kw * samples * oh * ow,), x._dtype, x._device)
+            return cols, _BatchStage(geom, x._dtype, x._device, samples)
         if self._pointwise() and x.is_contiguous():
             return None
         if self._wide():
@@ -306,14 +363,15 @@ class Conv2d(Function):
         cols, stage = bufs
         xp = kernels.xp_of(x)
         as_strided = xp.lib.stride_tricks.as_strided
-        if isinstance(stage, _FlatStage):
-            run = oh * stage.wp
+        if not isinstance(stage, _Stage):  # several samples side by side
+            run = oh * (stage.wp if isinstance(stage, _FlatStage) else stage.row)
             for s0 in range(b0, b1, group):
                 s1 = min(s0 + group, b1)
                 count = s1 - s0
                 stage.load(data, s0, s1, as_strided)
                 dst = cols.data[: c * kh * kw * count * run]
-                xp.copyto(dst.reshape(c, kh, kw, count, run), stage.columns(as_strided, count))
+                src = stage.columns(as_strided, count)
+                xp.copyto(dst.reshape(src.shape), src)
                 yield s0, s1, dst.reshape(groups, ckk, count * run)
             return
         # the stage never moves, so each kernel column's (source, destination) pair is made once
@@ -368,15 +426,15 @@ class Conv2d(Function):
             ranges = self._parts(dev, og)
             chans = [None for _ in ranges]
             shapes = [(groups, ckk, hi - lo) for lo, hi in ranges]
-        wide = self._wide()
+        wide = self._wide() or self.batched
         group = self._group() if wide else 1  # samples per product (all parts alike)
         bufs = [self._buffers(x, part_chans, group) for part_chans in chans]
         parts = [kernels.Scratch(shape, dt, dev) for shape in shapes]
-        if wide:  # g over the padded width, zero where the columns are not outputs
-            wp = w + pl + pr
+        if wide:  # g over the stage's rows (the padded width: zero where no output is)
+            wp = self._row()
             gws = [kernels.Scratch((groups, shape[2], group, oh, wp), dt, dev) for shape in shapes]
             for gwide in gws:
-                if gwide.data is not None:
+                if gwide.data is not None and wp > ow:
                     gwide.data.fill(0)
         if _live(dev):
             xp = kernels.xp_of_device(dev)
@@ -422,6 +480,9 @@ class Conv2d(Function):
         gx = kernels.empty(self.x_shape, dt, dev)
         live = _live(dev)
         wt = weight._data.reshape(groups, og, ckk).transpose(0, 2, 1) if live else None
+        if self.batched:
+            self._grad_input_batched(wt, g4, gx, dt, dev)
+            return gx
         ranges = self._parts(dev, n)
         if self._pointwise():
             if live:
@@ -459,6 +520,39 @@ class Conv2d(Function):
             kernels.run_parts(run, ranges)
         bufs.clear()  # the workspace goes back now
         return gx
+
+    def _grad_input_batched(self, wt, g4, gx, dt, dev) -> None:
+        """col2im over several samples at once (BATCHED_DEVICES): their g side by side
+        ([groups, O/g, S*OH*OW]), one product with W.T into their columns ([C, kh, kw, S, OH,
+        OW]), then each kernel offset's columns added into the zero-padded samples ([S, C, Hp,
+        Wp]) with one call: kh*kw adds per S samples, where the per-sample path makes as many
+        per sample."""
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        og, ckk, length = o // groups, cg * kh * kw, oh * ow
+        group = self._group()
+        gs = kernels.Scratch((groups * og * group * length,), dt, dev)
+        gcols = kernels.Scratch((groups * ckk * group * length,), dt, dev)
+        stage = _BatchStage(self.geom, dt, dev, group)
+        if _live(dev):
+            xp = kernels.xp_of_device(dev)
+            as_strided = xp.lib.stride_tricks.as_strided
+            for s0 in range(0, n, group):
+                s1 = min(s0 + group, n)
+                count = s1 - s0
+                gsv = gs.data[: groups * og * count * length].reshape(groups, og, count, length)
+                xp.copyto(gsv, g4[s0:s1].transpose(1, 2, 0, 3))
+                gc = gcols.data[: groups * ckk * count * length]
+                kernels.matmul_into(
+                    xp, wt, gsv.reshape(groups, og, count * length), gc.reshape(groups, ckk, -1)
+                )
+                cols = gc.reshape(c, kh, kw, count, oh, ow)
+                stage.t.data.fill(0)
+                for i in range(kh):
+                    for j in range(kw):
+                        region = stage.windows(as_strided, count, (i, j))
+                        xp.add(region, cols[:, i, j], out=region)
+                xp.copyto(gx._data[s0:s1], stage.t.data[:count, :, pt : pt + h, pl : pl + w])
+        del gs, gcols, stage  # the workspace goes back now
 
     def _grad_input_correlated(self, weight, g, full, dt, dev):
         """grad_x of a stride-1 convolution as a convolution itself: g (O channels) correlated
