@@ -14,25 +14,26 @@ from engine.ops.nn.common import _SCRATCH, _live, _needs, _reshaped
 
 def _channel_sums(xp, a3, b3=None):
     """Per-channel sum of a (or of a*b) over [N, C, L] in float64, without full-size temporaries."""
-    if b3 is None and xp is np:
+    if xp is not np:  # CuPy: one reduction over the batch and the positions (a call per sample
+        # below made BatchNorm2d 5 ms of bench small-cnn's 27 ms step on an H200)
+        if b3 is None:
+            return xp.sum(a3, axis=(0, 2), dtype=np.float64)
+        return _gpu_reduction(xp, "dot", a3.dtype)(a3, b3, axis=(0, 2))
+    if b3 is None:
         # one buffered call, float64 throughout like the loop below (equal sums on the shapes
         # measured, 32x32x32x32 to 8x64x55x55), ~1.5x sooner
         return np.einsum("ncl->c", a3, dtype=np.float64)
-    acc = (
-        np.zeros(a3.shape[1], dtype=np.float64)
-        if xp is np
-        else xp.zeros(a3.shape[1], dtype=np.float64)
-    )
+    acc = np.zeros(a3.shape[1], dtype=np.float64)
     for i in range(a3.shape[0]):
-        if b3 is None:
-            acc += xp.sum(a3[i], axis=1, dtype=np.float64)
-        else:
-            acc += xp.einsum("cl,cl->c", a3[i], b3[i])
+        acc += np.einsum("cl,cl->c", a3[i], b3[i])
     return acc
 
 
 def _centered_dot(xp, g3, x3, mean):
     """Per-channel sum of g * (x - mean) over [N, C, L], through a bounded scratch."""
+    if xp is not np:  # CuPy: one reduction kernel, no scratch
+        kernel = _gpu_reduction(xp, "centered", x3.dtype)
+        return kernel(g3, x3, mean[None, :, None], axis=(0, 2))
     n, c, length = x3.shape
     step = max(1, _SCRATCH // max(c, 1))
     scratch = xp.empty((c, min(step, length)), dtype=x3.dtype)
@@ -45,6 +46,35 @@ def _centered_dot(xp, g3, x3, mean):
             xp.subtract(x3[b, :, l0:l1], m, out=s)
             acc += xp.einsum("cl,cl->c", g3[b, :, l0:l1], s)
     return acc
+
+
+_GPU_REDUCTIONS: dict = {}
+
+
+def _gpu_reduction(xp, name: str, dtype):
+    """CuPy reduction kernels over [N, C, L] to [C] in float64 (made once per kind of input
+    dtype): "dot" sums a * b, "centered" sums g * (x - mean[c]); each reads its operands once,
+    with no temporary."""
+    half = np.dtype(dtype).itemsize < 4  # CuPy's float16 converts to float, not to double
+    kernel = _GPU_REDUCTIONS.get((name, half))
+    if kernel is None:
+        d = "(double)(float)" if half else "(double)"
+        if name == "dot":
+            params, expr = "T a, T b", f"{d}a * {d}b"
+        else:
+            params, expr = "T g, T x, M m", f"{d}g * ({d}x - (double)m)"
+        kernel = xp.ReductionKernel(
+            params,
+            "float64 y",
+            expr,
+            "a + b",
+            "y = a",
+            "0",
+            f"memprof_channel_{name}",
+            reduce_type="double",
+        )
+        _GPU_REDUCTIONS[name, half] = kernel
+    return kernel
 
 
 class BatchNorm(Function):
