@@ -3,7 +3,8 @@
 Three tables, every figure measured in the same run on the same GPU:
 - elementwise ops (relu, relu_, add, add_, mul, mul_, exp, sigmoid) on a 1x64x512x512 float32
   activation (64 MiB) and on a 4-element tensor (dispatch overhead): engine ms, torch ms, ratio;
-- the training steps of bench/bench_training.py (the MLP and the CNN stem, SGD with momentum),
+- the training steps of bench/bench_training.py (the MLP, the CNN stem, the small CNN with
+  BatchNorm and MaxPool, a 3x3 64->64 convolution forward+backward; SGD with momentum),
   on cuda: engine ms, torch ms, ratio;
 - bandwidth: bytes each elementwise op moves (read + write) per second, against a
   device-to-device copy of the same tensor (torch's ``copy_`` and CuPy's ``copyto``): GB/s and
@@ -177,8 +178,56 @@ def _cnn_stem(lib, rng, device):
     return step
 
 
+def _small_cnn(lib, rng, device):
+    nn = lib.nn
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.BatchNorm2d(64),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * 8 * 8, 10),
+    )
+    model.to(device)
+    x = lib.from_numpy(rng.standard_normal((32, 3, 32, 32), dtype=np.float32)).to(device)
+    t = lib.from_numpy(rng.integers(0, 10, 32)).to(device)
+    opt = lib.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), t)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def _conv3x3(lib, rng, device):
+    nn = lib.nn
+    conv = nn.Conv2d(64, 64, 3, padding=1)
+    conv.to(device)
+    x = lib.from_numpy(rng.standard_normal((16, 64, 56, 56), dtype=np.float32)).to(device)
+    opt = lib.optim.SGD(conv.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        conv(x).mean().backward()
+        opt.step()
+
+    return step
+
+
 # The steps of bench/bench_training.py (same layers, sizes and optimizer), built on `device`.
-STEPS = {"mlp (64, 512-1024-512)": _mlp, "cnn-stem (8, 3x224x224)": _cnn_stem}
+STEPS = {
+    "mlp (64, 512-1024-512)": _mlp,
+    "cnn-stem (8, 3x224x224)": _cnn_stem,
+    "small-cnn bn+pool (32, 3x32x32)": _small_cnn,
+    "conv3x3 64->64 fwd+bwd": _conv3x3,
+}
 
 
 def bench_training(libs: dict, device: str, reps: int, inner: int) -> list[dict]:
@@ -245,9 +294,9 @@ def main(argv=None) -> int:
             f"{r['ratio']:7.2f}"
         )
     print()
-    print(f"{'step':28s} {'engine ms':>10s} {'torch ms':>10s} {'ratio':>7s}")
+    print(f"{'step':32s} {'engine ms':>10s} {'torch ms':>10s} {'ratio':>7s}")
     for r in training:
-        print(f"{r['step']:28s} {r['engine_ms']:10.3f} {r['torch_ms']:10.3f} {r['ratio']:7.2f}")
+        print(f"{r['step']:32s} {r['engine_ms']:10.3f} {r['torch_ms']:10.3f} {r['ratio']:7.2f}")
     print()
     print(f"{'kernel (64 MiB float32)':28s} {'GB/s':>8s} {'of copy':>8s}")
     for r in bandwidth:
