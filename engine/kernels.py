@@ -393,17 +393,7 @@ def relayout(t: Tensor, strides: tuple) -> Tensor:
     arr = arr.transpose(inverse)
     item = arr.itemsize
     if tuple(st // item for st in arr.strides) != tuple(strides):  # size-1 dims' strides
-        byte_strides = tuple(w * item for w in strides)
-        if isinstance(arr, np.ndarray):
-            arr = np.lib.stride_tricks.as_strided(arr, shape, byte_strides)
-        elif type(arr).__name__ == "MetaArray":
-            from engine.backends import meta
-
-            arr = meta.as_strided(arr, shape, byte_strides)
-        else:
-            import cupy
-
-            arr = cupy.lib.stride_tricks.as_strided(arr, shape, byte_strides)
+        arr = as_strided(arr, shape, tuple(w * item for w in strides))
     t._data = arr
     return t
 
@@ -540,6 +530,19 @@ def full(shape, value, dtype, device) -> Tensor:
 
 def ones_like_new(t: Tensor) -> Tensor:
     return full(t.shape, 1, t._dtype, t._device)
+
+
+def as_strided(arr, shape, strides):
+    """A view of a backend array (numpy's, CuPy's or a MetaArray) with these byte strides."""
+    if isinstance(arr, np.ndarray):
+        return np.lib.stride_tricks.as_strided(arr, shape, strides)
+    if type(arr).__name__ == "MetaArray":
+        from engine.backends import meta
+
+        return meta.as_strided(arr, shape, strides)
+    import cupy
+
+    return cupy.lib.stride_tricks.as_strided(arr, shape, strides)
 
 
 def xp_of(t: Tensor):

@@ -510,15 +510,7 @@ def _diagonal_array(arr, offset, d1, d2):
         index = [slice(None)] * arr.ndim
         index[d1], index[d2] = slice(i1, None), slice(i2, None)
         first = arr[tuple(index)]
-    if isinstance(arr, np.ndarray):
-        return np.lib.stride_tricks.as_strided(first, shape, strides)
-    if type(arr).__name__ == "MetaArray":
-        from engine.backends import meta
-
-        return meta.as_strided(first, shape, strides)
-    import cupy
-
-    return cupy.lib.stride_tricks.as_strided(first, shape, strides)
+    return kernels.as_strided(first, shape, strides)
 
 
 class Diagonal(Function):
