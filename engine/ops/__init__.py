@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import math
 
-from engine import dtypes
+from engine import dtypes, kernels
 from engine.autograd.function import direct_form
 from engine.device import as_device
 from engine.ops import elementwise as E
@@ -761,6 +761,78 @@ def t_(input):
     return transpose_(input, 0, 1)
 
 
+class _UnitDimsInplace(E.Function):
+    """squeeze_ / unsqueeze_: size-1 dims leave or join the tensor's shape in place; the data
+    stays where it is. As transpose_, the version moves and the history is the tensor's own
+    (SqueezeBackward3/4/5, UnsqueezeBackward1, torch's names); backward puts the dims back as
+    views of the gradient (no copy)."""
+
+    inplace_view = True
+
+    def forward(self, x, out=None, squeezed=(), inserted=None, grad_name=""):
+        self.squeezed, self.inserted, self.grad_name = squeezed, inserted, grad_name
+        shape = list(x.shape)
+        if inserted is None:
+            for d in reversed(squeezed):
+                del shape[d]
+            step = (lambda v: v.squeeze(squeezed)) if squeezed else (lambda v: v)
+        else:
+            shape.insert(inserted, 1)
+            step = lambda v: v.unsqueeze(inserted)  # noqa: E731
+        if inserted is None:
+            x._data = V.view_array(x, tuple(shape))
+        else:
+            x._data = _unsqueezed(x._data, inserted)
+        if x._base is not None:  # the view is now rebuilt from its base with this step too
+            prev = x._view_fn
+            x._view_fn = lambda b: step(prev(b))
+        return x
+
+    def backward(self, g):
+        if self.inserted is not None:
+            return (g.squeeze(self.inserted),)
+        for d in self.squeezed:  # ascending: each dim back where it was
+            g = g.unsqueeze(d)
+        return (g,)
+
+    def name(self):
+        return self.grad_name
+
+
+def _squeeze_(input, dim=None):
+    """Tensor.squeeze_(dim=None): torch's in-place squeeze (a dim, a tuple of dims, or all)."""
+    shape = input.shape
+    if dim is None:
+        dims, grad_name = range(len(shape)), "SqueezeBackward3"
+    else:
+        from engine.tensor import _wrap_dim
+
+        one = isinstance(dim, int)
+        dims = {_wrap_dim(d, input.ndim) for d in ((dim,) if one else dim)}
+        grad_name = "SqueezeBackward4" if one else "SqueezeBackward5"
+    squeezed = tuple(d for d in sorted(dims) if shape[d] == 1)
+    return _UnitDimsInplace.apply(
+        input, out=input, op="squeeze_", squeezed=squeezed, grad_name=grad_name
+    )
+
+
+def _unsqueeze_(input, dim):
+    """Tensor.unsqueeze_(dim): torch's in-place unsqueeze."""
+    from engine.tensor import _wrap_dim
+
+    d = _wrap_dim(dim, input.ndim + 1)
+    return _UnitDimsInplace.apply(
+        input, out=input, op="unsqueeze_", inserted=d, grad_name="UnsqueezeBackward1"
+    )
+
+
+register("squeeze_", _squeeze_, function=False, method=True)
+register("unsqueeze_", _unsqueeze_, function=False, method=True)
+alias("swapdims", "transpose")
+register("swapaxes_", transpose_, function=False, method=True)
+register("swapdims_", transpose_, function=False, method=True)
+
+
 @_export("squeeze")
 def squeeze(input, dim=None):
     shape = input.shape
@@ -781,7 +853,18 @@ def unsqueeze(input, dim):
     d = _wrap_dim(dim, input.ndim + 1)
     shape = list(input.shape)
     shape.insert(d, 1)
-    return V.View.apply(input, op="unsqueeze", shape=tuple(shape))
+    y = V.View.apply(input, op="unsqueeze", shape=tuple(shape))
+    y._data = _unsqueezed(input._data, d)  # torch's stride for the new dim
+    return y
+
+
+def _unsqueezed(arr, d: int):
+    """arr with a size-1 dim at d, strided as torch's unsqueeze: the size times the stride of
+    the dim it precedes, one element at the end (numpy's reshape repeats the last stride)."""
+    strides = tuple(arr.strides)
+    stride = strides[d] * arr.shape[d] if d < arr.ndim else arr.itemsize
+    shape = (*arr.shape[:d], 1, *arr.shape[d:])
+    return kernels.as_strided(arr, shape, (*strides[:d], stride, *strides[d:]))
 
 
 @_export(

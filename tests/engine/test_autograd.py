@@ -291,7 +291,26 @@ INPLACE_CASES = {
     "setitem_tensor_index": lambda m, x, y: _setitem_index(m, x, y),
     "t_on_a_view": lambda m, x: _t_on_view(m, x),
     "transpose_then_write": lambda m, x: _transpose_then_write(x),
+    "swapdims_": lambda m, x: (x * 2).swapdims_(0, 1) * m.arange(3.0, dtype=m.float64),
+    "swapaxes_": lambda m, x: (x * 2).swapaxes_(1, 0).exp(),
+    "unsqueeze_squeeze_": lambda m, x: _unit_dims(m, x),
+    "squeeze_on_a_view_then_write": lambda m, x: _squeeze_view_write(x),
 }
+
+
+def _unit_dims(m, x):
+    b = (x * 2).unsqueeze_(1)  # [3, 1, 3]
+    c = b * m.arange(3.0, dtype=m.float64).reshape(3, 1, 1)
+    c.unsqueeze_(-1).squeeze_((1, 3))  # [3, 3]
+    return c.squeeze_(0).exp()  # dim 0 is not of size 1: a node, no change
+
+
+def _squeeze_view_write(x):
+    b = (x * 2).unsqueeze(1)  # [3, 1, 3]
+    v = b[1:]
+    v.squeeze_(1)  # [2, 3], a view of b
+    v.mul_(x[:2])
+    return b.exp()
 
 
 def _t_on_view(m, x):
@@ -412,6 +431,9 @@ def test_seed_000_scale_on_the_leaf_raises_and_leaves_it_unchanged():
         lambda a: a.fill_(1.0),
         lambda a: a.copy_(engine.ones(3, 4)),
         lambda a: a.t_(),
+        lambda a: a.swapdims_(0, 1),
+        lambda a: a.unsqueeze_(0),
+        lambda a: a.squeeze_(),
         lambda a: a.__setitem__(0, 4.0),
         lambda a: a.__setitem__(engine.tensor([0]), 4.0),
         lambda a: engine.add(a, 1, out=a),

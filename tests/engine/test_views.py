@@ -222,3 +222,69 @@ def test_view_strides_answers_from_its_cache_as_its_walk_and_as_torch():
         assert strided.view_strides(list(old_shape), list(old_strides), list(new)) == walked
         asked += 1
     assert asked >= 20
+
+
+# torch's in-place view ops: the tensor's own metadata changes, the data stays, the version moves
+INPLACE_VIEWS = {
+    "squeeze_": lambda t: t.squeeze_(),
+    "squeeze_dim": lambda t: t.squeeze_(2),
+    "squeeze_dim_not_one": lambda t: t.squeeze_(0),
+    "squeeze_dims": lambda t: t.squeeze_((-1, 2)),
+    "unsqueeze_": lambda t: t.unsqueeze_(1),
+    "unsqueeze_last": lambda t: t.unsqueeze_(-1),
+    "swapdims_": lambda t: t.swapdims_(0, 1),
+    "swapaxes_": lambda t: t.swapaxes_(-1, 0),
+}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "sliced"])
+@pytest.mark.parametrize("name", list(INPLACE_VIEWS))
+def test_inplace_view_ops_change_metadata_as_torch(name, layout):
+    torch = pytest.importorskip("torch")
+    seen = {}
+    for lib in (engine, torch):
+        base = lib.arange(48.0).reshape(4, 3, 1, 4)
+        t = base[1:, :, :, ::2] if layout == "sliced" else base * 1
+        grad_base = (lib.arange(48.0).reshape(4, 3, 1, 4).requires_grad_(True) * 1)[1:]
+        version, ptr = t._version, t.data_ptr()
+        before = engine.memory.memory_allocated()
+        out = INPLACE_VIEWS[name](t)
+        assert out is t
+        assert t.data_ptr() == ptr
+        if lib is engine:
+            assert engine.memory.memory_allocated() == before  # metadata only
+        t.add_(1000)  # the writes land in the tensor's (and its base's) memory
+        INPLACE_VIEWS[name](grad_base)
+        seen[lib.__name__] = (
+            tuple(t.shape),
+            t.stride(),
+            t._version - version,
+            base.sum().item(),
+            t.is_contiguous(),
+            grad_base.grad_fn.name(),
+        )
+    assert seen["engine"] == seen["torch"]
+
+
+def test_inplace_view_ops_are_tensor_methods_only_as_in_torch():
+    torch = pytest.importorskip("torch")
+    for name in ("squeeze_", "unsqueeze_", "swapdims_", "swapaxes_", "swapdims"):
+        assert hasattr(engine.Tensor, name) == hasattr(torch.Tensor, name), name
+        assert hasattr(engine, name) == hasattr(torch, name), name
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("dim", [0, 2, 4, -1])
+@pytest.mark.parametrize("layout", ["contiguous", "sliced", "transposed"])
+def test_unsqueeze_strides_as_torch(layout, dim, device):
+    # torch: the new dim's stride is the size times the stride of the dim it precedes, and one
+    # element at the end (numpy's reshape would repeat the last stride of a strided array)
+    torch = pytest.importorskip("torch")
+    strides = []
+    for lib in (engine, torch):
+        t = lib.zeros(4, 3, 1, 4, device=device)
+        t = {"contiguous": t, "sliced": t[1:, :, :, ::2], "transposed": t.transpose(1, 3)}[layout]
+        out = t.unsqueeze(dim)
+        t.unsqueeze_(dim)
+        strides.append((out.stride(), t.stride()))
+    assert strides[0] == strides[1]
