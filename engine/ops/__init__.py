@@ -854,17 +854,20 @@ def unsqueeze(input, dim):
     shape = list(input.shape)
     shape.insert(d, 1)
     y = V.View.apply(input, op="unsqueeze", shape=tuple(shape))
-    y._data = _unsqueezed(input._data, d)  # torch's stride for the new dim
+    y._data = _unsqueezed(input._data, d, y._data)
     return y
 
 
-def _unsqueezed(arr, d: int):
+def _unsqueezed(arr, d: int, viewed=None):
     """arr with a size-1 dim at d, strided as torch's unsqueeze: the size times the stride of
-    the dim it precedes, one element at the end (numpy's reshape repeats the last stride)."""
+    the dim it precedes, one element at the end (numpy's reshape may pick another stride for
+    a strided array); `viewed`, such a view already made, is kept when its strides are those."""
     strides = tuple(arr.strides)
     stride = strides[d] * arr.shape[d] if d < arr.ndim else arr.itemsize
-    shape = (*arr.shape[:d], 1, *arr.shape[d:])
-    return kernels.as_strided(arr, shape, (*strides[:d], stride, *strides[d:]))
+    strides = (*strides[:d], stride, *strides[d:])
+    if viewed is not None and tuple(viewed.strides) == strides:
+        return viewed
+    return kernels.as_strided(arr, (*arr.shape[:d], 1, *arr.shape[d:]), strides)
 
 
 @_export(
