@@ -627,7 +627,7 @@ def transpose(input, dim0, dim1):
 
         d0, d1 = _wrap_dim(dim0, n), _wrap_dim(dim1, n)
         perm[d0], perm[d1] = perm[d1], perm[d0]
-    return V.Permute.apply(input, op="transpose", dims=tuple(perm))
+    return V.Transpose.apply(input, op="transpose", dims=tuple(perm))
 
 
 alias("swapaxes", "transpose")
@@ -698,11 +698,8 @@ alias("moveaxis", "movedim")
 def t(input):
     if input.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input.ndim}D")
-    return (
-        transpose(input, 0, 1)
-        if input.ndim == 2
-        else V.View.apply(input, op="t", shape=input.shape)
-    )
+    dims = (1, 0) if input.ndim == 2 else tuple(range(input.ndim))
+    return V.TransposeT.apply(input, op="t", dims=dims)
 
 
 class _TransposeInplace(E.Function):
@@ -843,7 +840,8 @@ def squeeze(input, dim=None):
 
         dims = {_wrap_dim(d, input.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}
         new = tuple(n for i, n in enumerate(shape) if not (i in dims and n == 1))
-    return V.View.apply(input, op="squeeze", shape=new)
+    node = V.Squeeze if dim is None else V.SqueezeDim if isinstance(dim, int) else V.SqueezeDims
+    return node.apply(input, op="squeeze", shape=new)
 
 
 @_export("unsqueeze")
@@ -853,7 +851,7 @@ def unsqueeze(input, dim):
     d = _wrap_dim(dim, input.ndim + 1)
     shape = list(input.shape)
     shape.insert(d, 1)
-    y = V.View.apply(input, op="unsqueeze", shape=tuple(shape))
+    y = V.Unsqueeze.apply(input, op="unsqueeze", shape=tuple(shape))
     y._data = _unsqueezed(input._data, d, y._data)
     return y
 
@@ -868,6 +866,54 @@ def _unsqueezed(arr, d: int, viewed=None):
     if viewed is not None and tuple(viewed.strides) == strides:
         return viewed
     return kernels.as_strided(arr, (*arr.shape[:d], 1, *arr.shape[d:]), strides)
+
+
+@_export("narrow")
+def narrow(input, dim, start, length):
+    """A view of `length` entries of dim `dim` from `start` on (negative: from the end)."""
+    from engine.tensor import _wrap_dim
+
+    if input.ndim == 0:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    d = _wrap_dim(dim, input.ndim)
+    size = input.shape[d]
+    start, length = int(start), int(length)
+    if not -size <= start <= size:
+        raise IndexError(
+            f"start out of range (expected to be in range of [{-size}, {size}], but got {start})"
+        )
+    if start < 0:
+        start += size
+    if length < 0:
+        raise RuntimeError("narrow(): length must be non-negative.")
+    if start + length > size:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    index = (slice(None),) * d + (slice(start, start + length),)
+    return V.Narrow.apply(input, op="narrow", index=index)
+
+
+@_export("unflatten")
+def unflatten(input, dim, sizes):
+    """A view with dim `dim` split into `sizes` (one of them may be -1)."""
+    from engine.tensor import _wrap_dim
+
+    d = _wrap_dim(dim, input.ndim)
+    sizes = tuple(int(s) for s in sizes)
+    if not sizes:
+        raise RuntimeError("unflatten: sizes must be non-empty")
+    if sizes.count(-1) > 1:
+        raise RuntimeError("unflatten: only one dimension can be inferred")
+    n = input.shape[d]
+    known = math.prod(s for s in sizes if s != -1)
+    if -1 in sizes and known and n % known == 0:
+        sizes = tuple(n // known if s == -1 else s for s in sizes)
+    if math.prod(sizes) != n or -1 in sizes:
+        raise RuntimeError(
+            f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim {d} "
+            f"({n}) in the input tensor"
+        )
+    shape = (*input.shape[:d], *sizes, *input.shape[d + 1 :])
+    return V.View.apply(input, op="unflatten", shape=shape)
 
 
 @_export(

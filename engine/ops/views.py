@@ -78,6 +78,34 @@ class View(Function):
         return "ViewBackward0"
 
 
+class Squeeze(View):
+    """squeeze(): every size-1 dim out (torch's SqueezeBackward0)."""
+
+    def name(self):
+        return "SqueezeBackward0"
+
+
+class SqueezeDim(View):
+    """squeeze(dim)."""
+
+    def name(self):
+        return "SqueezeBackward1"
+
+
+class SqueezeDims(View):
+    """squeeze(dims) with a tuple of dims."""
+
+    def name(self):
+        return "SqueezeBackward2"
+
+
+class Unsqueeze(View):
+    """unsqueeze(dim)."""
+
+    def name(self):
+        return "UnsqueezeBackward0"
+
+
 class Permute(Function):
     apply = specialised_apply(1)  # one tensor argument
 
@@ -102,6 +130,20 @@ class Permute(Function):
 
     def name(self):
         return "PermuteBackward0"
+
+
+class Transpose(Permute):
+    """transpose / swapaxes / swapdims / mT: a permutation that swaps two dims."""
+
+    def name(self):
+        return "TransposeBackward0"
+
+
+class TransposeT(Permute):
+    """t(): the matrix transpose (a 0-d or 1-d tensor as it is)."""
+
+    def name(self):
+        return "TBackward0"
 
 
 class Expand(Function):
@@ -186,6 +228,36 @@ class Select(Function):
         if g._device.type != "meta":
             out._data[self.index] = g._data
         return (out,)
+
+    def name(self):
+        """torch's node for its last step: an int selects, a slice that is not the whole dim
+        slices, None unsqueezes (torch applies the index left to right and skips whole-dim
+        slices and Ellipsis, but slices a lone slice); nothing at all is an alias."""
+        if isinstance(self.index, slice):
+            return "SliceBackward0"
+        items = self.index if isinstance(self.index, tuple) else (self.index,)
+        last = "AliasBackward0"
+        dim = 0  # the input dim the next item indexes (before an Ellipsis)
+        after = [i for i in items if i is not None]
+        rest = len(self.in_shape) - sum(1 for i in after if i is not Ellipsis)
+        for item in items:
+            if item is None:
+                last = "UnsqueezeBackward0"
+            elif item is Ellipsis:
+                dim += rest
+            elif isinstance(item, slice):
+                size = self.in_shape[dim]
+                if item.indices(size) != (0, size, 1):
+                    last = "SliceBackward0"
+                dim += 1
+            else:
+                last = "SelectBackward0"
+                dim += 1
+        return last
+
+
+class Narrow(Select):
+    """narrow(dim, start, length): a slice of one dim (SliceBackward0 even when it is whole)."""
 
     def name(self):
         return "SliceBackward0"

@@ -288,3 +288,103 @@ def test_unsqueeze_strides_as_torch(layout, dim, device):
         t.unsqueeze_(dim)
         strides.append((out.stride(), t.stride()))
     assert strides[0] == strides[1]
+
+
+# the node each view op records is torch's (reports name backward's allocations by it)
+NODE_NAMES = {
+    "squeeze()": lambda t: t.squeeze(),
+    "squeeze(dim)": lambda t: t.squeeze(1),
+    "squeeze(dims)": lambda t: t.squeeze((1,)),
+    "unsqueeze": lambda t: t.unsqueeze(0),
+    "view": lambda t: t.view(-1),
+    "reshape": lambda t: t.reshape(3, 4),
+    "flatten": lambda t: t.flatten(),
+    "unflatten": lambda t: t.unflatten(2, (2, -1)),
+    "expand": lambda t: t.expand(2, 3, 1, 4),
+    "permute": lambda t: t.permute(2, 0, 1),
+    "transpose": lambda t: t.transpose(0, 2),
+    "swapaxes": lambda t: t.swapaxes(0, 1),
+    "swapdims": lambda t: t.swapdims(0, 1),
+    "mT": lambda t: t.mT,
+    "t": lambda t: t[:, 0].t(),
+    "t of 1-d": lambda t: t[0, 0].t(),
+    "T": lambda t: t[:, 0].T,
+    "movedim": lambda t: t.movedim(0, 2),
+    "narrow": lambda t: t.narrow(0, 1, 2),
+    "narrow whole": lambda t: t.narrow(2, 0, 4),
+    "[1]": lambda t: t[1],
+    "[1:]": lambda t: t[1:],
+    "[:]": lambda t: t[:],
+    "[0:10]": lambda t: t[0:10],
+    "[...]": lambda t: t[...],
+    "[:, :]": lambda t: t[:, :],
+    "[:, 0:1]": lambda t: t[:, 0:1],
+    "[1, :, 2]": lambda t: t[1, :, 2],
+    "[None, 0]": lambda t: t[None, 0],
+    "[0, None]": lambda t: t[0, None],
+    "[..., ::2]": lambda t: t[..., ::2],
+    "[..., 1]": lambda t: t[..., 1],
+    "[1, ...]": lambda t: t[1, ...],
+    "[0, 0:10]": lambda t: t[0, 0:10],
+    "[-2:]": lambda t: t[-2:],
+    "diagonal": lambda t: t[:, 0].diagonal(),
+    "split": lambda t: t.split(1)[0],
+    "unbind": lambda t: t.unbind(0)[0],
+}
+
+
+@pytest.mark.parametrize("name", list(NODE_NAMES))
+def test_view_ops_record_torchs_node(name):
+    torch = pytest.importorskip("torch")
+    names = []
+    for lib in (engine, torch):
+        x = lib.ones(3, 1, 4, requires_grad=True) * 1
+        names.append(NODE_NAMES[name](x).grad_fn.name())
+    assert names[0] == names[1]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m, t: t.narrow(0, -2, 2),
+        lambda m, t: m.narrow(t, 2, 1, 3),
+        lambda m, t: t.narrow(1, 3, 0),
+        lambda m, t: t.unflatten(2, (2, 2)),
+        lambda m, t: m.unflatten(t, -1, (-1, 1)),
+        lambda m, t: t.unflatten(0, (1, 3)),
+    ],
+)
+def test_narrow_and_unflatten_are_views_as_torch(call):
+    torch = pytest.importorskip("torch")
+    arr = np.arange(48.0).reshape(3, 4, 4)
+    out = {}
+    for lib in (engine, torch):
+        x = lib.tensor(arr, requires_grad=True)
+        y = call(lib, x * 1)
+        w = lib.tensor(np.linspace(-1, 1, y.numel()).reshape(tuple(y.shape)))
+        (y * w).sum().backward()
+        out[lib.__name__] = (y.detach().numpy(), y.stride(), x.grad.numpy())
+    for a, b in zip(out["engine"], out["torch"], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.ones(3, 1, 4).narrow(0, 4, 1),
+        lambda m: m.ones(3, 1, 4).narrow(0, -4, 1),
+        lambda m: m.ones(3, 1, 4).narrow(0, 1, -1),
+        lambda m: m.ones(3, 1, 4).narrow(0, 2, 2),
+        lambda m: m.ones(()).narrow(0, 0, 1),
+        lambda m: m.ones(3, 1, 4).unflatten(2, (3, 2)),
+        lambda m: m.ones(3, 1, 4).unflatten(2, ()),
+        lambda m: m.ones(3, 1, 4).unflatten(2, (3, -1)),
+    ],
+)
+def test_narrow_and_unflatten_refuse_as_torch(call):
+    torch = pytest.importorskip("torch")
+    with pytest.raises(Exception) as theirs:
+        call(torch)
+    with pytest.raises(type(theirs.value)) as ours:
+        call(engine)
+    assert str(ours.value) == str(theirs.value)
