@@ -892,6 +892,14 @@ def narrow(input, dim, start, length):
     return V.Narrow.apply(input, op="narrow", index=index)
 
 
+def _unfold(input, dimension, size, step):
+    """Tensor.unfold: the windows of `size` entries, `step` apart, along `dimension` (a view)."""
+    return V.Unfold.apply(input, op="unfold", dim=dimension, size=size, step=step)
+
+
+register("unfold", _unfold, function=False, method=True)
+
+
 @_export("unflatten")
 def unflatten(input, dim, sizes):
     """A view with dim `dim` split into `sizes` (one of them may be -1)."""

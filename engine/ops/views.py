@@ -263,6 +263,56 @@ class Narrow(Select):
         return "SliceBackward0"
 
 
+class Unfold(Function):
+    """Tensor.unfold(dimension, size, step): every window of `size` entries along a dim, `step`
+    apart, as a view (that dim counts the windows, a new last dim holds a window's entries).
+    Backward is torch's unfold_backward: input-sized zeros, each window's gradient added where
+    it was read (one strided add per offset in the window: overlapping windows sum)."""
+
+    apply = specialised_apply(1)  # one tensor argument
+
+    def forward(self, x, out=None, dim=0, size=1, step=1):
+        d = _wrap_dim(dim, max(x.ndim, 1))
+        length = x.shape[d] if x.ndim else 1
+        if size < 0:
+            raise RuntimeError(f"size is {size} but must be >= 0")
+        if size > length:
+            raise RuntimeError(
+                f"maximum size for tensor at dimension {d} is {length} but size is {size}"
+            )
+        if step <= 0:
+            raise RuntimeError(f"step is {step} but must be > 0")
+        arr = x._data
+        self.in_shape, self.dim, self.size, self.step = x.shape, d, size, step
+        if x.ndim == 0:
+            shape, strides = (size,), (arr.itemsize,)
+        else:
+            count = (length - size) // step + 1
+            shape = (*arr.shape[:d], count, *arr.shape[d + 1 :], size)
+            st = tuple(arr.strides)
+            strides = (*st[:d], st[d] * step, *st[d + 1 :], st[d])
+        view = kernels.as_strided(arr, shape, strides)
+        return make_view(x, view, lambda b: b.unfold(d, size, step))
+
+    def backward(self, g):
+        out = kernels.zeros(self.in_shape, g._dtype, g._device)
+        if g._device.type != "meta":
+            if not self.in_shape:  # a 0-d input: its one window
+                out._data[...] = g._data[0]
+                return (out,)
+            xp = kernels.xp_of(g)
+            d, size, step = self.dim, self.size, self.step
+            count = g.shape[d]
+            lead = (slice(None),) * d
+            for k in range(size):  # offset k of every window: input k, k + step, ...
+                dst = out._data[lead + (slice(k, k + step * (count - 1) + 1, step),)]
+                xp.add(dst, g._data[..., k], out=dst)
+        return (out,)
+
+    def name(self):
+        return "UnfoldBackward0"
+
+
 class SplitViews(Function):
     """split / chunk / unbind: views of consecutive pieces along `dim`, and one backward node that
     writes every piece's gradient into one buffer (PyTorch's SplitBackward0 / UnbindBackward0).

@@ -201,6 +201,22 @@ def embedding_step(m, inplace=True):
     return _step(m, model, tokens, _labels(m, 32, 10), m.nn.functional.cross_entropy, opt)
 
 
+def unfold_patches_step(m, inplace=True):
+    # ViT-style patches by Tensor.unfold (windows overlapping along the width), the input
+    # requiring grad: unfold's backward makes an input-sized zeros and adds every window into it
+    x = _input(m, (8, 3, 32, 32)).requires_grad_(True)
+    model = m.nn.Linear(48, 16)
+
+    def region():
+        x.grad = None
+        patches = x.unfold(2, 4, 4).unfold(3, 4, 2)  # [8, 3, 8, 15, 4, 4]
+        tokens = patches.permute(0, 2, 3, 1, 4, 5).reshape(8, 120, 48)  # a copy
+        model(tokens).square().mean().backward()
+
+    region()
+    return region
+
+
 # ---------------------------------------------------------------------------------------------
 # the figures, by hand (no torch needed)
 # ---------------------------------------------------------------------------------------------
@@ -259,6 +275,7 @@ PROGRAMS = {
     "layernorm_gelu_adamw_step": (norm_gelu_adamw_step, True),
     "batchnorm_avgpool_step": (batchnorm_pool_step, True),
     "embedding_step": (embedding_step, True),
+    "unfold_patches_step": (unfold_patches_step, True),
 }
 
 

@@ -343,6 +343,12 @@ CASES = {
         "normal",
         True,
     ),
+    "unfold_overlapping": (
+        lambda m, x: x.unfold(1, 3, 2).unfold(2, 2, 1) * 1.5,
+        [(2, 7, 4)],
+        "normal",
+        True,
+    ),
     "inplace_chain": (
         lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25),
         [(3, 4), (3, 4)],

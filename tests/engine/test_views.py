@@ -330,6 +330,7 @@ NODE_NAMES = {
     "diagonal": lambda t: t[:, 0].diagonal(),
     "split": lambda t: t.split(1)[0],
     "unbind": lambda t: t.unbind(0)[0],
+    "unfold": lambda t: t.unfold(2, 2, 1),
 }
 
 
@@ -352,9 +353,14 @@ def test_view_ops_record_torchs_node(name):
         lambda m, t: t.unflatten(2, (2, 2)),
         lambda m, t: m.unflatten(t, -1, (-1, 1)),
         lambda m, t: t.unflatten(0, (1, 3)),
+        lambda m, t: t.unfold(2, 3, 1),  # overlapping windows: their gradients add
+        lambda m, t: t.unfold(1, 2, 2).unfold(2, 2, 3),
+        lambda m, t: t.transpose(0, 2).unfold(0, 4, 1),
+        lambda m, t: t.unfold(0, 0, 2),
+        lambda m, t: t[0, 0, 0].unfold(0, 1, 1),
     ],
 )
-def test_narrow_and_unflatten_are_views_as_torch(call):
+def test_narrow_unflatten_and_unfold_are_views_as_torch(call):
     torch = pytest.importorskip("torch")
     arr = np.arange(48.0).reshape(3, 4, 4)
     out = {}
@@ -379,12 +385,30 @@ def test_narrow_and_unflatten_are_views_as_torch(call):
         lambda m: m.ones(3, 1, 4).unflatten(2, (3, 2)),
         lambda m: m.ones(3, 1, 4).unflatten(2, ()),
         lambda m: m.ones(3, 1, 4).unflatten(2, (3, -1)),
+        lambda m: m.ones(2, 5).unfold(1, 6, 1),
+        lambda m: m.ones(2, 5).unfold(1, 2, 0),
+        lambda m: m.ones(2, 5).unfold(1, -1, 1),
+        lambda m: m.ones(2, 5).unfold(2, 1, 1),
+        lambda m: m.tensor(3.0).unfold(0, 2, 1),
     ],
 )
-def test_narrow_and_unflatten_refuse_as_torch(call):
+def test_narrow_unflatten_and_unfold_refuse_as_torch(call):
     torch = pytest.importorskip("torch")
     with pytest.raises(Exception) as theirs:
         call(torch)
     with pytest.raises(type(theirs.value)) as ours:
         call(engine)
     assert str(ours.value) == str(theirs.value)
+
+
+def test_unfold_on_meta_charges_as_on_cpu():
+    def run(device):
+        engine.memory.reset_peak_memory_stats(device)
+        x = engine.ones(4, 3, 16, 16, device=device, requires_grad=True)
+        before = engine.memory.memory_allocated(device)
+        v = x.unfold(2, 4, 2)
+        assert engine.memory.memory_allocated(device) == before  # a view
+        v.sum().backward()
+        return tuple(v.shape), v.stride(), engine.memory.max_memory_allocated(device) - before
+
+    assert run("meta") == run("cpu")
