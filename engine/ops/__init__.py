@@ -17,6 +17,7 @@ from engine.autograd.function import direct_form
 from engine.device import as_device
 from engine.ops import elementwise as E
 from engine.ops import linalg as L
+from engine.ops import pointwise as P
 from engine.ops import reduce as R
 from engine.ops import views as V
 from engine.ops.common import data  # noqa: F401
@@ -116,6 +117,59 @@ erf = _unary("erf", E.Erf)
 alias("negative", "neg")
 alias("negative_", "neg_")
 alias("absolute", "abs")
+# more math (engine/ops/pointwise.py), each with its in-place form
+floor = _unary("floor", P.Floor)
+ceil = _unary("ceil", P.Ceil)
+trunc = _unary("trunc", P.Trunc)
+frac = _unary("frac", P.Frac)
+log1p = _unary("log1p", P.Log1P)
+expm1 = _unary("expm1", P.Expm1)
+log2 = _unary("log2", P.Log2)
+log10 = _unary("log10", P.Log10)
+exp2 = _unary("exp2", P.Exp2)
+tan = _unary("tan", P.Tan)
+asin = _unary("asin", P.Asin)
+acos = _unary("acos", P.Acos)
+atan = _unary("atan", P.Atan)
+sinh = _unary("sinh", P.Sinh)
+cosh = _unary("cosh", P.Cosh)
+erfc = _unary("erfc", P.Erfc)
+alias("fix", "trunc")
+alias("fix_", "trunc_")
+alias("arcsin", "asin")
+alias("arccos", "acos")
+alias("arctan", "atan")
+
+
+@_export("round", inplace="round_")
+def round(input, *, decimals=0, out=None):  # noqa: A001 - PyTorch's name
+    """Half to even, as torch.round; `decimals` scales by 10**decimals around it."""
+    if decimals:
+        scale = 10.0**decimals
+        return P.Round.apply(input * scale, out=out, op="round") / scale
+    return P.Round.apply(input, out=out, op="round")
+
+
+@_export("round_")
+def round_(input, *, decimals=0):
+    if decimals:
+        scale = 10.0**decimals
+        return input.mul_(scale).round_().div_(scale)
+    return P.Round.apply(input, out=input, op="round_")
+
+
+def _predicate(name, cls):
+    def fn(input):
+        return cls.apply(input, op=name)
+
+    _export(name)(fn)
+    return fn
+
+
+isnan = _predicate("isnan", P.IsNan)
+isinf = _predicate("isinf", P.IsInf)
+isfinite = _predicate("isfinite", P.IsFinite)
+signbit = _predicate("signbit", P.SignBit)
 
 
 @_export("clamp", inplace="clamp_")

@@ -201,6 +201,22 @@ def embedding_step(m, inplace=True):
     return _step(m, model, tokens, _labels(m, 32, 10), m.nn.functional.cross_entropy, opt)
 
 
+def pointwise_math_step(m, inplace=True):
+    # engine/ops/pointwise.py's ops in a chain: asin keeps its input, tan_ runs in place on
+    # asin's result (free: tan keeps its result), log1p keeps its input, expm1 its result
+    x = _input(m, (64, 256)).requires_grad_(True)
+
+    def region():
+        x.grad = None
+        h = (x.tanh() * 0.9).asin()
+        h = h.tan_() if inplace else h.tan()
+        h = h.abs().log1p().expm1() * x.atan() + x.sinh().erfc()
+        h.floor().add(h).mean().backward()
+
+    region()
+    return region
+
+
 def unfold_patches_step(m, inplace=True):
     # ViT-style patches by Tensor.unfold (windows overlapping along the width), the input
     # requiring grad: unfold's backward makes an input-sized zeros and adds every window into it
@@ -276,6 +292,8 @@ PROGRAMS = {
     "batchnorm_avgpool_step": (batchnorm_pool_step, True),
     "embedding_step": (embedding_step, True),
     "unfold_patches_step": (unfold_patches_step, True),
+    "pointwise_math_step_inplace": (pointwise_math_step, True),
+    "pointwise_math_step": (pointwise_math_step, False),
 }
 
 

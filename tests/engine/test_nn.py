@@ -349,6 +349,26 @@ CASES = {
         "normal",
         True,
     ),
+    "log1p_expm1_log2_exp2": (
+        lambda m, x: (x.abs() + 0.1).log1p() * x.expm1() + (x.abs() + 0.5).log2() * x.exp2(),
+        [(3, 4)],
+        "normal",
+        True,
+    ),
+    "trig_inverse_hyperbolic": (
+        lambda m, x: (
+            (x * 0.3).asin() + (x * 0.3).acos() * x.atan() + (x * 0.5).tan() * x.sinh() - x.cosh()
+        ),
+        [(3, 4)],
+        "normal",
+        True,
+    ),
+    "erfc_log10_frac": (
+        lambda m, x: x.erfc() * (x.abs() + 0.5).log10() + (x * 3).frac(),
+        [(3, 4)],
+        "normal",
+        True,
+    ),
     "inplace_chain": (
         lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25),
         [(3, 4), (3, 4)],
