@@ -19,6 +19,7 @@ from engine.ops import elementwise as E
 from engine.ops import linalg as L
 from engine.ops import pointwise as P
 from engine.ops import reduce as R
+from engine.ops import sorting as S
 from engine.ops import views as V
 from engine.ops.common import data  # noqa: F401
 from engine.ops.registry import REQUIRED, Dims, Scenario, alias, register
@@ -497,6 +498,57 @@ def argmax(input, dim=None, keepdim=False):
     if dim is None:
         return max(input.reshape(-1), 0).indices
     return max(input, dim, keepdim).indices
+
+
+@_export("argmin")
+def argmin(input, dim=None, keepdim=False):
+    if dim is None:
+        return min(input.reshape(-1), 0).indices
+    return min(input, dim, keepdim).indices
+
+
+@_export("sort")
+def sort(input, dim=-1, descending=False, stable=False):
+    """(values, indices) along `dim`; equal values keep their order (stable or not)."""
+    return S.Sort.apply(input, op="sort", dim=dim, descending=descending)
+
+
+@_export("argsort")
+def argsort(input, dim=-1, descending=False, stable=False):
+    """sort's indices (torch allocates the values too, and drops them)."""
+    return sort(input, dim, descending, stable).indices
+
+
+@_export("topk")
+def topk(input, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - PyTorch's name
+    """The k largest (or smallest) along `dim`, in order: (values, indices)."""
+    return S.Sort.apply(input, op="topk", dim=dim, descending=largest, k=int(k))
+
+
+@_export("cumsum")
+def cumsum(input, dim, *, dtype=None, out=None):
+    return S.Cumsum.apply(input, out=out, op="cumsum", dim=dim, dtype=dtype)
+
+
+def _cumsum_(input, dim, *, dtype=None):
+    return S.Cumsum.apply(input, out=input, op="cumsum_", dim=dim, dtype=dtype)
+
+
+register("cumsum_", _cumsum_, function=False, method=True)
+
+
+def _all(input, dim=None, keepdim=False):
+    """True where every element (over `dim`, or all of them) is nonzero."""
+    return S.AllAny.apply(input, op="all", dim=dim, keepdim=keepdim, reducer="all")
+
+
+def _any(input, dim=None, keepdim=False):
+    """True where some element (over `dim`, or all of them) is nonzero."""
+    return S.AllAny.apply(input, op="any", dim=dim, keepdim=keepdim, reducer="any")
+
+
+register("all", _all, method=True)
+register("any", _any, method=True)
 
 
 @_export(

@@ -369,6 +369,14 @@ CASES = {
         "normal",
         True,
     ),
+    "sort_topk_cumsum": (
+        lambda m, x: (
+            x.sort(dim=0, descending=True).values * x.topk(2, dim=1).values.sum() + x.cumsum(1)
+        ),
+        [(3, 4)],
+        "spread",
+        True,
+    ),
     "inplace_chain": (
         lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25),
         [(3, 4), (3, 4)],
