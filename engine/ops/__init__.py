@@ -583,7 +583,47 @@ def matmul(input, other, *, out=None):
         and (input.ndim >= 3 or other.ndim >= 3)
     ):
         return _batched_matmul(input, other)
+    if (
+        out is None
+        and isinstance(input, Tensor)
+        and isinstance(other, Tensor)
+        and input.ndim == 1
+        and other.ndim == 2
+    ):
+        # torch: tensor1.unsqueeze(0).mm(tensor2).squeeze_(0)
+        return _matmul(input.unsqueeze(0), other, op="matmul").squeeze_(0)
     return _matmul(input, other, out=out, op="matmul")
+
+
+@_export("dot")
+def dot(input, other, *, out=None):
+    """The inner product of two 1-D tensors (DotBackward0)."""
+    if input.ndim != 1 or other.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {input.ndim}D and {other.ndim}D tensors")
+    if input._dtype is other._dtype and input.shape[0] != other.shape[0]:
+        n, m = input.shape[0], other.shape[0]
+        raise RuntimeError(
+            f"inconsistent tensor size, expected tensor [{n}] and src [{m}] to have the same "
+            f"number of elements, but got {n} and {m} elements respectively"
+        )
+    return _matmul(input, other, out=out, op="dot")
+
+
+@_export("mv")
+def mv(input, vec, *, out=None):
+    """A matrix times a vector (MvBackward0)."""
+    if input.ndim != 2 or vec.ndim != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {input.ndim}, {vec.ndim}")
+    return _matmul(input, vec, out=out, op="mv")
+
+
+@_export("outer")
+def outer(input, vec2):
+    """input[:, None] * vec2, as torch composes it (MulBackward0)."""
+    return input.reshape(-1, 1) * vec2
+
+
+alias("ger", "outer")
 
 
 def _viewable(t, shape) -> bool:

@@ -146,8 +146,10 @@ class Matmul(Function):
         return (ga, gb)
 
     def name(self):
-        return (
-            "MmBackward0"
-            if len(self.shapes[0]) == 2 and len(self.shapes[1]) == 2
-            else "MatmulBackward0"
-        )
+        # torch's matmul dispatches by the operands' dims: dot, mv, mm (a vector times a matrix
+        # is engine.ops.matmul's unsqueeze / mm / squeeze_, as torch's)
+        dims = (len(self.shapes[0]), len(self.shapes[1]))
+        return _NODES.get(dims, "MatmulBackward0")
+
+
+_NODES = {(1, 1): "DotBackward0", (2, 1): "MvBackward0", (2, 2): "MmBackward0"}

@@ -75,6 +75,8 @@ CALLS = {
     "narrow": lambda L: engine.narrow(L(), 1, 1, 2),
     "unflatten": lambda L: engine.unflatten(L(), 1, (2, -1)),
     "unfold": lambda L: L().unfold(1, 2, 1),
+    "dot": lambda L: engine.dot(L(3), L(3)),
+    "mv": lambda L: engine.mv(L(2, 3), L(3)),
     "swapaxes_": lambda L: (L() * 1.0).swapaxes_(0, 1),
     "swapdims_": lambda L: (L() * 1.0).swapdims_(1, 0),
     "squeeze_": lambda L: (L(2, 1, 3) * 1.0).squeeze_(1),

@@ -1,0 +1,89 @@
+"""Products with vectors as torch dispatches them: dot (DotBackward0), mv (MvBackward0), a
+vector times a matrix as unsqueeze(0) / mm / squeeze_(0), outer as a broadcast product; values,
+gradients, nodes, refusals and peaks against torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+
+torch = pytest.importorskip("torch")
+
+A = np.arange(3.0) - 1.0
+B = np.arange(3.0) * 0.5 + 1.0
+M = np.arange(6.0).reshape(2, 3) * 0.25
+
+CALLS = {
+    "vec @ vec": lambda m, a, b, w: a @ b,
+    "mat @ vec": lambda m, a, b, w: w @ a,
+    "vec @ mat": lambda m, a, b, w: a @ w.t(),
+    "dot": lambda m, a, b, w: m.dot(a, b),
+    "Tensor.dot": lambda m, a, b, w: a.dot(b),
+    "mv": lambda m, a, b, w: m.mv(w, b),
+    "outer": lambda m, a, b, w: m.outer(a, b),
+    "ger": lambda m, a, b, w: a.ger(b),
+}
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_values_gradients_and_nodes_as_torch(name):
+    out = []
+    for lib in (engine, torch):
+        a, b, w = (lib.tensor(v, requires_grad=True) for v in (A, B, M))
+        y = CALLS[name](lib, a, b, w)
+        weights = lib.tensor(np.linspace(1.0, 2.0, y.numel()).reshape(tuple(y.shape)))
+        (y * weights).sum().backward()
+        grads = [t.grad.numpy() if t.grad is not None else None for t in (a, b, w)]
+        out.append((y.detach().numpy(), grads, y.grad_fn.name(), tuple(y.shape)))
+    (ey, eg, en, es), (ty, tg, tn, ts) = out
+    np.testing.assert_allclose(ey, ty, rtol=1e-12)
+    for x, y in zip(eg, tg, strict=True):
+        assert (x is None) == (y is None)
+        if x is not None:
+            np.testing.assert_allclose(x, y, rtol=1e-12)
+    assert (en, es) == (tn, ts)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.dot(m.ones(2, 3), m.ones(3)),
+        lambda m: m.dot(m.ones(3), m.ones(4)),
+        lambda m: m.dot(m.ones(3, dtype=m.float64), m.ones(4)),
+        lambda m: m.mv(m.ones(3), m.ones(3)),
+    ],
+)
+def test_refusals_as_torch(call):
+    with pytest.raises(RuntimeError) as theirs:
+        call(torch)
+    with pytest.raises(RuntimeError) as ours:
+        call(engine)
+    assert str(ours.value) == str(theirs.value)
+
+
+def _step(m):
+    rng = np.random.default_rng(3)
+    a, b = (m.tensor(rng.standard_normal(512).astype(np.float32)) for _ in range(2))
+    w = m.tensor(rng.standard_normal((256, 512)).astype(np.float32))
+    for t in (a, b, w):
+        t.requires_grad_(True)
+
+    def region():
+        for t in (a, b, w):
+            t.grad = None
+        h = m.mv(w, a) + (b @ w.t())
+        (h.sum() * m.dot(a, b) + m.outer(h, a).mean()).backward()
+
+    region()
+    return region
+
+
+@pytest.mark.torch
+def test_peak_matches_pytorch_profiler():
+    from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
+
+    expected = torch_peak(_step(torch))
+    got = engine_peak(_step(engine))
+    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
