@@ -179,19 +179,10 @@ def _cnn_stem(lib, rng, device):
 
 
 def _small_cnn(lib, rng, device):
+    from bench.bench_training import small_cnn_model
+
     nn = lib.nn
-    model = nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1),
-        nn.BatchNorm2d(32),
-        nn.ReLU(inplace=True),
-        nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1),
-        nn.BatchNorm2d(64),
-        nn.ReLU(inplace=True),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(64 * 8 * 8, 10),
-    )
+    model = small_cnn_model(nn)
     model.to(device)
     x = lib.from_numpy(rng.standard_normal((32, 3, 32, 32), dtype=np.float32)).to(device)
     t = lib.from_numpy(rng.integers(0, 10, 32)).to(device)

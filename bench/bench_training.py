@@ -63,9 +63,9 @@ def _cnn_stem(lib, rng):
     return step
 
 
-def _small_cnn(lib, rng):
-    nn = lib.nn
-    model = nn.Sequential(
+def small_cnn_model(nn):
+    """The small CNN (also bench_cuda's): two conv-BN-ReLU-maxpool blocks and a linear head."""
+    return nn.Sequential(
         nn.Conv2d(3, 32, 3, padding=1),
         nn.BatchNorm2d(32),
         nn.ReLU(inplace=True),
@@ -77,6 +77,11 @@ def _small_cnn(lib, rng):
         nn.Flatten(),
         nn.Linear(64 * 8 * 8, 10),
     )
+
+
+def _small_cnn(lib, rng):
+    nn = lib.nn
+    model = small_cnn_model(nn)
     x = _tensor(lib, rng.standard_normal((32, 3, 32, 32), dtype=np.float32))
     t = _tensor(lib, rng.integers(0, 10, 32))
     opt = lib.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)

@@ -123,6 +123,15 @@ class Tan(Unary):
         return (g * one_plus,)
 
 
+def _inverse_root(x):
+    """(-x * x + 1).rsqrt() and the temporaries of that expression, for the caller to keep
+    until its statement ends (as C++ keeps them)."""
+    neg = -x
+    sq = neg * x
+    inner = sq + 1
+    return (neg, sq, inner), inner.rsqrt()
+
+
 class Asin(Unary):
     retain_inputs = (0,)
     ufunc = np.arcsin
@@ -130,10 +139,7 @@ class Asin(Unary):
     def backward(self, g):
         # grad * (-self * self + 1).rsqrt(): every temporary lives until the product
         (x,) = self.saved_tensors
-        neg = -x
-        sq = neg * x
-        inner = sq + 1
-        root = inner.rsqrt()
+        temps, root = _inverse_root(x)
         return (g * root,)
 
 
@@ -144,10 +150,7 @@ class Acos(Unary):
     def backward(self, g):
         # grad * -((-self * self + 1).rsqrt()): every temporary lives until the product
         (x,) = self.saved_tensors
-        neg = -x
-        sq = neg * x
-        inner = sq + 1
-        root = inner.rsqrt()
+        temps, root = _inverse_root(x)
         neg_root = -root
         return (g * neg_root,)
 

@@ -171,6 +171,21 @@ class Amin(Amax):
     reducer = "min"
 
 
+def scatter_back(g: Tensor, idx: Tensor, in_shape, dim: int, keepdim: bool) -> Tensor:
+    """torch's value_selecting_reduction_backward: input-sized zeros with g put at the indices
+    along `dim` (g and idx without that dim unless keepdim)."""
+    out = kernels.zeros(in_shape, g._dtype, g._device)
+    if g._device.type != "meta":
+        xp = kernels.xp_of(g)
+        od, ik, gk = out._data, idx._data, g._data
+        if not len(in_shape):
+            od, ik, gk = od.reshape(1), ik.reshape(1), gk.reshape(1)
+        elif not keepdim:
+            ik, gk = xp.expand_dims(ik, dim), xp.expand_dims(gk, dim)
+        xp.put_along_axis(od, ik, gk, axis=dim)
+    return out
+
+
 class MaxDim(Function):
     """max/min along one dim: (values, indices); the gradient goes to the index (as PyTorch)."""
 
@@ -199,17 +214,7 @@ class MaxDim(Function):
         return MaxResult(vals, idx)
 
     def backward(self, g, g_idx=None):
-        idx = self.kept("indices")
-        out = kernels.zeros(self.in_shape, g._dtype, g._device)
-        if g._device.type != "meta":
-            xp = kernels.xp_of(g)
-            od, ik, gk = out._data, idx._data, g._data
-            if not len(self.in_shape):
-                od, ik, gk = od.reshape(1), ik.reshape(1), gk.reshape(1)
-            elif not self.keepdim:
-                ik, gk = xp.expand_dims(ik, self.dim), xp.expand_dims(gk, self.dim)
-            xp.put_along_axis(od, ik, gk, axis=self.dim)
-        return (out,)
+        return (scatter_back(g, self.kept("indices"), self.in_shape, self.dim, self.keepdim),)
 
 
 class MinDim(MaxDim):

@@ -11,7 +11,7 @@ from collections import namedtuple
 
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
-from engine.ops.reduce import norm_dims, reduced_shape
+from engine.ops.reduce import norm_dims, reduced_shape, scatter_back
 from engine.tensor import _wrap_dim
 
 SortResult = namedtuple("SortResult", ["values", "indices"])
@@ -62,15 +62,7 @@ class Sort(Function):
         return SortResult(vals, idx)
 
     def backward(self, g, g_idx=None):
-        idx = self.kept("indices")
-        out = kernels.zeros(self.in_shape, g._dtype, g._device)
-        if g._device.type != "meta":
-            xp = kernels.xp_of(g)
-            od, ik, gk = out._data, idx._data, g._data
-            if not len(self.in_shape):
-                od, ik, gk = od.reshape(1), ik.reshape(1), gk.reshape(1)
-            xp.put_along_axis(od, ik, gk, axis=self.dim)
-        return (out,)
+        return (scatter_back(g, self.kept("indices"), self.in_shape, self.dim, True),)
 
     def name(self):
         return "TopkBackward0" if self.topk else "SortBackward0"
