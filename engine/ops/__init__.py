@@ -159,6 +159,80 @@ def round_(input, *, decimals=0):
     return P.Round.apply(input, out=input, op="round_")
 
 
+@_export("nan_to_num", inplace="nan_to_num_")
+def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):
+    return P.NanToNum.apply(input, out=out, op="nan_to_num", nan=nan, posinf=posinf, neginf=neginf)
+
+
+@_export("nan_to_num_")
+def nan_to_num_(input, nan=0.0, posinf=None, neginf=None):
+    return P.NanToNum.apply(
+        input, out=input, op="nan_to_num_", nan=nan, posinf=posinf, neginf=neginf
+    )
+
+
+@_export("isclose")
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """torch's composite: equal, or |input - other| <= atol + rtol * |other| and finite."""
+    close = input == other
+    if equal_nan and input.is_floating_point():
+        close |= input.isnan() & other.isnan()
+    if rtol == 0 and atol == 0:
+        return close
+    a, b = input, other
+    if not a.is_floating_point():
+        a, b = a.to(dtypes.get_default_dtype()), b.to(dtypes.get_default_dtype())
+    allowed = atol + (rtol * b).abs()
+    actual = (a - b).abs()
+    close |= actual.isfinite() & (actual <= allowed)
+    return close
+
+
+@_export("allclose")
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    return bool(isclose(input, other, rtol, atol, equal_nan).all().item())
+
+
+@_export("select")
+def select(input, dim, index):
+    """The view at `index` along `dim` (SelectBackward0)."""
+    from engine.tensor import _wrap_dim
+
+    if input.ndim == 0:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    d = _wrap_dim(dim, input.ndim)
+    size = input.shape[d]
+    if not -size <= index < size:
+        raise IndexError(
+            f"select(): index {index} out of range for tensor of size {list(input.shape)} at "
+            f"dimension {d}"
+        )
+    return input[(slice(None),) * d + (index % size,)]
+
+
+@_export("ravel")
+def ravel(input):
+    """A 1-D view of a contiguous tensor, else of a contiguous copy (torch's composite)."""
+    return input.contiguous().view(-1)
+
+
+@_export("tile")
+def tile(input, dims):
+    """repeat with `dims` padded with ones in front to the input's dims (torch's composite)."""
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if len(dims) < input.ndim:
+        dims = (1,) * (input.ndim - len(dims)) + dims
+    return input.repeat(*dims)
+
+
+@_export("count_nonzero")
+def count_nonzero(input, dim=None):
+    """int64 counts of the nonzero elements over `dim` (all of them by default)."""
+    if dim is None or (isinstance(dim, (tuple, list)) and not dim):
+        return S.AllAny.apply(input, op="count_nonzero", reducer="count_nonzero")
+    return (input != 0).sum(dim)
+
+
 def _predicate(name, cls):
     def fn(input):
         return cls.apply(input, op=name)
@@ -381,6 +455,33 @@ gt = _binary_plain("gt", E.Gt)
 ge = _binary_plain("ge", E.Ge)
 logical_and = _binary_plain("logical_and", E.LogicalAnd)
 logical_or = _binary_plain("logical_or", E.LogicalOr)
+logical_xor = _binary_plain("logical_xor", P.LogicalXor)
+remainder = _binary_plain("remainder", P.Remainder)
+fmod = _binary_plain("fmod", P.Fmod)
+atan2 = _binary_plain("atan2", P.Atan2)
+alias("arctan2", "atan2")
+
+
+@_export("clamp_min", inplace="clamp_min_")
+def clamp_min(input, min, *, out=None):  # noqa: A002 - PyTorch's name
+    return P.ClampMin.apply(input, min, None, out=out, op="clamp_min")
+
+
+@_export("clamp_min_")
+def clamp_min_(input, min):  # noqa: A002 - PyTorch's name
+    return P.ClampMin.apply(input, min, None, out=input, op="clamp_min_")
+
+
+@_export("clamp_max", inplace="clamp_max_")
+def clamp_max(input, max, *, out=None):  # noqa: A002 - PyTorch's name
+    return P.ClampMax.apply(input, None, max, out=out, op="clamp_max")
+
+
+@_export("clamp_max_")
+def clamp_max_(input, max):  # noqa: A002 - PyTorch's name
+    return P.ClampMax.apply(input, None, max, out=input, op="clamp_max_")
+
+
 for _name, _target in (
     ("greater", "gt"),
     ("less", "lt"),

@@ -439,7 +439,7 @@ class Clamp(Function):
         return tuple(grads)
 
     def name(self) -> str:
-        return "ClampBackward1"
+        return "ClampBackward0" if _SAVED in self.bounds else "ClampBackward1"
 
 
 # --------------------------------------------------------------------------------------------

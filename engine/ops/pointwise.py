@@ -1,7 +1,8 @@
 """More elementwise math, with PyTorch's gradients (derivatives.yaml) and in-place forms:
 rounding (floor, ceil, round, trunc, frac), logs and exponentials (log1p, expm1, log2, log10,
-exp2), trigonometry (tan, asin, acos, atan, sinh, cosh), erfc; and the predicates isnan,
-isinf, isfinite, signbit (bool results, no gradient).
+exp2), trigonometry (tan, asin, acos, atan, sinh, cosh), erfc; the predicates isnan, isinf,
+isfinite, signbit (bool results, no gradient); and the binary remainder, fmod, atan2,
+logical_xor, clamp_min, clamp_max.
 
 Each backward is derivatives.yaml's formula written with the engine's ops in its order, so its
 temporaries are torch's: what an op keeps (its input or its result) decides what its in-place
@@ -16,8 +17,9 @@ import numpy as np
 
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
-from engine.ops.common import result_buffer
-from engine.ops.elementwise import Unary, _uf
+from engine.ops.common import result_buffer, sum_to
+from engine.ops.elementwise import _SAVED, Binary, Clamp, Unary, _cmp, _uf
+from engine.tensor import Tensor
 
 
 class _Rounding(Unary):
@@ -238,3 +240,157 @@ class IsFinite(Predicate):
 
 class SignBit(Predicate):
     ufunc = np.signbit
+
+
+# --------------------------------------------------------------------------------------------
+# binary: remainder, fmod, atan2 (a tensor and a tensor or a Python number)
+# --------------------------------------------------------------------------------------------
+class _Modulo(Binary):
+    """remainder (the divisor's sign, Python's %) / fmod (the dividend's sign, C's fmod).
+    derivatives.yaml: self: grad; other: -grad * self.div(other, rounding_mode), the quotient
+    and -grad alive to the end of the statement."""
+
+    rounding = "floor"
+
+    def to_save(self, tensors):
+        # other's gradient reads both operands; self's reads neither
+        self._save_idx = (0, 1) if self.a_t and self.b_t and tensors[1].requires_grad else ()
+        return self._save_idx
+
+    def backward(self, g):
+        na, nb = self._needs()
+        gb = None
+        if nb:
+            a, b = self.saved_tensors
+            quotient = a.div(b, rounding_mode=self.rounding)
+            neg = -g
+            gb = neg * quotient
+        return self._grads(g if na else None, gb)
+
+    def name(self) -> str:
+        return type(self).__name__ + ("Backward1" if self.a_t and self.b_t else "Backward0")
+
+
+class Remainder(_Modulo):
+    opname = "remainder"
+    ufunc = np.remainder
+    rounding = "floor"
+
+
+class Fmod(_Modulo):
+    opname = "fmod"
+    ufunc = np.fmod
+    rounding = "trunc"
+
+
+class Atan2(Binary):
+    """atan2(self, other), floats. torch 2.13's atan2_backward: denom = self * self + other *
+    other, recip = 1 / denom with 0 where denom is 0; self: grad * other * recip; other: grad *
+    -self * recip (one statement: its temporaries and denom live until both are made)."""
+
+    opname = "atan2"
+    ufunc = np.arctan2
+    float_result = True
+
+    def to_save(self, tensors):
+        self._save_idx = (0, 1)
+        return self._save_idx
+
+    def backward(self, g):
+        na, nb = self._needs()
+        a, b = self.saved_tensors
+        sq_a = a * a
+        sq_b = b * b
+        denom = sq_a + sq_b
+        del sq_a, sq_b
+        recip = denom.reciprocal()
+        at_origin = denom == 0  # atan2(0, 0): a zero gradient, not a NaN (torch 2.13)
+        recip.masked_fill_(at_origin, 0)
+        del at_origin
+        # both gradients are one C++ statement: its temporaries live until both are made
+        ga = gb = t_a = neg = t_b = None
+        if na:
+            t_a = g * b
+            ga = t_a * recip
+        if nb:
+            neg = -a
+            t_b = g * neg
+            gb = t_b * recip
+        del t_a, neg, t_b, denom
+        return self._grads(ga, gb)
+
+
+LogicalXor = _cmp("logical_xor", np.logical_xor)
+
+
+class ClampMin(Clamp):
+    """clamp_min(x, min). derivatives.yaml, one statement per gradient: self: where(self >=
+    min, grad, 0); a tensor min: where(self < min, grad, 0)."""
+
+    def _keeps(self, x, bound):
+        return x >= bound
+
+    def _hits(self, x, bound):
+        return x < bound
+
+    def backward(self, g):
+        saved = list(self.saved_tensors)
+        x = saved.pop(0)
+        bound = saved.pop(0) if saved else next(b for b in self.bounds if b is not None)
+        nf = self.next_functions
+        gx = gb = None
+        if nf[0] is not None:
+            keep = self._keeps(x, bound)
+            gx = sum_to(g.where(keep, 0.0), self.x_shape)
+            del keep
+        if isinstance(bound, Tensor) and nf[1] is not None:
+            hit = self._hits(x, bound)
+            gb = sum_to(g.where(hit, 0.0), bound.shape)
+            del hit
+        return (gx, gb) if isinstance(bound, Tensor) else (gx,)
+
+    def name(self) -> str:
+        return "ClampMinBackward1" if self.bounds[0] is _SAVED else "ClampMinBackward0"
+
+
+class ClampMax(ClampMin):
+    """clamp_max(x, max): self: where(self <= max, grad, 0); a tensor max: where(self > max,
+    grad, 0)."""
+
+    def _keeps(self, x, bound):
+        return x <= bound
+
+    def _hits(self, x, bound):
+        return x > bound
+
+    def name(self) -> str:
+        return "ClampMaxBackward1" if self.bounds[1] is _SAVED else "ClampMaxBackward0"
+
+
+class NanToNum(Function):
+    """nan_to_num(nan, posinf, neginf): NaN, +inf and -inf replaced (the dtype's largest and
+    smallest finite values by default). derivatives.yaml: grad * isfinite(self)."""
+
+    apply = specialised_apply(1)  # one tensor argument
+
+    retain_inputs = (0,)
+
+    def forward(self, x, out=None, nan=0.0, posinf=None, neginf=None):
+        y = result_buffer(out, x.shape, x._dtype, x._device, "nan_to_num")
+        if x._device.type != "meta":
+            xp = kernels.xp_of(x)
+            if y._data is not x._data:
+                xp.copyto(y._data, x._data)
+            if x._dtype.is_floating_point:
+                xp.nan_to_num(y._data, copy=False, nan=nan, posinf=posinf, neginf=neginf)
+                if x._dtype.emulated:  # bfloat16 held in float32: its own largest value
+                    dtypes.round_to_bfloat16_(y._data)
+        return y
+
+    def backward(self, g):
+        (x,) = self.saved_tensors
+        finite = x.isfinite()
+        return (g * finite,)
+
+    def name(self):
+        return "NanToNumBackward0"

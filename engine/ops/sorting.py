@@ -106,17 +106,23 @@ class Cumsum(Function):
 
 
 class AllAny(Function):
-    """all / any over dims: bool (uint8 for a uint8 input), no gradient."""
+    """all / any over dims: bool (uint8 for a uint8 input), no gradient; count_nonzero over
+    every element: int64."""
 
     differentiable = False
     apply = specialised_apply(1)  # one tensor argument
 
     def forward(self, x, out=None, dim=None, keepdim=False, reducer="all"):
         dims = norm_dims(dim, x.ndim)
-        dtype = dtypes.uint8 if x._dtype is dtypes.uint8 else dtypes.bool_
+        if reducer == "count_nonzero":  # over every element: a 0-d int64, no temporary
+            dtype = dtypes.int64
+        else:
+            dtype = dtypes.uint8 if x._dtype is dtypes.uint8 else dtypes.bool_
         y = kernels.empty(reduced_shape(x.shape, dims, keepdim), dtype, x._device)
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
-            r = getattr(xp, reducer)(x._data, axis=dims, keepdims=keepdim)
-            y._data[...] = r
+            if reducer == "count_nonzero":
+                y._data[...] = xp.count_nonzero(x._data)
+            else:
+                y._data[...] = getattr(xp, reducer)(x._data, axis=dims, keepdims=keepdim)
         return y

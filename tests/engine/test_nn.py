@@ -377,6 +377,16 @@ CASES = {
         "spread",
         True,
     ),
+    "atan2_remainder_fmod_clamp_min_max": (
+        lambda m, x, y: (
+            m.atan2(x, y) * m.remainder(x, y.abs() + 2.0)
+            + m.fmod(y, 0.7) * x.clamp_min(y * 0.5 + 0.13)
+            - y.clamp_max(0.1)
+        ),
+        [(3, 4), (3, 4)],
+        "spread",
+        True,
+    ),
     "inplace_chain": (
         lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25),
         [(3, 4), (3, 4)],

@@ -133,3 +133,132 @@ def test_erfc_keeps_its_relative_precision_in_the_tail(dtype, ulps):
     np.testing.assert_array_equal(
         engine.tensor(special).erfc().numpy(), torch.tensor(special).erfc().numpy()
     )
+
+
+A = np.array([5.5, -5.5, 3.0, -2.25, 7.0, 0.75])
+B = np.array([2.0, 2.0, -1.5, 1.0, -3.0, 0.5])
+BINARY = {
+    "remainder": lambda m, a, b: m.remainder(a, b),
+    "remainder number": lambda m, a, b: a.remainder(2.5),
+    "remainder_": lambda m, a, b: (a * 1).remainder_(b),
+    "fmod": lambda m, a, b: m.fmod(a, b),
+    "fmod number": lambda m, a, b: a.fmod(-2.5),
+    "atan2": lambda m, a, b: m.atan2(a, b),
+    "atan2 broadcast": lambda m, a, b: m.atan2(a, b[:1]),
+    "atan2_": lambda m, a, b: (a * 1).atan2_(b),
+    "clamp_min": lambda m, a, b: a.clamp_min(0.5),
+    "clamp_min tensor": lambda m, a, b: m.clamp_min(a, b),
+    "clamp_min_": lambda m, a, b: (a * 1).clamp_min_(0.0),
+    "clamp_max tensor": lambda m, a, b: a.clamp_max(b),
+    "clamp tensor": lambda m, a, b: a.clamp(min=b),
+}
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_values_gradients_and_node_as_torch(name):
+    out = []
+    for lib in (engine, torch):
+        a, b = lib.tensor(A, requires_grad=True), lib.tensor(B, requires_grad=True)
+        y = BINARY[name](lib, a, b)
+        (y * lib.tensor(np.linspace(1.0, 2.0, y.numel()))).sum().backward()
+        gb = None if b.grad is None else b.grad.numpy()
+        out.append((y.detach().numpy(), a.grad.numpy(), gb, y.grad_fn.name()))
+    (ey, ea, eb, en), (ty, ta, tb, tn) = out
+    np.testing.assert_allclose(ey, ty, rtol=1e-12)
+    np.testing.assert_allclose(ea, ta, rtol=1e-12)
+    assert (eb is None) == (tb is None)
+    if eb is not None:
+        np.testing.assert_allclose(eb, tb, rtol=1e-12)
+    assert en == tn
+
+
+def test_integer_modulo_and_logical_xor_as_torch():
+    for f in (
+        lambda m: m.remainder(m.tensor([5, -5, 7]), 3),
+        lambda m: m.fmod(m.tensor([5, -5, 7]), m.tensor([3, 3, -2])),
+        lambda m: m.logical_xor(m.tensor([True, False, True]), m.tensor([True, True, False])),
+        lambda m: m.tensor([0.0, 2.0, 0.0]).logical_xor(m.tensor([1, 0, 0])),
+    ):
+        ours, theirs = f(engine), f(torch)
+        assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def _binary_step(m):
+    rng = np.random.default_rng(4)
+    a, b = (m.tensor(rng.standard_normal((64, 256)).astype(np.float32)) for _ in range(2))
+    for t in (a, b):
+        t.requires_grad_(True)
+
+    def region():
+        a.grad = b.grad = None
+        h = m.atan2(a, b) * m.remainder(a, b.abs() + 0.5) + m.fmod(b, 0.75)
+        (h.clamp_min(-0.5) + a.clamp_max(b)).mean().backward()
+
+    region()
+    return region
+
+
+@pytest.mark.torch
+def test_binary_step_peaks_as_pytorch_profiler():
+    from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
+
+    expected = torch_peak(_binary_step(torch))
+    got = engine_peak(_binary_step(engine))
+    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
+
+
+def test_atan2_gradient_at_the_origin_is_zero_as_torch():
+    out = []
+    for lib in (engine, torch):
+        a = lib.zeros(2, requires_grad=True)
+        b = lib.tensor([0.0, 1.0], requires_grad=True)
+        lib.atan2(a, b).sum().backward()
+        out.append((a.grad.numpy(), b.grad.numpy()))
+    for x, y in zip(*out, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_nan_to_num_values_gradient_and_in_place_as_torch():
+    arr = np.array([[1.0, np.nan, np.inf], [-np.inf, 0.0, 2.0]])
+    for dtype in (np.float64, np.float32):
+        out = []
+        for lib in (engine, torch):
+            x = lib.tensor(arr.astype(dtype), requires_grad=True)
+            y = x.nan_to_num()
+            z = lib.nan_to_num(x, nan=1.0, posinf=5.0, neginf=-7.0)
+            (y * 2 + z).sum().backward()
+            w = (x * 1).nan_to_num_(nan=-1.0)
+            out.append((y.detach().numpy(), z.detach().numpy(), x.grad.numpy(), w.detach().numpy()))
+            out.append(y.grad_fn.name())
+        for a, b in zip(out[0], out[2], strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert out[1] == out[3]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.isclose(
+            m.tensor([1.0, np.nan, 1e-9, 2.0]), m.tensor([1 + 1e-6, np.nan, 0.0, 2.1])
+        ),
+        lambda m: m.isclose(
+            m.tensor([1.0, np.nan, np.inf]), m.tensor([1.0, np.nan, np.inf]), equal_nan=True
+        ),
+        lambda m: m.tensor([1, 2, 3]).isclose(m.tensor([1, 2, 4]), rtol=0.3),
+        lambda m: m.isclose(m.tensor([1.0, 2.0]), m.tensor([1.0, 2.0001]), rtol=0, atol=0),
+        lambda m: m.count_nonzero(m.tensor([[0, 1], [2, 0], [3, 3]])),
+        lambda m: m.count_nonzero(m.tensor([[0.0, 1.5], [2.0, 0.0]]), dim=0),
+        lambda m: m.tensor([[0, 1], [2, 0], [3, 3]]).count_nonzero(dim=(0, 1)),
+    ],
+)
+def test_isclose_and_count_nonzero_as_torch(call):
+    ours, theirs = call(engine), call(torch)
+    assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_allclose_gives_a_python_bool_as_torch():
+    for a, b in (([1.0, 2.0], [1.0, 2.0 + 1e-7]), ([1.0, 2.0], [1.0, 2.1])):
+        ours = engine.allclose(engine.tensor(a), engine.tensor(b))
+        assert ours is torch.allclose(torch.tensor(a), torch.tensor(b))

@@ -412,3 +412,49 @@ def test_unfold_on_meta_charges_as_on_cpu():
         return tuple(v.shape), v.stride(), engine.memory.max_memory_allocated(device) - before
 
     assert run("meta") == run("cpu")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m, t: t.select(1, 2),
+        lambda m, t: m.select(t, -1, -3),
+        lambda m, t: t.ravel(),
+        lambda m, t: t.transpose(0, 2).ravel(),
+        lambda m, t: t.tile(2),
+        lambda m, t: m.tile(t, (2, 1, 1, 2)),
+    ],
+)
+def test_select_ravel_and_tile_as_torch(call):
+    torch = pytest.importorskip("torch")
+    arr = np.arange(48.0).reshape(3, 4, 4)
+    out = {}
+    for lib in (engine, torch):
+        x = lib.tensor(arr, requires_grad=True)
+        y = call(lib, x * 1)
+        w = lib.tensor(np.linspace(-1, 1, y.numel()).reshape(tuple(y.shape)))
+        (y * w).sum().backward()
+        out[lib.__name__] = (y.detach().numpy(), y.stride(), x.grad.numpy(), y.grad_fn.name())
+    for a, b in zip(out["engine"], out["torch"], strict=True):
+        if isinstance(a, str):
+            assert a == b
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.ones(3, 4).select(0, 5),
+        lambda m: m.ones(3, 4).select(1, -5),
+        lambda m: m.tensor(1.0).select(0, 0),
+        lambda m: m.ones(3, 4).select(2, 0),
+    ],
+)
+def test_select_refuses_as_torch(call):
+    torch = pytest.importorskip("torch")
+    with pytest.raises(IndexError) as theirs:
+        call(torch)
+    with pytest.raises(IndexError) as ours:
+        call(engine)
+    assert str(ours.value) == str(theirs.value)
