@@ -638,6 +638,49 @@ def _cumsum_(input, dim, *, dtype=None):
 register("cumsum_", _cumsum_, function=False, method=True)
 
 
+@_export("logsumexp")
+def logsumexp(input, dim, keepdim=False):
+    """log(sum(exp(input))) over `dim`, without overflow (LogsumexpBackward0)."""
+    if not input.is_floating_point():
+        input = input.to(dtypes.get_default_dtype())
+    return S.LogSumExp.apply(input, op="logsumexp", dim=dim, keepdim=keepdim)
+
+
+@_export("repeat_interleave")
+def repeat_interleave(input, repeats, dim=None, *, output_size=None):
+    """Each element repeated `repeats` times along `dim` (the flattened input by default): torch's
+    unsqueeze, expand, contiguous clone and view; a tensor of per-element repeats selects with
+    index_select, as torch does."""
+    from engine.tensor import _wrap_dim
+
+    x = input if dim is not None else input.flatten()
+    d = _wrap_dim(0 if dim is None else dim, builtins.max(input.ndim, 1))
+    if isinstance(repeats, Tensor):
+        import numpy as np
+
+        from engine.creation import tensor
+
+        counts = repeats.cpu().numpy()
+        if counts.size == 1 and counts.ndim <= 1:  # one count for every element, as torch
+            counts = np.full(x.shape[d], counts.reshape(()).item(), dtype=np.int64)
+        if counts.ndim != 1 or counts.shape[0] != x.shape[d]:
+            raise RuntimeError(
+                "repeats must have the same size as input along dim, but got "
+                f"repeats.size(0) = {counts.shape[0] if counts.ndim else 1} and "
+                f"input.size({d}) = {x.shape[d]}"
+            )
+        index = tensor(np.repeat(np.arange(len(counts)), counts), device=x.device)
+        return x.index_select(d, index)
+    if repeats < 0:
+        raise RuntimeError("Repeats must be non-negative")
+    shape = list(x.shape)
+    expanded = list(shape)
+    expanded.insert(d + 1, repeats)
+    y = x.unsqueeze(d + 1).expand(*expanded).contiguous()
+    shape[d] *= repeats
+    return y.view(*shape)
+
+
 def _all(input, dim=None, keepdim=False):
     """True where every element (over `dim`, or all of them) is nonzero."""
     return S.AllAny.apply(input, op="all", dim=dim, keepdim=keepdim, reducer="all")

@@ -126,3 +126,41 @@ class AllAny(Function):
             else:
                 y._data[...] = getattr(xp, reducer)(x._data, axis=dims, keepdims=keepdim)
         return y
+
+
+class LogSumExp(Function):
+    """logsumexp(dim, keepdim): torch's logsumexp_out_impl, op for op (so its allocations are
+    torch's): maxes = amax(keepdim) with infinite ones zeroed, sum(exp_(x - maxes)), log_,
+    add_(maxes). Backward (logsumexp_backward): grad * (self - result).exp(), both temporaries
+    alive until the product."""
+
+    apply = specialised_apply(1)  # one tensor argument
+
+    retain_inputs = (0,)
+    retain_output = True
+
+    def forward(self, x, out=None, dim=(), keepdim=False):
+        from engine.autograd.grad_mode import no_grad
+
+        dims = norm_dims(dim, x.ndim)
+        self.dims, self.keepdim, self.ndim = dims, keepdim, x.ndim
+        with no_grad():
+            if x.numel() == 0:
+                return x.exp().sum(dims, keepdim=keepdim).log_()
+            maxes = x.amax(dims, keepdim=True)
+            flat = maxes if keepdim else maxes.squeeze(dims)
+            flat.masked_fill_(flat.abs() == float("inf"), 0)
+            result = (x - maxes).exp_().sum(dims, keepdim=keepdim)
+            return result.log_().add_(flat)
+
+    def backward(self, g):
+        x, y = self.saved_tensors
+        if not self.keepdim and self.ndim:
+            for d in self.dims:  # ascending: each reduced dim back where it was
+                g, y = g.unsqueeze(d), y.unsqueeze(d)
+        diff = x - y
+        e = diff.exp()
+        return (g * e,)
+
+    def name(self):
+        return "LogsumexpBackward0"

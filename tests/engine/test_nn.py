@@ -387,6 +387,12 @@ CASES = {
         "spread",
         True,
     ),
+    "logsumexp_repeat_interleave": (
+        lambda m, x: x.logsumexp(1, keepdim=True) * x.repeat_interleave(2, dim=1)[:, :4],
+        [(3, 4)],
+        "normal",
+        True,
+    ),
     "inplace_chain": (
         lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25),
         [(3, 4), (3, 4)],

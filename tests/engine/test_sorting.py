@@ -155,3 +155,93 @@ def test_meta_charges_as_cpu(name):
         return tuple(values.shape), engine.memory.max_memory_allocated(device) - base
 
     assert run("meta") == run("cpu")
+
+
+LSE = np.array([[1.0, 2.0, 3.0], [1000.0, 1000.0, -np.inf], [-np.inf, -np.inf, -np.inf]])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m, x: x[:2].logsumexp(1),
+        lambda m, x: m.logsumexp(x[:2], (0, 1)),
+        lambda m, x: x[:2].logsumexp(0, keepdim=True),
+        lambda m, x: x[:2].t().logsumexp(-1),
+    ],
+)
+def test_logsumexp_values_gradient_and_node_as_torch(call):
+    out = []
+    for lib in (engine, torch):
+        x = lib.tensor(LSE, requires_grad=True)
+        y = call(lib, x)
+        (y * lib.tensor(np.linspace(1.0, 2.0, y.numel()).reshape(tuple(y.shape)))).sum().backward()
+        out.append((y.detach().numpy(), x.grad.numpy(), y.grad_fn.name()))
+    (ey, eg, en), (ty, tg, tn) = out
+    np.testing.assert_allclose(ey, ty, rtol=1e-12)
+    np.testing.assert_allclose(eg, tg, rtol=1e-12, atol=1e-300)
+    assert en == tn
+
+
+def test_logsumexp_edges_as_torch():
+    for call in (
+        lambda m: m.tensor(LSE).logsumexp(1),  # a row of -inf: -inf, no NaN
+        lambda m: m.tensor([1, 2]).logsumexp(0),  # ints: the default float dtype
+        lambda m: m.ones(0, 3).logsumexp(0),
+    ):
+        ours, theirs = call(engine), call(torch)
+        assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy())
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m, z: z.repeat_interleave(2, dim=1),
+        lambda m, z: m.repeat_interleave(z, 3),
+        lambda m, z: z.repeat_interleave(m.tensor([1, 0]), dim=0),
+        lambda m, z: z.t().repeat_interleave(m.tensor([2]), dim=-1),
+    ],
+)
+def test_repeat_interleave_as_torch(call):
+    out = []
+    for lib in (engine, torch):
+        z = lib.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+        r = call(lib, z * 1)
+        (r * lib.tensor(np.linspace(-1.0, 1.0, r.numel()).reshape(tuple(r.shape)))).sum().backward()
+        out.append((r.detach().numpy(), r.stride(), z.grad.numpy(), r.grad_fn.name()))
+    for a, b in zip(*out, strict=True):
+        if isinstance(a, str):
+            assert a == b
+        else:
+            np.testing.assert_array_equal(a, b)
+    for bad in (
+        lambda m: m.ones(2, 3).repeat_interleave(-1, dim=0),
+        lambda m: m.ones(2, 3).repeat_interleave(m.tensor([1, 2, 3]), dim=0),
+    ):
+        with pytest.raises(RuntimeError) as theirs:
+            bad(torch)
+        with pytest.raises(RuntimeError) as ours:
+            bad(engine)
+        assert str(ours.value) == str(theirs.value)
+
+
+def _lse_step(m):
+    x = m.tensor(np.random.default_rng(2).standard_normal((64, 128)).astype(np.float32))
+    x.requires_grad_(True)
+
+    def region():
+        x.grad = None
+        h = x.repeat_interleave(2, dim=0)
+        (h.logsumexp(1).sum() + x.logsumexp(0, keepdim=True).mean()).backward()
+
+    region()
+    return region
+
+
+@pytest.mark.torch
+def test_logsumexp_and_repeat_interleave_peak_as_pytorch_profiler():
+    from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
+
+    expected = torch_peak(_lse_step(torch))
+    got = engine_peak(_lse_step(engine))
+    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
