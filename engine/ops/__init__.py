@@ -638,6 +638,17 @@ def _cumsum_(input, dim, *, dtype=None):
 register("cumsum_", _cumsum_, function=False, method=True)
 
 
+@_export("norm")
+def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+    """Tensor.norm: a vector norm over `dim` (all of it by default); "fro" is the 2-norm."""
+    if p == "fro":
+        p = 2.0
+    if isinstance(p, str):
+        raise RuntimeError(f"norm: p={p!r} (a matrix norm) is not supported; use a number")
+    x = input.to(dtype) if dtype is not None else input
+    return R.VectorNorm.apply(x, op="norm", ord=p, dim=dim, keepdim=keepdim)
+
+
 @_export("logsumexp")
 def logsumexp(input, dim, keepdim=False):
     """log(sum(exp(input))) over `dim`, without overflow (LogsumexpBackward0)."""

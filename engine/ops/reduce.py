@@ -309,3 +309,100 @@ def _keep_shape(shape, d):
 
 class LogSoftmax(Softmax):
     log = True
+
+
+class VectorNorm(Function):
+    """linalg.vector_norm(x, ord, dim, keepdim) / Tensor.norm(p): the result alone is allocated
+    (the kernel's reduction keeps no temporary), floats only. Backward is torch's norm_backward,
+    its temporaries alive to the end of each statement: ord 2: grad * (self /
+    norm).masked_fill_(norm == 0, 0); ord 1: self.sgn() * grad; +-inf: the argmax mask's share;
+    others: the scaled powers; ord 0 has no gradient."""
+
+    apply = specialised_apply(1)  # one tensor argument
+
+    retain_inputs = (0,)
+    retain_output = True
+
+    def forward(self, x, out=None, ord=2.0, dim=None, keepdim=False):  # noqa: A002
+        if not x._dtype.is_floating_point:
+            raise RuntimeError(
+                "linalg.vector_norm: Expected a floating point or complex tensor as input. "
+                f"Got {x._dtype.torch_tensor_name.removesuffix('Tensor')}"
+            )
+        dims = norm_dims(dim, x.ndim)
+        self.ord, self.dims, self.keepdim, self.ndim = float(ord), dims, keepdim, x.ndim
+        y = result_buffer(out, reduced_shape(x.shape, dims, keepdim), x._dtype, x._device, "norm")
+        if x._device.type != "meta":
+            xp = kernels.xp_of(x)
+            a = xp.abs(x._data)
+            p = self.ord
+            kw = dict(axis=dims, keepdims=keepdim)
+            if p == 2.0:
+                r = xp.sqrt(xp.sum(a * a, **kw))
+            elif p == 1.0:
+                r = xp.sum(a, **kw)
+            elif p == math.inf:
+                r = xp.max(a, **kw) if a.size else xp.zeros(y._data.shape)
+            elif p == -math.inf:
+                r = xp.min(a, **kw)
+            elif p == 0.0:
+                r = xp.count_nonzero(a, axis=dims, keepdims=keepdim)
+            else:
+                r = xp.sum(a**p, **kw) ** (1.0 / p)
+            y._data[...] = r
+        return y
+
+    def backward(self, g):
+        x, norm = self.saved_tensors
+        p = self.ord
+        if p == 0.0:
+            return (None,)
+        if not self.keepdim and self.ndim:
+            for d in self.dims:  # ascending: each reduced dim back where it was
+                g, norm = g.unsqueeze(d), norm.unsqueeze(d)
+        if p == 2.0:
+            scaled = x / norm
+            zero = norm == 0
+            scaled.masked_fill_(zero, 0)
+            return (g * scaled,)
+        if p == 1.0:
+            sign = x.sign()
+            return (sign * g,)
+        if math.isinf(p):
+            # the argmax mask (a NaN counts), its share of grad, with the sign
+            size = x.abs()
+            mask = size.eq(norm).logical_or(size.isnan())
+            count = mask.sum(self.dims, keepdim=True)
+            share = g / count
+            masked = share * mask
+            sign = x.sign()
+            return (sign * masked,)
+        if p < 1.0:
+            # self_scaled = self.sgn() * self.abs().pow_(p - 1).masked_fill_(self == 0, 0);
+            # return self_scaled * grad * norm.pow(1 - p)
+            scaled = self._scaled(x, p - 1, signed=True, zero_at_zero=True)
+            times = scaled * g
+            back = norm.pow(1 - p)
+            return (times * back,)
+        # self_scaled = self.sgn() * self.abs().pow_(p - 1) (p < 2), self * self.abs().pow_(p -
+        # 2) (p > 2); scale_v = grad / norm.pow(p - 1), 0 where norm is 0
+        scaled = self._scaled(x, p - 1 if p < 2.0 else p - 2, signed=p < 2.0)
+        powered = norm.pow(p - 1)
+        scale = g / powered
+        del powered
+        scale.masked_fill_(norm == 0, 0)
+        return (scaled * scale,)
+
+    @staticmethod
+    def _scaled(x, exponent, signed, zero_at_zero=False):
+        """One C++ statement: (self.sgn() or self) * self.abs().pow_(exponent) [masked where
+        self is 0]; its temporaries die when it ends."""
+        first = x.sign() if signed else x
+        powered = x.abs().pow_(exponent)
+        if zero_at_zero:
+            at_zero = x == 0
+            powered.masked_fill_(at_zero, 0)
+        return first * powered
+
+    def name(self):
+        return "LinalgVectorNormBackward0"

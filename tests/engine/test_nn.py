@@ -393,6 +393,16 @@ CASES = {
         "normal",
         True,
     ),
+    "vector_norms": (
+        lambda m, x: (
+            x.norm() * x.norm(p=3, dim=1, keepdim=True)
+            + x.norm(p=float("inf"), dim=0)
+            + x.norm(p=1.5, dim=1, keepdim=True) * x.norm(p=0.5)
+        ),
+        [(3, 4)],
+        "spread",
+        True,
+    ),
     "inplace_chain": (
         lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25),
         [(3, 4), (3, 4)],

@@ -245,3 +245,63 @@ def test_logsumexp_and_repeat_interleave_peak_as_pytorch_profiler():
     expected = torch_peak(_lse_step(torch))
     got = engine_peak(_lse_step(engine))
     assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
+
+
+NORM_IN = np.array([[3.0, -4.0, 0.0, 1.5], [0.0, 0.0, 0.0, 0.0], [-2.0, 2.0, 1.0, -0.5]])
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("p", [2, 1, np.inf, -np.inf, 3, 1.5, 0.5, 0, "fro"])
+def test_norm_values_gradient_and_node_as_torch(p, keepdim):
+    out = []
+    for lib in (engine, torch):
+        x = lib.tensor(NORM_IN, requires_grad=True)
+        y = x.norm(p) if p == "fro" else x.norm(p=p, dim=1, keepdim=keepdim)
+        (y * lib.tensor(np.linspace(1.0, 2.0, y.numel()).reshape(tuple(y.shape)))).sum().backward()
+        grad = None if x.grad is None else x.grad.numpy()
+        out.append((y.detach().numpy(), grad, y.grad_fn.name()))
+    (ey, eg, en), (ty, tg, tn) = out
+    np.testing.assert_allclose(ey, ty, rtol=1e-12)
+    assert (eg is None) == (tg is None)
+    if eg is not None:
+        np.testing.assert_allclose(eg, tg, rtol=1e-12, atol=1e-15)
+    assert en == tn
+
+
+def test_norm_dims_dtypes_and_refusals_as_torch():
+    for call in (
+        lambda m: m.tensor(NORM_IN).norm(dim=(0, 1), keepdim=True),
+        lambda m: m.tensor(NORM_IN.astype(np.float32)).norm(p=1, dim=0),
+        lambda m: m.norm(m.tensor(NORM_IN), 2, -1),
+    ):
+        ours, theirs = call(engine), call(torch)
+        assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+    with pytest.raises(RuntimeError) as theirs:
+        torch.tensor([1, 2]).norm()
+    with pytest.raises(RuntimeError) as ours:
+        engine.tensor([1, 2]).norm()
+    assert str(ours.value) == str(theirs.value)
+
+
+def _norm_step(m):
+    x = m.tensor(np.random.default_rng(6).standard_normal((64, 128)).astype(np.float32))
+    x.requires_grad_(True)
+
+    def region():
+        x.grad = None
+        h = x.norm() + x.norm(p=1, dim=1).mean() + x.norm(p=3, dim=0).sum()
+        h = h + x.norm(p=np.inf, dim=1).sum() + x.norm(p=0.5, dim=1).sum() + x.norm(p=1.5)
+        h.backward()
+
+    region()
+    return region
+
+
+@pytest.mark.torch
+def test_norm_step_peaks_as_pytorch_profiler():
+    from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
+
+    expected = torch_peak(_norm_step(torch))
+    got = engine_peak(_norm_step(engine))
+    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
