@@ -772,6 +772,12 @@ def mv(input, vec, *, out=None):
     return _matmul(input, vec, out=out, op="mv")
 
 
+@_export("addmm")
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
+    """beta * input + alpha * (mat1 @ mat2), input broadcast to the product (AddmmBackward0)."""
+    return L.Addmm.apply(input, mat1, mat2, out=out, op="addmm", beta=beta, alpha=alpha)
+
+
 @_export("outer")
 def outer(input, vec2):
     """input[:, None] * vec2, as torch composes it (MulBackward0)."""

@@ -87,3 +87,75 @@ def test_peak_matches_pytorch_profiler():
     expected = torch_peak(_step(torch))
     got = engine_peak(_step(engine))
     assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
+
+
+RNG = np.random.default_rng(1)
+BIAS, X, W = RNG.standard_normal(4), RNG.standard_normal((3, 2)), RNG.standard_normal((2, 4))
+ADDMM = {
+    "bias": lambda m, b, x, w: m.addmm(b, x, w),
+    "beta and alpha": lambda m, b, x, w: m.addmm(b, x, w, beta=0.5, alpha=2.0),
+    "2-D input": lambda m, b, x, w: m.addmm(b.expand(3, 4) * 1, x, w),
+    "row input": lambda m, b, x, w: m.addmm(b.reshape(1, 4), x, w),
+    "column-major mat2": lambda m, b, x, w: m.addmm(b, x, (w.t() * 1).t()),
+    "column-major mat1": lambda m, b, x, w: m.addmm(b, (x.t() * 1).t(), w),
+    "beta 0": lambda m, b, x, w: m.addmm(b, x, w, beta=0),
+    "method": lambda m, b, x, w: b.addmm(x, w),
+}
+
+
+@pytest.mark.parametrize("name", list(ADDMM))
+def test_addmm_values_gradients_and_node_as_torch(name):
+    out = []
+    for lib in (engine, torch):
+        b, x, w = (lib.tensor(v, requires_grad=True) for v in (BIAS, X, W))
+        y = ADDMM[name](lib, b, x, w)
+        (y * lib.tensor(np.linspace(1.0, 2.0, 12).reshape(3, 4))).sum().backward()
+        grads = [None if t.grad is None else t.grad.numpy() for t in (b, x, w)]
+        out.append((y.detach().numpy(), grads, y.grad_fn.name()))
+    (ey, eg, en), (ty, tg, tn) = out
+    np.testing.assert_allclose(ey, ty, rtol=1e-12)
+    for a, b in zip(eg, tg, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert en == tn
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.addmm(m.ones(4), m.ones(3, 2), m.ones(3, 4)),
+        lambda m: m.addmm(m.ones(2), m.ones(3, 2), m.ones(2, 4)),
+        lambda m: m.addmm(m.ones(4), m.ones(3), m.ones(2, 4)),
+    ],
+)
+def test_addmm_refuses_as_torch(call):
+    with pytest.raises(RuntimeError) as theirs:
+        call(torch)
+    with pytest.raises(RuntimeError) as ours:
+        call(engine)
+    assert str(ours.value) == str(theirs.value)
+
+
+def _conv1d_step(m):
+    # GPT-2's Conv1D (Hugging Face): addmm(bias, x.view(-1, nx), weight), weight [nx, nf]
+    rng = np.random.default_rng(8)
+    x = m.tensor(rng.standard_normal((4, 32, 64)).astype(np.float32)).requires_grad_(True)
+    w = m.tensor(rng.standard_normal((64, 192)).astype(np.float32)).requires_grad_(True)
+    b = m.tensor(rng.standard_normal(192).astype(np.float32)).requires_grad_(True)
+
+    def region():
+        for t in (x, w, b):
+            t.grad = None
+        h = m.addmm(b, x.view(-1, 64), w).view(4, 32, 192)
+        h.relu().mean().backward()
+
+    region()
+    return region
+
+
+@pytest.mark.torch
+def test_addmm_step_peaks_as_pytorch_profiler():
+    from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
+
+    expected = torch_peak(_conv1d_step(torch))
+    got = engine_peak(_conv1d_step(engine))
+    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"

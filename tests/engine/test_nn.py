@@ -403,6 +403,12 @@ CASES = {
         "spread",
         True,
     ),
+    "addmm": (
+        lambda m, b, x, w: m.addmm(b, x, w, beta=0.5, alpha=1.5) + m.addmm(b, x, (w.t() * 1).t()),
+        [(4,), (3, 2), (2, 4)],
+        "normal",
+        True,
+    ),
     "inplace_chain": (
         lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25),
         [(3, 4), (3, 4)],

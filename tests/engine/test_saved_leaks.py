@@ -78,6 +78,7 @@ CALLS = {
     "dot": lambda L: engine.dot(L(3), L(3)),
     "mv": lambda L: engine.mv(L(2, 3), L(3)),
     "select": lambda L: engine.select(L(), 1, 2),
+    "addmm": lambda L: engine.addmm(L(3), L(2, 4), L(4, 3)),
     "swapaxes_": lambda L: (L() * 1.0).swapaxes_(0, 1),
     "swapdims_": lambda L: (L() * 1.0).swapdims_(1, 0),
     "squeeze_": lambda L: (L(2, 1, 3) * 1.0).squeeze_(1),
