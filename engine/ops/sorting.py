@@ -11,6 +11,7 @@ from collections import namedtuple
 
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
+from engine.autograd.grad_mode import no_grad
 from engine.ops.reduce import norm_dims, reduced_shape, scatter_back
 from engine.tensor import _wrap_dim
 
@@ -140,8 +141,6 @@ class LogSumExp(Function):
     retain_output = True
 
     def forward(self, x, out=None, dim=(), keepdim=False):
-        from engine.autograd.grad_mode import no_grad
-
         dims = norm_dims(dim, x.ndim)
         self.dims, self.keepdim, self.ndim = dims, keepdim, x.ndim
         with no_grad():

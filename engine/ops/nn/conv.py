@@ -96,6 +96,7 @@ class _FlatStage:
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = geom
         self.geom = geom
         self.hp, self.wp = h + pt + pb, w + pl + pr
+        self.row = self.wp  # an output row in the product: the padded width (as _BatchStage's)
         self.samples = samples
         plane = self.hp * self.wp
         self.t = kernels.Scratch((c, samples * plane + dw * (kw - 1)), dtype, dev)
@@ -364,7 +365,7 @@ class Conv2d(Function):
         xp = kernels.xp_of(x)
         as_strided = xp.lib.stride_tricks.as_strided
         if not isinstance(stage, _Stage):  # several samples side by side
-            run = oh * (stage.wp if isinstance(stage, _FlatStage) else stage.row)
+            run = oh * stage.row
             for s0 in range(b0, b1, group):
                 s1 = min(s0 + group, b1)
                 count = s1 - s0
