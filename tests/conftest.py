@@ -57,3 +57,16 @@ requires_cuda = pytest.mark.skipif(not _cuda_available(), reason="needs CuPy and
 # Devices that hold data (values can be compared) and every device (memory accounting).
 DATA_DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, requires_cuda])]
 ALL_DEVICES = ["cpu", "meta", pytest.param("cuda", marks=[pytest.mark.cuda, requires_cuda])]
+
+
+def assert_raises_as_torch(call, kind=Exception) -> None:
+    """call(m) raises `kind` on torch; on the engine it raises the same type, in the same words."""
+    import torch
+
+    import engine
+
+    with pytest.raises(kind) as theirs:
+        call(torch)
+    with pytest.raises(type(theirs.value)) as ours:
+        call(engine)
+    assert str(ours.value) == str(theirs.value)

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import engine
+from tests.conftest import assert_raises_as_torch
+from tests.engine.test_memory_vs_torch import assert_peak_as_torch
 
 torch = pytest.importorskip("torch")
 
@@ -56,11 +58,7 @@ def test_values_gradients_and_nodes_as_torch(name):
     ],
 )
 def test_refusals_as_torch(call):
-    with pytest.raises(RuntimeError) as theirs:
-        call(torch)
-    with pytest.raises(RuntimeError) as ours:
-        call(engine)
-    assert str(ours.value) == str(theirs.value)
+    assert_raises_as_torch(call, RuntimeError)
 
 
 def _step(m):
@@ -82,11 +80,7 @@ def _step(m):
 
 @pytest.mark.torch
 def test_peak_matches_pytorch_profiler():
-    from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
-
-    expected = torch_peak(_step(torch))
-    got = engine_peak(_step(engine))
-    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
+    assert_peak_as_torch(_step)
 
 
 RNG = np.random.default_rng(1)
@@ -128,11 +122,7 @@ def test_addmm_values_gradients_and_node_as_torch(name):
     ],
 )
 def test_addmm_refuses_as_torch(call):
-    with pytest.raises(RuntimeError) as theirs:
-        call(torch)
-    with pytest.raises(RuntimeError) as ours:
-        call(engine)
-    assert str(ours.value) == str(theirs.value)
+    assert_raises_as_torch(call, RuntimeError)
 
 
 def _conv1d_step(m):
@@ -154,8 +144,4 @@ def _conv1d_step(m):
 
 @pytest.mark.torch
 def test_addmm_step_peaks_as_pytorch_profiler():
-    from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
-
-    expected = torch_peak(_conv1d_step(torch))
-    got = engine_peak(_conv1d_step(engine))
-    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
+    assert_peak_as_torch(_conv1d_step)

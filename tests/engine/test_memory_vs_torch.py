@@ -84,6 +84,16 @@ def torch_peak(fn) -> int:
     return peak
 
 
+def assert_peak_as_torch(make) -> None:
+    """make(m) builds a program on module m (engine or torch) and returns the region to measure:
+    the engine's peak is torch's profiler's, within SCALAR_SLACK."""
+    import torch
+
+    expected = torch_peak(make(torch))
+    got = engine_peak(make(engine))
+    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
+
+
 # ---------------------------------------------------------------------------------------------
 # the programs, written once against a module `m` (engine or torch)
 # ---------------------------------------------------------------------------------------------
@@ -302,9 +312,7 @@ PROGRAMS = {
 def test_peak_matches_pytorch_profiler(name, torch):
     make, inplace = PROGRAMS[name]
     torch.manual_seed(0)
-    expected = torch_peak(make(torch, inplace))
-    got = engine_peak(make(engine, inplace))
-    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
+    assert_peak_as_torch(lambda m: make(m, inplace))
 
 
 @pytest.mark.torch

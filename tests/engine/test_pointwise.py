@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import engine
+from tests.engine.test_memory_vs_torch import assert_peak_as_torch
 
 torch = pytest.importorskip("torch")
 
@@ -201,11 +202,7 @@ def _binary_step(m):
 
 @pytest.mark.torch
 def test_binary_step_peaks_as_pytorch_profiler():
-    from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
-
-    expected = torch_peak(_binary_step(torch))
-    got = engine_peak(_binary_step(engine))
-    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
+    assert_peak_as_torch(_binary_step)
 
 
 def test_atan2_gradient_at_the_origin_is_zero_as_torch():

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import engine
+from tests.conftest import assert_raises_as_torch
+from tests.engine.test_memory_vs_torch import assert_peak_as_torch
 
 torch = pytest.importorskip("torch")
 
@@ -113,11 +115,7 @@ def test_all_and_any_as_torch(call):
 
 def test_topk_refuses_k_out_of_range_as_torch():
     for k in (6, -1):
-        with pytest.raises(RuntimeError) as theirs:
-            torch.ones(2, 5).topk(k)
-        with pytest.raises(RuntimeError) as ours:
-            engine.ones(2, 5).topk(k)
-        assert str(ours.value) == str(theirs.value)
+        assert_raises_as_torch(lambda m, k=k: m.ones(2, 5).topk(k), RuntimeError)
 
 
 def _profile_step(m):
@@ -136,11 +134,7 @@ def _profile_step(m):
 
 @pytest.mark.torch
 def test_peak_matches_pytorch_profiler():
-    from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
-
-    expected = torch_peak(_profile_step(torch))
-    got = engine_peak(_profile_step(engine))
-    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
+    assert_peak_as_torch(_profile_step)
 
 
 @pytest.mark.parametrize("name", list(CALLS))
@@ -218,11 +212,7 @@ def test_repeat_interleave_as_torch(call):
         lambda m: m.ones(2, 3).repeat_interleave(-1, dim=0),
         lambda m: m.ones(2, 3).repeat_interleave(m.tensor([1, 2, 3]), dim=0),
     ):
-        with pytest.raises(RuntimeError) as theirs:
-            bad(torch)
-        with pytest.raises(RuntimeError) as ours:
-            bad(engine)
-        assert str(ours.value) == str(theirs.value)
+        assert_raises_as_torch(bad, RuntimeError)
 
 
 def _lse_step(m):
@@ -240,11 +230,7 @@ def _lse_step(m):
 
 @pytest.mark.torch
 def test_logsumexp_and_repeat_interleave_peak_as_pytorch_profiler():
-    from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
-
-    expected = torch_peak(_lse_step(torch))
-    got = engine_peak(_lse_step(engine))
-    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
+    assert_peak_as_torch(_lse_step)
 
 
 NORM_IN = np.array([[3.0, -4.0, 0.0, 1.5], [0.0, 0.0, 0.0, 0.0], [-2.0, 2.0, 1.0, -0.5]])
@@ -277,11 +263,7 @@ def test_norm_dims_dtypes_and_refusals_as_torch():
         ours, theirs = call(engine), call(torch)
         assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
-    with pytest.raises(RuntimeError) as theirs:
-        torch.tensor([1, 2]).norm()
-    with pytest.raises(RuntimeError) as ours:
-        engine.tensor([1, 2]).norm()
-    assert str(ours.value) == str(theirs.value)
+    assert_raises_as_torch(lambda m: m.tensor([1, 2]).norm(), RuntimeError)
 
 
 def _norm_step(m):
@@ -300,8 +282,4 @@ def _norm_step(m):
 
 @pytest.mark.torch
 def test_norm_step_peaks_as_pytorch_profiler():
-    from tests.engine.test_memory_vs_torch import SCALAR_SLACK, engine_peak, torch_peak
-
-    expected = torch_peak(_norm_step(torch))
-    got = engine_peak(_norm_step(engine))
-    assert abs(got - expected) <= SCALAR_SLACK, f"engine {got} bytes, torch {expected} bytes"
+    assert_peak_as_torch(_norm_step)
