@@ -398,8 +398,9 @@ class Clamp(Function):
                 xp.minimum(xd, data(hi), out=yd, casting="unsafe")
             elif hi is None:
                 xp.maximum(xd, data(lo), out=yd, casting="unsafe")
-            else:
-                xp.clip(xd, data(lo), data(hi), out=yd, casting="unsafe")
+            else:  # CuPy's clip takes no casting: max then min, as torch's clamp (hi wins)
+                xp.maximum(xd, data(lo), out=yd, casting="unsafe")
+                xp.minimum(yd, data(hi), out=yd, casting="unsafe")
         return y
 
     def to_save(self, tensors):

@@ -208,8 +208,13 @@ class MaxDim(Function):
             xd, vd, idd = x._data, vals._data, idx._data
             if not x.ndim:  # a 0-d tensor reduces over its single element
                 xd, vd, idd = xd.reshape(1), vd.reshape(1), idd.reshape(1)
-            getattr(xp, self.reducer)(xd, axis=d, keepdims=keepdim or not x.ndim, out=vd)
-            getattr(xp, "arg" + self.reducer)(xd, axis=d, keepdims=keepdim or not x.ndim, out=idd)
+            kw = {"axis": d, "keepdims": keepdim or not x.ndim}
+            if xp is np:
+                getattr(xp, self.reducer)(xd, out=vd, **kw)
+                getattr(xp, "arg" + self.reducer)(xd, out=idd, **kw)
+            else:  # CuPy 14's min/argmin(out=...) fail inside CuPy (as Amax's note): copy in
+                vd[...] = getattr(xp, self.reducer)(xd, **kw)
+                idd[...] = getattr(xp, "arg" + self.reducer)(xd, **kw)
         self.save(indices=idx)
         return MaxResult(vals, idx)
 
@@ -346,7 +351,7 @@ class VectorNorm(Function):
             elif p == -math.inf:
                 r = xp.min(a, **kw)
             elif p == 0.0:
-                r = xp.count_nonzero(a, axis=dims, keepdims=keepdim)
+                r = xp.count_nonzero(a, axis=dims).reshape(y._data.shape)  # CuPy's: no keepdims
             else:
                 r = xp.sum(a**p, **kw) ** (1.0 / p)
             y._data[...] = r

@@ -409,6 +409,37 @@ CASES = {
         "normal",
         True,
     ),
+    "dot_mv_outer_matmul_1d": (
+        lambda m, v, a: (
+            m.outer(v, v[:3] * m.dot(v, v)) @ a + m.mv(a.t(), v[:3]) + (v[:3] @ a).unsqueeze(0)
+        ),
+        [(4,), (3, 4)],
+        "normal",
+        True,
+    ),
+    "narrow_unflatten_tile_select": (
+        lambda m, x: (
+            x.narrow(1, 1, 4).unflatten(1, (2, 2)).tile((1, 2, 1)).select(2, 1) * x.ravel()[:4]
+            + x[:, :4].repeat(1, 1)
+        ),
+        [(3, 6)],
+        "normal",
+        True,
+    ),
+    "nan_to_num_round_trunc_clamp": (
+        lambda m, x: (
+            x.log().nan_to_num(nan=0.5) * x + (x * 4).round() * x.trunc() + x.clamp(-0.5, 0.5)
+        ),
+        [(3, 4)],
+        "spread",
+        True,
+    ),
+    "squeeze_unsqueeze_swapdims_inplace": (
+        lambda m, x: (x * 1.0).unsqueeze_(0).swapdims_(1, 2).squeeze_(0) * x.t(),
+        [(3, 4)],
+        "normal",
+        True,
+    ),
     "inplace_chain": (
         lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25),
         [(3, 4), (3, 4)],
