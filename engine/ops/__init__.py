@@ -460,6 +460,7 @@ remainder = _binary_plain("remainder", P.Remainder)
 fmod = _binary_plain("fmod", P.Fmod)
 atan2 = _binary_plain("atan2", P.Atan2)
 alias("arctan2", "atan2")
+xlogy = _binary_plain("xlogy", P.Xlogy)
 
 
 @_export("clamp_min", inplace="clamp_min_")

@@ -320,6 +320,58 @@ class Atan2(Binary):
         return self._grads(ga, gb)
 
 
+class Xlogy(Binary):
+    """xlogy(self, other) = self * log(other), 0 where self is 0 (NaN where other is NaN), in a
+    floating dtype. derivatives.yaml (torch 2.13), one statement per gradient: self:
+    xlogy(grad, other).masked_fill((self == 0) & (other <= 0), 0); other: grad * self / other."""
+
+    opname = "xlogy"
+    plain_ufunc = False
+    float_result = True
+
+    def kernel(self, xp, a, b, y, dtype=None):
+        # (y may be a itself, in place: a is read before y is written)
+        zero = xp.equal(a, 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_b = xp.log(b, dtype=dtype)
+            xp.multiply(a, log_b, out=y, casting="unsafe")
+        if zero.ndim or zero:  # where self is 0 the result is 0, but NaN where other is
+            xp.copyto(y, 0, where=xp.logical_and(zero, ~xp.isnan(b)))
+
+    def to_save(self, tensors):
+        return (0, 1) if self.a_t and self.b_t else (0,)  # (indices among the tensor operands)
+
+    def _operands(self):
+        saved = self.saved_tensors
+        if self.a_t and self.b_t:
+            return saved
+        return (saved[0], self.scalar) if self.a_t else (self.scalar, saved[0])
+
+    def backward(self, g):
+        from engine import ops
+
+        na, nb = self._needs()
+        a, b = self._operands()
+        ga = gb = None
+        if na:
+            lg = ops.xlogy(g, b)
+            at_zero = a == 0.0
+            nonpos = b <= 0.0
+            both = at_zero & nonpos if isinstance(nonpos, Tensor) else at_zero & bool(nonpos)
+            ga = lg.masked_fill(both, 0.0)
+            del lg, at_zero, nonpos, both
+        if nb:
+            ga_b = g * a
+            gb = ga_b / b
+            del ga_b
+        return self._grads(ga, gb)
+
+    def name(self) -> str:
+        if self.a_t and self.b_t:
+            return "XlogyBackward0"
+        return "XlogyBackward1" if not self.a_t else "XlogyBackward2"
+
+
 LogicalXor = _cmp("logical_xor", np.logical_xor)
 
 
