@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_origin
 
 from engine.ops.registry import Dims, IntOrPair, Reduction  # noqa: F401 - argument types
 
@@ -167,6 +167,8 @@ def _arg_type(name: str, param, hints: dict) -> Any:
     import inspect
 
     default = param.default
+    if get_origin(hints.get(name)) is Literal:  # the module's own choices win
+        return hints[name]
     if name in _ARG_TYPES:
         t = _ARG_TYPES[name]
         return t | None if default is None else t

@@ -84,6 +84,72 @@ def torch_peak(fn) -> int:
     return peak
 
 
+def _torch_memory_events(fn) -> list[tuple[int, int]]:
+    """(bytes, address) of each cpu [memory] event of torch's profiler in fn, in time order
+    (negative bytes: a free)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as fh:
+            events = json.load(fh)["traceEvents"]
+    finally:
+        os.unlink(path)
+    memory = sorted(
+        (e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
+        key=lambda e: e["ts"],
+    )
+    return [(e["args"]["Bytes"], e["args"]["Addr"]) for e in memory]
+
+
+def _sequence(events, min_bytes) -> list[str]:
+    """'+n#i' / '-n#i' for the events of more than min_bytes, blocks numbered in the order they
+    were made (a free of a block made before the region: '-n#?')."""
+    ids: dict = {}
+    out = []
+    for n, key in events:
+        if abs(n) <= min_bytes:
+            continue
+        if n > 0:
+            ids[key] = len(ids)
+            out.append(f"+{n}#{ids[key]}")
+        else:
+            out.append(f"-{-n}#{ids.pop(key, '?')}")
+    return out
+
+
+def torch_sequence(fn, min_bytes=SCALAR_SLACK) -> list[str]:
+    return _sequence(_torch_memory_events(fn), min_bytes)
+
+
+def engine_sequence(fn, min_bytes=SCALAR_SLACK) -> list[str]:
+    events = []
+
+    class Record(MemoryObserver):
+        def on_alloc(self, event):
+            events.append((event.requested, event.storage_id))
+
+        def on_free(self, event):
+            events.append((-event.requested, event.storage_id))
+
+    with get_allocator("cpu").observing(Record()):
+        fn()
+    return _sequence(events, min_bytes)
+
+
+def assert_sequence_as_torch(make) -> None:
+    """make(m) returns the region to run: the engine allocates and frees the blocks torch's
+    profiler shows, of the same sizes, in the same order (blocks matched by address on torch's
+    side, by storage on the engine's; the few-byte scalar wrappers left out)."""
+    import torch
+
+    assert engine_sequence(make(engine)) == torch_sequence(make(torch))
+
+
 def assert_peak_as_torch(make) -> None:
     """make(m) builds a program on module m (engine or torch) and returns the region to measure:
     the engine's peak is torch's profiler's, within SCALAR_SLACK."""

@@ -118,6 +118,11 @@ def _seeded_dropout(m, x, p=0.3, inplace=False):
 
 
 # name: (program, input shapes, domain, compare with torch)
+def _const(m, values):
+    """A float64 constant (no gradient) on the default device."""
+    return m.tensor(values, dtype=m.float64)
+
+
 CASES = {
     "linear": (lambda m, x, w, b: F(m).linear(x, w, b), [(4, 5), (3, 5), (3,)], "normal", True),
     "linear_3d_no_bias": (lambda m, x, w: F(m).linear(x, w), [(2, 3, 5), (4, 5)], "normal", True),
@@ -437,6 +442,29 @@ CASES = {
     "squeeze_unsqueeze_swapdims_inplace": (
         lambda m, x: (x * 1.0).unsqueeze_(0).swapdims_(1, 2).squeeze_(0) * x.t(),
         [(3, 4)],
+        "normal",
+        True,
+    ),
+    "l1_smooth_l1_huber_losses": (
+        lambda m, x, t: (
+            F(m).l1_loss(x, t) * F(m).smooth_l1_loss(x, t, beta=0.6)
+            + F(m).huber_loss(x, t, delta=0.4, reduction="none")
+        ),
+        [(3, 4), (3, 4)],
+        "spread",
+        True,
+    ),
+    "bce_losses_and_kl_div": (
+        lambda m, x, t: (
+            F(m).binary_cross_entropy(x.sigmoid(), t.sigmoid(), _const(m, [0.6, 1.2, 0.9, 1.4]))
+            + F(m).binary_cross_entropy_with_logits(
+                x, t.sigmoid(), _const(m, [2.0, 1.0, 0.5, 3.0]), pos_weight=_const(m, [0.3] * 4)
+            )
+            + F(m).kl_div(x, t.sigmoid(), reduction="batchmean")
+            + F(m).kl_div(x, t, reduction="none", log_target=True)
+            + m.xlogy(x.abs() + 0.1, t.abs() + 0.2)
+        ),
+        [(3, 4), (3, 4)],
         "normal",
         True,
     ),

@@ -111,6 +111,15 @@ CALLS = {
     "adaptive_avg_pool2d": lambda L: engine.adaptive_avg_pool2d(L(1, 2, 4, 4), 1),
     "linear": lambda L: engine.nn.functional.linear(L(), L(2, 4), L(2)),
     "mse_loss": lambda L: engine.nn.functional.mse_loss(L(), L()),
+    "kl_div": lambda L: engine.nn.functional.kl_div(L(), L(), reduction="batchmean"),
+    "binary_cross_entropy": lambda L: engine.nn.functional.binary_cross_entropy(
+        L() * 0.5, L() * 0.5, L().detach()
+    ),
+    "binary_cross_entropy_with_logits": lambda L: (
+        engine.nn.functional.binary_cross_entropy_with_logits(
+            L(), L() * 0.5, L().detach(), pos_weight=L().detach()
+        )
+    ),
     "nll_loss": lambda L: engine.nn.functional.nll_loss(L().log_softmax(1), _idx(0, 1, 3)),
     "cross_entropy": lambda L: engine.nn.functional.cross_entropy(L(), _idx(0, 1, 3)),
     "dropout": lambda L: engine.dropout(L(), 0.5, True),

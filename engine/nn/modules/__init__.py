@@ -25,7 +25,17 @@ from engine.nn.modules.conv import Conv1d, Conv2d, ConvTranspose2d
 from engine.nn.modules.dropout import Dropout
 from engine.nn.modules.flatten import Flatten
 from engine.nn.modules.linear import Identity, Linear
-from engine.nn.modules.loss import CrossEntropyLoss, MSELoss, NLLLoss
+from engine.nn.modules.loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
 from engine.nn.modules.module import (
     Module,
     RemovableHandle,
@@ -81,6 +91,12 @@ __all__ = [
     "Linear",
     "LogSoftmax",
     "MSELoss",
+    "L1Loss",
+    "SmoothL1Loss",
+    "HuberLoss",
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "KLDivLoss",
     "MaxPool2d",
     "Module",
     "MultiheadAttention",

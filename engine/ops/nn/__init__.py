@@ -28,6 +28,14 @@ from engine.ops.nn.indexing import embedding, gather, index_select
 from engine.ops.nn.linear import linear
 from engine.ops.nn.loss import cross_entropy, mse_loss, nll_loss
 from engine.ops.nn.norm import batch_norm, layer_norm
+from engine.ops.nn.pointwise_loss import (
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    smooth_l1_loss,
+)
 from engine.ops.nn.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from engine.ops.nn.ternary import addcdiv, addcdiv_, addcmul, addcmul_, lerp, lerp_
 from engine.ops.registry import REQUIRED, IntOrPair, Reduction, Scenario, register
@@ -105,6 +113,35 @@ register(
     ),
 )
 register("nll_loss", nll_loss, function=False, functional=True)
+for _name, _fn, _doc, _extra in (
+    ("l1_loss", l1_loss, "mean absolute error", ()),
+    (
+        "smooth_l1_loss",
+        smooth_l1_loss,
+        "smooth L1 (quadratic below beta)",
+        (("beta", float, 1.0, ""),),
+    ),
+    ("huber_loss", huber_loss, "Huber loss (quadratic below delta)", (("delta", float, 1.0, ""),)),
+    ("binary_cross_entropy", binary_cross_entropy, "binary cross entropy of probabilities", ()),
+    (
+        "binary_cross_entropy_with_logits",
+        binary_cross_entropy_with_logits,
+        "binary cross entropy of logits",
+        (),
+    ),
+):
+    register(
+        _name,
+        _fn,
+        function=False,
+        functional=True,
+        scenario=Scenario(
+            inputs=("input", "target"),
+            args=(("reduction", Reduction, "mean", ""), *_extra),
+            doc=_doc,
+        ),
+    )
+register("kl_div", kl_div, function=False, functional=True)
 register(
     "cross_entropy",
     cross_entropy,
@@ -206,6 +243,12 @@ __all__ = [
     "mse_loss",
     "cross_entropy",
     "nll_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "kl_div",
     "gather",
     "index_select",
     "embedding",
