@@ -645,8 +645,9 @@ class Mul(Binary):
             return (None if self.next_functions[0] is None else g * self.scalar,)
         na, nb = self._needs()
         saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
-        ga = g * saved[1] if na else None
+        # MulBackward0 makes other's gradient first, then self's (torch 2.13's profiler)
         gb = g * saved[0] if nb else None
+        ga = g * saved[1] if na else None
         return self._grads(ga, gb)
 
 
@@ -708,7 +709,7 @@ class Div(Binary):
                 q2 = q / b
                 ng = -g
                 gb = ng * q2
-                del q, q2, ng
+                del ng, q2, q  # a statement's temporaries go last made first, as C++'s
             ga = g / b if na else None
             return self._grads(ga, gb)
         if self.a_t:  # a / scalar
