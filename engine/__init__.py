@@ -26,10 +26,13 @@ from engine.creation import (
     arange,
     as_tensor,
     empty,
+    eye,
     from_numpy,
     full,
     get_generator,
     initial_seed,
+    linspace,
+    logspace,
     manual_seed,
     ones,
     rand,
@@ -58,6 +61,7 @@ from engine.dtypes import (
 from engine.errors import MetaDataError, OutOfMemoryError
 from engine.kernels import get_num_threads, set_num_threads
 from engine.ops import _ns as _ops
+from engine.ops import broadcast_shapes
 from engine.tensor import Tensor, is_tensor
 
 # Like PyTorch, the engine computes inf/nan silently: numpy's floating-point RuntimeWarnings
@@ -102,12 +106,14 @@ __all__ = [  # the names above, plus every op of the table (engine.ops._ns)
     "bfloat16",
     "bool",
     "bool_",
+    "broadcast_shapes",
     "device",
     "double",
     "dtype",
     "empty",
     "empty_like",
     "enable_grad",
+    "eye",
     "float",
     "float16",
     "float32",
@@ -128,6 +134,8 @@ __all__ = [  # the names above, plus every op of the table (engine.ops._ns)
     "is_grad_enabled",
     "is_inference_mode_enabled",
     "is_tensor",
+    "linspace",
+    "logspace",
     "long",
     "manual_seed",
     "memory",

@@ -174,6 +174,78 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     return _finish(t, requires_grad)
 
 
+def _steps(steps) -> int:
+    steps = int(steps)
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    return steps
+
+
+def _spaced(xp, start, end, steps, np_dtype, integral=False):
+    """torch's linspace kernel: start + i * step for the first half, end - (steps - 1 - i) *
+    step for the rest (so both ends are exact), in the result's floating dtype (an integral
+    result's ends are truncated to integers first, as torch's)."""
+    if integral:
+        start, end = int(start), int(end)
+    if steps == 1:
+        return xp.full((1,), start, dtype=np_dtype)
+    step = (np_dtype.type(end) - np_dtype.type(start)) / np_dtype.type(steps - 1)
+    i = xp.arange(steps, dtype=np_dtype)
+    half = steps // 2
+    out = xp.empty(steps, dtype=np_dtype)
+    out[:half] = np_dtype.type(start) + step * i[:half]
+    out[half:] = np_dtype.type(end) - step * (np_dtype.type(steps - 1) - i[half:])
+    return out
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """`steps` values evenly spaced from start to end, both included (torch's formula)."""
+    steps = _steps(steps)
+    dt = dtypes.from_any(dtype)
+    dev = as_device(device)
+    t = kernels.empty((steps,), dt, dev)
+    if dev.type != "meta" and steps:
+        xp = get_xp(dev.type)
+        work = np.dtype(dt.np) if dt.is_floating_point and not dt.emulated else np.dtype("f8")
+        spaced = _spaced(xp, start, end, steps, work, not dt.is_floating_point)
+        t._data[...] = spaced.astype(dt.np, copy=False)
+    return _finish(t, requires_grad)
+
+
+def logspace(
+    start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False
+) -> Tensor:
+    """base ** linspace(start, end, steps)."""
+    steps = _steps(steps)
+    dt = dtypes.from_any(dtype)
+    dev = as_device(device)
+    t = kernels.empty((steps,), dt, dev)
+    if dev.type != "meta" and steps:
+        xp = get_xp(dev.type)
+        # the exponents and the power in float64, then rounded to the result dtype (float32
+        # results as torch's; float64 within an ulp of its std::pow)
+        exps = _spaced(xp, start, end, steps, np.dtype("f8"), not dt.is_floating_point)
+        t._data[...] = xp.power(np.float64(base), exps).astype(dt.np, copy=False)
+    return _finish(t, requires_grad)
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """An n x m matrix with ones on the diagonal: one allocation, as torch's."""
+    n = int(n)
+    m = n if m is None else int(m)
+    if n < 0:
+        raise RuntimeError(f"n must be greater or equal to 0, got {n}")
+    if m < 0:
+        raise RuntimeError(f"m must be greater or equal to 0, got {m}")
+    dt = dtypes.from_any(dtype)
+    dev = as_device(device)
+    t = kernels.zeros((n, m), dt, dev)
+    if dev.type != "meta":
+        k = min(n, m)
+        t._data[get_xp(dev.type).arange(k), get_xp(dev.type).arange(k)] = 1
+    return _finish(t, requires_grad)
+
+
 def dense_strides_like(shape, strides) -> tuple[int, ...]:
     """The strides of `empty_like(x)` (memory_format=torch.preserve_format) for a tensor of
     this shape and these strides: its own when it is non-overlapping and dense, else a dense
