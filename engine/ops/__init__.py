@@ -1263,6 +1263,94 @@ def broadcast_to(input, shape):
     return V.Expand.apply(input, op="broadcast_to", shape=tuple(shape))
 
 
+def broadcast_shapes(*shapes):
+    """The shape the given shapes (or sizes) broadcast to (torch.broadcast_shapes)."""
+    out: list[int] = []
+    for k, shape in enumerate(shapes):
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        for i, n in enumerate(reversed(shape)):
+            if i == len(out):
+                out.insert(0, n)
+            elif out[-1 - i] == 1:
+                out[-1 - i] = n
+            elif n != 1 and n != out[-1 - i]:
+                raise RuntimeError(
+                    f"Attempting to broadcast a dimension of length {n} at {-1 - i}! Mismatching "
+                    f"argument at index {k} had {shape}; but expected shape should be "
+                    f"broadcastable to {out}"
+                )
+    return tuple(out)
+
+
+@_export("broadcast_tensors", method=False)
+def broadcast_tensors(*tensors):
+    """Views of the tensors expanded to their common shape (ATen's expand_outplace: a tensor
+    that has the shape already is handed back itself)."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    shape = tuple(_broadcast_of([tuple(t.shape) for t in tensors]))
+    return tuple(t if tuple(t.shape) == shape else t.expand(shape) for t in tensors)
+
+
+def _broadcast_of(shapes):
+    out: list[int] = []
+    for shape in shapes:
+        for i, n in enumerate(reversed(shape)):
+            if i == len(out):
+                out.insert(0, n)
+            elif out[-1 - i] == 1:
+                out[-1 - i] = n
+            elif n != 1 and n != out[-1 - i]:
+                raise RuntimeError(
+                    f"The size of tensor a ({out[-1 - i]}) must match the size of tensor b ({n}) "
+                    f"at non-singleton dimension {len(out) - 1 - i}"
+                )
+    return out
+
+
+@_export("meshgrid", method=False)
+def meshgrid(*tensors, indexing=None):
+    """Grids of 0-d/1-d tensors: each viewed along its own dim and expanded (ATen's); 'xy'
+    swaps the first two. Without `indexing` torch warns and uses 'ij'."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing is None:
+        import warnings
+
+        warnings.warn(
+            "torch.meshgrid: in an upcoming release, it will be required to pass the indexing "
+            "argument.",
+            UserWarning,
+            stacklevel=2,
+        )
+        indexing = "ij"
+    if indexing not in ("ij", "xy"):
+        raise RuntimeError(
+            f'torch.meshgrid: indexing must be one of "xy" or "ij", but received: {indexing}'
+        )
+    if not tensors:
+        raise RuntimeError("torch.meshgrid expects a non-empty TensorList")
+    for t in tensors:
+        if t.ndim > 1:
+            raise RuntimeError(
+                "torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got a "
+                f"{t.ndim}-d tensor of shape {list(t.shape)}"
+            )
+    refs = list(tensors)
+    swap = indexing == "xy" and len(refs) >= 2
+    if swap:
+        refs[0], refs[1] = refs[1], refs[0]
+    grid = tuple(t.numel() for t in refs)
+    out = []
+    for i, t in enumerate(refs):
+        view = [1] * len(refs)
+        view[i] = -1
+        out.append(t.view(view).expand(grid))
+    if swap:
+        out[0], out[1] = out[1], out[0]
+    return tuple(out)
+
+
 @_export("clone", scenario=Scenario(doc="a copy with its own memory"))
 def clone(input, *, memory_format=None):
     return V.Clone.apply(input, op="clone")

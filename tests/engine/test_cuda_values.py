@@ -46,6 +46,17 @@ CASES = {
             x.amax(dim=1),
         ],
     ),
+    "linspace_logspace_eye_xlogy": (
+        INTS,
+        lambda x: [
+            engine.linspace(-2.0, 3.0, 9),
+            engine.linspace(0.5, 7.25, 6, dtype=engine.int64),
+            engine.logspace(0, 3, 7),
+            engine.eye(3, 4),
+            engine.xlogy(x, x.abs()),
+            engine.broadcast_tensors(x[:1], x)[0],
+        ],
+    ),
     "clamp_both_bounds": (
         SPECIAL,
         lambda x: [x.clamp(-1.0, 2.0), x.clamp(2.0, 1.0), x.clamp(x * 0.5, x.abs())],

@@ -468,6 +468,21 @@ CASES = {
         "normal",
         True,
     ),
+    "similarity_and_gated_activations": (
+        lambda m, x, y: (
+            F(m).normalize(x, dim=1).sum(1)
+            + F(m).cosine_similarity(x, y, dim=1)
+            + F(m).pairwise_distance(x, y)
+            + F(m).logsigmoid(x).sum(1)
+            + F(m).glu(x, 1).sum(1)
+            + (F(m).softsign(y) * F(m).softmin(x, 1) + F(m).tanhshrink(y)).sum(1)
+            + m.broadcast_tensors(x[:, :1], y)[0].sum(1)
+            + m.meshgrid(x[0], y[1], indexing="ij")[0][:3].sum(1)
+        ),
+        [(3, 4), (3, 4)],
+        "normal",
+        True,
+    ),
     "inplace_chain": (
         lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25),
         [(3, 4), (3, 4)],

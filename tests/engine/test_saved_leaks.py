@@ -111,6 +111,10 @@ CALLS = {
     "adaptive_avg_pool2d": lambda L: engine.adaptive_avg_pool2d(L(1, 2, 4, 4), 1),
     "linear": lambda L: engine.nn.functional.linear(L(), L(2, 4), L(2)),
     "mse_loss": lambda L: engine.nn.functional.mse_loss(L(), L()),
+    "meshgrid": lambda L: engine.meshgrid(L(4), L(3), indexing="xy"),
+    "broadcast_tensors": lambda L: engine.broadcast_tensors(L(3, 1), L(4)),
+    "glu": lambda L: engine.nn.functional.glu(L(4, 4)),
+    "softmin": lambda L: engine.nn.functional.softmin(L(), 1),
     "kl_div": lambda L: engine.nn.functional.kl_div(L(), L(), reduction="batchmean"),
     "binary_cross_entropy": lambda L: engine.nn.functional.binary_cross_entropy(
         L() * 0.5, L() * 0.5, L().detach()

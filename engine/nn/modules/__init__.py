@@ -4,11 +4,13 @@ from engine.nn.modules.activation import (
     CELU,
     ELU,
     GELU,
+    GLU,
     SELU,
     Hardsigmoid,
     Hardswish,
     Hardtanh,
     LeakyReLU,
+    LogSigmoid,
     LogSoftmax,
     Mish,
     ReLU,
@@ -16,12 +18,16 @@ from engine.nn.modules.activation import (
     Sigmoid,
     SiLU,
     Softmax,
+    Softmin,
     Softplus,
+    Softsign,
     Tanh,
+    Tanhshrink,
     Threshold,
 )
 from engine.nn.modules.container import ModuleDict, ModuleList, ParameterList, Sequential
 from engine.nn.modules.conv import Conv1d, Conv2d, ConvTranspose2d
+from engine.nn.modules.distance import CosineSimilarity, PairwiseDistance
 from engine.nn.modules.dropout import Dropout
 from engine.nn.modules.flatten import Flatten
 from engine.nn.modules.linear import Identity, Linear
@@ -91,6 +97,13 @@ __all__ = [
     "Linear",
     "LogSoftmax",
     "MSELoss",
+    "CosineSimilarity",
+    "PairwiseDistance",
+    "GLU",
+    "LogSigmoid",
+    "Softmin",
+    "Softsign",
+    "Tanhshrink",
     "L1Loss",
     "SmoothL1Loss",
     "HuberLoss",

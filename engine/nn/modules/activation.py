@@ -1,5 +1,6 @@
 """Activations: ReLU, Sigmoid, Tanh, GELU, Softmax, LogSoftmax, and SiLU, LeakyReLU, ELU, CELU,
-SELU, Hardtanh, ReLU6, Hardswish, Hardsigmoid, Mish, Threshold, Softplus (PyTorch's arguments and
+SELU, Hardtanh, ReLU6, Hardswish, Hardsigmoid, Mish, Threshold, Softplus, LogSigmoid, Softsign,
+Tanhshrink, Softmin, GLU (PyTorch's arguments and
 reprs; each in-place form frees or clones as PyTorch's does, see engine/ops/activations.py)."""
 
 from __future__ import annotations
@@ -223,3 +224,39 @@ class Softplus(Module):
 
     def extra_repr(self) -> str:
         return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class LogSigmoid(Module):
+    """log(sigmoid(x)); on cpu backward keeps an input-sized buffer (as torch's)."""
+
+    def forward(self, input):
+        return F.logsigmoid(input)
+
+
+class Softsign(Module):
+    def forward(self, input):
+        return F.softsign(input)
+
+
+class Tanhshrink(Module):
+    def forward(self, input):
+        return F.tanhshrink(input)
+
+
+class Softmin(Softmax):
+    def forward(self, input):
+        return F.softmin(input, self.dim)
+
+
+class GLU(Module):
+    """a * sigmoid(b), a and b the halves of the input along dim."""
+
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return F.glu(input, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"

@@ -21,7 +21,7 @@ Other scratch that is not charged is bounded by kernels.SCRATCH_ELEMS elements (
 
 from __future__ import annotations
 
-from engine.ops.nn.activation import gelu
+from engine.ops.nn.activation import gelu, glu, logsigmoid, softmin, softsign, tanhshrink
 from engine.ops.nn.conv import conv2d
 from engine.ops.nn.dropout import dropout, dropout_
 from engine.ops.nn.indexing import embedding, gather, index_select
@@ -37,6 +37,7 @@ from engine.ops.nn.pointwise_loss import (
     smooth_l1_loss,
 )
 from engine.ops.nn.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from engine.ops.nn.similarity import cosine_similarity, normalize, pairwise_distance
 from engine.ops.nn.ternary import addcdiv, addcdiv_, addcmul, addcmul_, lerp, lerp_
 from engine.ops.registry import REQUIRED, IntOrPair, Reduction, Scenario, register
 
@@ -142,6 +143,36 @@ for _name, _fn, _doc, _extra in (
         ),
     )
 register("kl_div", kl_div, function=False, functional=True)
+register("normalize", normalize, function=False, functional=True)
+register("cosine_similarity", cosine_similarity, functional=True)
+register("pairwise_distance", pairwise_distance, functional=True)
+register(
+    "logsigmoid",
+    logsigmoid,
+    function=False,
+    functional=True,
+    scenario=Scenario(doc="log(sigmoid(x)); on cpu torch keeps an input-sized buffer for backward"),
+)
+register(
+    "glu",
+    glu,
+    function=False,
+    functional=True,
+    scenario=Scenario(args=(("dim", int, -1, ""),), doc="a * sigmoid(b), x's halves along dim"),
+)
+register(
+    "softsign", softsign, function=False, functional=True, scenario=Scenario(doc="x / (1 + |x|)")
+)
+register(
+    "softmin",
+    softmin,
+    function=False,
+    functional=True,
+    scenario=Scenario(args=(("dim", int, REQUIRED, ""),), doc="softmax(-x)"),
+)
+register(
+    "tanhshrink", tanhshrink, function=False, functional=True, scenario=Scenario(doc="x - tanh(x)")
+)
 register(
     "cross_entropy",
     cross_entropy,
@@ -257,6 +288,14 @@ __all__ = [
     "batch_norm",
     "layer_norm",
     "gelu",
+    "logsigmoid",
+    "glu",
+    "normalize",
+    "cosine_similarity",
+    "pairwise_distance",
+    "softsign",
+    "softmin",
+    "tanhshrink",
     "addcmul",
     "addcmul_",
     "addcdiv",

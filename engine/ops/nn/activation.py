@@ -1,4 +1,5 @@
-"""Activations written as nn primitives: gelu (exact and tanh)."""
+"""Activations written as nn primitives: gelu (exact and tanh), log_sigmoid (with the buffer
+torch keeps on cpu), glu; and torch's composites softsign, softmin, tanhshrink."""
 
 from __future__ import annotations
 
@@ -180,3 +181,137 @@ class Gelu(Function):
 
 def gelu(input, approximate="none"):
     return Gelu.apply(input, op="gelu", approximate=approximate)
+
+
+# ---------------------------------------------------------------------------------------------
+# log_sigmoid and glu (torch's native nodes), and the composites softsign, softmin, tanhshrink
+# ---------------------------------------------------------------------------------------------
+class LogSigmoid(Function):
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)). torch's log_sigmoid_forward returns a
+    buffer beside the output on cpu, exp(-|x|), which its node keeps for backward: a second
+    input-sized block alive as long as the graph (cuda keeps none)."""
+
+    retain_inputs = (0,)
+
+    def forward(self, x, out=None):
+        if not x._dtype.is_floating_point:
+            kind = x._dtype.torch_tensor_name.replace("Tensor", "")
+            raise NotImplementedError(f"\"log_sigmoid_cpu\" not implemented for '{kind}'")
+        y = result_buffer(out, x.shape, x._dtype, x._device, "log_sigmoid")
+        keep_buffer = x._device.type != "cuda"
+        buffer = kernels.empty(x.shape, x._dtype, x._device) if keep_buffer else None
+        if _live(x._device):
+            xp = kernels.xp_of(x)
+            b = buffer._data if keep_buffer else xp.empty_like(y._data)
+            xp.abs(x._data, out=b)
+            xp.negative(b, out=b)
+            xp.exp(b, out=b)
+            yd = y._data
+            xp.log1p(b, out=yd)
+            xp.subtract(xp.minimum(x._data, 0.0), yd, out=yd)
+        self.save(buffer=buffer)
+        return y
+
+    def backward(self, g):
+        (x,) = self.saved_tensors
+        self.kept("buffer")  # released with the node, as torch's
+        gx = kernels.empty(g.shape, g._dtype, g._device)
+        if _live(g._device):
+            xp = kernels.xp_of(g)
+            gd = gx._data
+            xp.abs(x._data, out=gd)  # b = exp(-|x|); d/dx = b / (1 + b), or 1 / (1 + b) below 0
+            xp.negative(gd, out=gd)
+            xp.exp(gd, out=gd)
+            one_plus = gd + 1.0
+            xp.divide(gd, one_plus, out=gd)
+            neg = x._data < 0
+            xp.subtract(1.0, gd, out=one_plus)
+            xp.copyto(gd, one_plus, where=neg)
+            xp.multiply(gd, g._data, out=gd)
+        return (gx,)
+
+    def name(self):
+        return "LogSigmoidBackward0"
+
+
+def logsigmoid(input):
+    return LogSigmoid.apply(input, op="log_sigmoid")
+
+
+class Glu(Function):
+    """a * sigmoid(b), a and b the halves of x along dim; one half-size output, x kept."""
+
+    retain_inputs = (0,)
+
+    def forward(self, x, out=None, dim=-1):
+        if x.ndim == 0:
+            raise RuntimeError("glu does not support scalars because halving size must be even")
+        d = dim + x.ndim if dim < 0 else dim
+        if not 0 <= d < x.ndim:
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-x.ndim}, {x.ndim - 1}], "
+                f"but got {dim})"
+            )
+        n = x.shape[d]
+        if n % 2:
+            raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {n}")
+        self.dim = d
+        shape = tuple(n // 2 if i == d else s for i, s in enumerate(x.shape))
+        y = result_buffer(out, shape, x._dtype, x._device, "glu")
+        if _live(x._device):
+            xp = kernels.xp_of(x)
+            a, b = self._halves(x._data)
+            yd = y._data
+            xp.negative(b, out=yd)
+            xp.exp(yd, out=yd)
+            xp.add(yd, 1.0, out=yd)
+            xp.divide(a, yd, out=yd)
+        return y
+
+    def _halves(self, arr):
+        h = arr.shape[self.dim] // 2
+        lead = (slice(None),) * self.dim
+        return arr[lead + (slice(0, h),)], arr[lead + (slice(h, None),)]
+
+    def backward(self, g):
+        (x,) = self.saved_tensors
+        gx = kernels.empty(x.shape, g._dtype, g._device)
+        if _live(g._device):
+            xp = kernels.xp_of(g)
+            a, b = self._halves(x._data)
+            ga, gb = self._halves(gx._data)
+            # s = sigmoid(b): grad_a = g s, grad_b = g a s (1 - s)
+            xp.negative(b, out=ga)
+            xp.exp(ga, out=ga)
+            xp.add(ga, 1.0, out=ga)
+            xp.reciprocal(ga, out=ga)
+            xp.subtract(1.0, ga, out=gb)
+            xp.multiply(gb, ga, out=gb)
+            xp.multiply(gb, a, out=gb)
+            xp.multiply(gb, g._data, out=gb)
+            xp.multiply(ga, g._data, out=ga)
+        return (gx,)
+
+    def name(self):
+        return "GluBackward0"
+
+
+def glu(input, dim=-1):
+    return Glu.apply(input, op="glu", dim=dim)
+
+
+def softsign(input):
+    """x / (1 + |x|): torch's composite (F.softsign)."""
+    return input / (input.abs() + 1)
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    """softmax(-x): torch's composite (F.softmin)."""
+    if dim is None:
+        raise TypeError("softmin(): the engine needs dim (torch's implicit choice is deprecated)")
+    return (-input).softmax(dim, dtype=dtype) if dtype is not None else (-input).softmax(dim)
+
+
+def tanhshrink(input):
+    """x - tanh(x): torch's composite (F.tanhshrink)."""
+    return input - input.tanh()
