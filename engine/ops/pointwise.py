@@ -330,13 +330,26 @@ class Xlogy(Binary):
     float_result = True
 
     def kernel(self, xp, a, b, y, dtype=None):
-        # (y may be a itself, in place: a is read before y is written)
-        zero = xp.equal(a, 0)
+        # (y may be a itself, in place: a is read before y is written). A Python number operand
+        # is worked out in Python: CuPy's ufuncs want an array among their inputs.
+        scalar_a, scalar_b = not hasattr(a, "ndim"), not hasattr(b, "ndim")
+        zero = (a == 0) if scalar_a else xp.equal(a, 0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            log_b = xp.log(b, dtype=dtype)
+            if scalar_b:
+                log_b = math.log(b) if b > 0 else (-math.inf if b == 0 else math.nan)
+            else:
+                log_b = xp.log(b, dtype=dtype)
             xp.multiply(a, log_b, out=y, casting="unsafe")
-        if zero.ndim or zero:  # where self is 0 the result is 0, but NaN where other is
-            xp.copyto(y, 0, where=xp.logical_and(zero, ~xp.isnan(b)))
+        if scalar_a and not zero:
+            return
+        other_nan = math.isnan(b) if scalar_b else xp.isnan(b)
+        if scalar_a:  # self is 0: the result is 0 but NaN where other is
+            xp.copyto(y, 0, where=~other_nan)
+        elif scalar_b:
+            if not other_nan:
+                xp.copyto(y, 0, where=zero)
+        else:
+            xp.copyto(y, 0, where=xp.logical_and(zero, ~other_nan))
 
     def to_save(self, tensors):
         return (0, 1) if self.a_t and self.b_t else (0,)  # (indices among the tensor operands)
@@ -356,8 +369,12 @@ class Xlogy(Binary):
         if na:
             lg = ops.xlogy(g, b)
             at_zero = a == 0.0
-            nonpos = b <= 0.0
-            both = at_zero & nonpos if isinstance(nonpos, Tensor) else at_zero & bool(nonpos)
+            if isinstance(b, Tensor):
+                nonpos = b <= 0.0
+                both = at_zero & nonpos
+            else:  # a number: torch 2.13 masks where it is not > 0, NaN included
+                nonpos = not b > 0.0
+                both = at_zero & nonpos
             ga = lg.masked_fill(both, 0.0)
             del lg, at_zero, nonpos, both
         if nb:

@@ -200,7 +200,10 @@ def test_loss_modules_as_torch():
         assert outs[0] == pytest.approx(outs[1], rel=1e-12), name
 
 
-@pytest.mark.parametrize("operands", ["tensors", "scalar_self", "scalar_other", "zero_other"])
+@pytest.mark.parametrize(
+    "operands",
+    ["tensors", "scalar_self", "zero_self", "scalar_other", "zero_other", "nan_other", "neg_other"],
+)
 def test_xlogy_as_torch(operands):
     """0 where self is 0 (NaN where other is NaN); self's gradient log(other), but 0 where self
     is 0 and other <= 0; other's self / other; the three node names."""
@@ -211,8 +214,11 @@ def test_xlogy_as_torch(operands):
         a, b = {
             "tensors": (x, y),
             "scalar_self": (2.0, y),
+            "zero_self": (0.0, y),
             "scalar_other": (x, 2.0),
             "zero_other": (x, 0.0),
+            "nan_other": (x, float("nan")),
+            "neg_other": (x, -1.0),
         }[operands]
         z = m.xlogy(a, b)
         (z * m.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])).sum().backward()
