@@ -1455,6 +1455,13 @@ def unbind(input, dim=0):
 def getitem(self, index):
     if isinstance(index, Tensor) or V._has_tensor_index(index):
         return V.IndexGather.apply(self, op="index", index=index)
+    if type(index) is tuple and len(index) > 1:
+        steps = V.index_steps(tuple(self.shape), index)
+        if len(steps) > 1:  # torch's chain: one view node per step (each backward its own)
+            out = self
+            for step in steps:
+                out = _select(out, op="select", index=step)
+            return out
     return _select(self, op="select", index=index)
 
 

@@ -202,6 +202,36 @@ def _np_index(index):
     return tuple(out)
 
 
+def index_steps(shape, index: tuple) -> list[tuple]:
+    """torch's steps for a basic index of a tensor of `shape`, each as an index of its own
+    (applied one after the other): None unsqueezes, an int selects, a slice that is not the
+    whole dim slices; Ellipsis and whole-dim slices are no step. x[1:, :-1] is x[1:] then
+    [:, :-1]; an index that is one step or none comes back as [] or [index]."""
+    rest = len(shape) - sum(1 for i in index if i is not None and i is not Ellipsis)
+    steps = []
+    pos = 0
+    dim = 0
+    for item in index:
+        if item is None:
+            steps.append((slice(None),) * pos + (None,))
+            pos += 1
+        elif item is Ellipsis:
+            pos += rest
+            dim += rest
+        elif isinstance(item, slice):
+            if item != _WHOLE and item.indices(shape[dim]) != (0, shape[dim], 1):
+                steps.append((slice(None),) * pos + (item,))
+            pos += 1
+            dim += 1
+        else:
+            steps.append((slice(None),) * pos + (item,))
+            dim += 1
+    return steps
+
+
+_WHOLE = slice(None)
+
+
 class Select(Function):
     """Basic indexing: ints, slices, None, Ellipsis -> a view."""
 
@@ -224,10 +254,51 @@ class Select(Function):
         return make_view(x, arr, lambda b: b[index])
 
     def backward(self, g):
-        out = kernels.zeros(self.in_shape, g._dtype, g._device)
-        if g._device.type != "meta":
-            out._data[self.index] = g._data
-        return (out,)
+        """torch's chain of nodes, last step first: an unsqueeze's backward is a view of the
+        gradient, an alias's the gradient itself, and each select or slice makes zeros of the
+        shape before it with the gradient copied in (an intermediate lives until the step
+        before has made its own): x[1:, :-1] allocates x[1:]'s shape, then x's."""
+        cur = g
+        for kind, pos, item, before in reversed(self._steps()):
+            if kind == "unsqueeze":
+                cur = cur.squeeze(pos)
+                continue
+            new = kernels.zeros(before, g._dtype, g._device)
+            if g._device.type != "meta":
+                new._data[(slice(None),) * pos + (item,)] = cur._data
+            cur = new
+        return (cur,)
+
+    def _steps(self):
+        """(kind, dim, item, shape before) of each of torch's steps, in order: unsqueeze for
+        None, select for an int, slice for a slice that is not the whole dim (a lone slice
+        always slices); Ellipsis and whole-dim slices are skipped."""
+        shape = list(self.in_shape)
+        if isinstance(self.index, slice):
+            items, lone = (self.index,), True
+        else:
+            items = self.index if isinstance(self.index, tuple) else (self.index,)
+            lone = False
+        rest = len(shape) - sum(1 for i in items if i is not None and i is not Ellipsis)
+        steps = []
+        pos = 0
+        for item in items:
+            if item is None:
+                steps.append(("unsqueeze", pos, None, tuple(shape)))
+                shape.insert(pos, 1)
+                pos += 1
+            elif item is Ellipsis:
+                pos += rest
+            elif isinstance(item, slice):
+                start, stop, step = item.indices(shape[pos])
+                if lone or (start, stop, step) != (0, shape[pos], 1):
+                    steps.append(("slice", pos, item, tuple(shape)))
+                    shape[pos] = len(range(start, stop, step))
+                pos += 1
+            else:
+                steps.append(("select", pos, item, tuple(shape)))
+                del shape[pos]
+        return steps
 
     def name(self):
         """torch's node for its last step: an int selects, a slice that is not the whole dim
@@ -258,6 +329,12 @@ class Select(Function):
 
 class Narrow(Select):
     """narrow(dim, start, length): a slice of one dim (SliceBackward0 even when it is whole)."""
+
+    def backward(self, g):
+        out = kernels.zeros(self.in_shape, g._dtype, g._device)
+        if g._device.type != "meta":
+            out._data[self.index] = g._data
+        return (out,)
 
     def name(self):
         return "SliceBackward0"

@@ -433,3 +433,66 @@ def test_unfold_on_meta_charges_as_on_cpu():
 def test_select_refuses_as_torch(call):
     pytest.importorskip("torch")
     assert_raises_as_torch(call, IndexError)
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        "x[1:, :-1]",
+        "x[0, :5]",
+        "x[2:10, 3]",
+        "x[None, 1:, :-1]",
+        "x[:, None, 2:]",
+        "x[..., 1:]",
+        "x[None]",
+        "x[:, None]",
+        "x[...]",
+        "x[:]",
+        "x[0:64]",
+        "x[1]",
+        "x[-1, None, ::2]",
+    ],
+)
+def test_basic_indexing_backward_is_torchs_chain(index):
+    """An index is torch's chain of steps, one view node each: a None's backward is a view, an
+    alias's the gradient itself, each select or slice makes zeros of the shape before it (an
+    intermediate lives until the step before has made its own): the blocks torch's profiler
+    shows, in order, and the same gradients and node names."""
+    import torch
+
+    from tests.engine.test_memory_vs_torch import assert_sequence_as_torch
+
+    arr = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
+    progs = {}
+
+    def make(m):
+        x = m.tensor(arr, requires_grad=True)
+        held = {}
+
+        def forward():
+            held["y"] = eval(index, {}, {"x": x}) * 2  # noqa: S307 - the literals above
+
+        def backward():
+            held["y"].backward(m.ones_like(held["y"]))
+
+        return forward, backward, x, held
+
+    def part(i):
+        def build(m):
+            progs.setdefault(m, make(m))
+            return progs[m][i]
+
+        return build
+
+    assert_sequence_as_torch(part(0))
+    names = {}
+    for m in (engine, torch):
+        fn = progs[m][3]["y"].grad_fn.next_functions[0][0]
+        chain = []
+        while fn is not None and "AccumulateGrad" not in fn.name():
+            chain.append(fn.name())
+            fn = fn.next_functions[0][0] if fn.next_functions else None
+        names[m] = chain
+    assert names[engine] == names[torch]
+    assert_sequence_as_torch(part(1))
+    np.testing.assert_array_equal(progs[engine][2].grad.numpy(), progs[torch][2].grad.numpy())
