@@ -483,6 +483,18 @@ CASES = {
         "normal",
         True,
     ),
+    "interpolate_modes": (
+        lambda m, x, v: (
+            F(m).interpolate(x, size=(4, 3), mode="bilinear")
+            + F(m).interpolate(x, scale_factor=1.5)
+            + F(m).interpolate(x, size=(4, 3), mode="bilinear", align_corners=True)
+            + F(m).interpolate(x, size=(4, 3), mode="nearest-exact")
+            + F(m).interpolate(v, size=3, mode="linear").unsqueeze(-2)
+        ),
+        [(1, 2, 3, 2), (1, 2, 5)],
+        "normal",
+        True,
+    ),
     "inplace_chain": (
         lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25),
         [(3, 4), (3, 4)],

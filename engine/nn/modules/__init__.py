@@ -62,6 +62,7 @@ from engine.nn.modules.transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from engine.nn.modules.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
 __all__ = [
     "ConvTranspose2d",
@@ -97,6 +98,9 @@ __all__ = [
     "Linear",
     "LogSoftmax",
     "MSELoss",
+    "Upsample",
+    "UpsamplingNearest2d",
+    "UpsamplingBilinear2d",
     "CosineSimilarity",
     "PairwiseDistance",
     "GLU",

@@ -39,6 +39,7 @@ from engine.ops.nn.pointwise_loss import (
 from engine.ops.nn.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from engine.ops.nn.similarity import cosine_similarity, normalize, pairwise_distance
 from engine.ops.nn.ternary import addcdiv, addcdiv_, addcmul, addcmul_, lerp, lerp_
+from engine.ops.nn.upsample import interpolate
 from engine.ops.registry import REQUIRED, IntOrPair, Reduction, Scenario, register
 
 # The rows of the op table (engine/ops/registry.py): torch.* functions, Tensor methods and
@@ -143,6 +144,21 @@ for _name, _fn, _doc, _extra in (
         ),
     )
 register("kl_div", kl_div, function=False, functional=True)
+register(
+    "interpolate",
+    interpolate,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("size", IntOrPair | None, None, "the output's spatial size"),
+            ("scale_factor", float | list[float] | None, None, "or its scale"),
+            ("mode", str, "nearest", "nearest, nearest-exact, linear (3-D), bilinear (4-D)"),
+            ("align_corners", bool | None, None, ""),
+        ),
+        doc="F.interpolate: up/down-sampling (on cpu torch's kernel works channels last)",
+    ),
+)
 register("normalize", normalize, function=False, functional=True)
 register("cosine_similarity", cosine_similarity, functional=True)
 register("pairwise_distance", pairwise_distance, functional=True)
@@ -290,6 +306,7 @@ __all__ = [
     "gelu",
     "logsigmoid",
     "glu",
+    "interpolate",
     "normalize",
     "cosine_similarity",
     "pairwise_distance",

@@ -1,0 +1,284 @@
+"""F.interpolate's nearest, nearest-exact, linear (3-D input) and bilinear (4-D input) modes,
+and nn.Upsample: torch 2.13's CPU kernels' source indices and weights (in the input's float
+dtype, as its opmath), their nodes (UpsampleNearest2DBackward0 ...), and their memory:
+
+- 2-D: the output; unless the input is channels-last contiguous, a channels-last copy of the
+  input and a channels-last output come and go (torch's kernel computes channels last);
+- 1-D: the output, and the index and weight buffers (int64 and the dtype, one pair per tap)
+  freed in the order made;
+- backward: the input's gradient alone (zeros, the gradient summed into it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine import kernels
+from engine.autograd.function import Function
+from engine.ops.common import result_buffer
+from engine.ops.nn.common import _live
+from engine.tensor import Tensor
+
+_NODE = {
+    ("nearest", 1): "UpsampleNearest1DBackward0",
+    ("nearest", 2): "UpsampleNearest2DBackward0",
+    ("nearest-exact", 1): "UpsampleNearestExact1DBackward0",
+    ("nearest-exact", 2): "UpsampleNearestExact2DBackward0",
+    ("linear", 1): "UpsampleLinear1DBackward0",
+    ("bilinear", 2): "UpsampleBilinear2DBackward0",
+}
+
+
+def _scale(in_size, out_size, scale, align_corners, linear):
+    """torch's area_pixel_compute_scale (linear) / compute_scales_value (nearest), in float64
+    (rounded to the dtype by the caller)."""
+    if linear and align_corners:
+        return (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    if scale is not None and scale > 0:
+        return 1.0 / scale
+    return in_size / out_size
+
+
+def _nearest_index(xp, in_size, out_size, scale, exact, ft):
+    """Source index of each output position (torch's nearest_idx / nearest_exact_idx)."""
+    if not exact and out_size == in_size:
+        return xp.arange(out_size)
+    if not exact and out_size == 2 * in_size:
+        return xp.arange(out_size) >> 1
+    s = ft(_scale(in_size, out_size, scale, False, False))
+    pos = xp.arange(out_size, dtype=ft)
+    if exact:
+        pos = pos + ft(0.5)
+    src = xp.floor(pos * s).astype(np.int64)
+    return xp.minimum(src, in_size - 1)
+
+
+def _linear_taps(xp, in_size, out_size, scale, align_corners, ft):
+    """(i0, i1, w0, w1) of each output position: torch's area_pixel_compute_source_index and
+    its weights, in the dtype `ft` (the kernel's opmath)."""
+    s = ft(_scale(in_size, out_size, scale, align_corners, True))
+    pos = xp.arange(out_size, dtype=ft)
+    if align_corners:
+        src = s * pos
+    else:
+        src = s * (pos + ft(0.5)) - ft(0.5)
+        src = xp.maximum(src, ft(0))
+    i0 = src.astype(np.int64)  # floor: src >= 0
+    i1 = i0 + (i0 < in_size - 1)
+    w1 = (src - i0.astype(ft)).astype(ft)
+    w0 = (ft(1) - w1).astype(ft)
+    return i0, i1, w0, w1
+
+
+class Upsample(Function):
+    """One node for the four modes over the trailing 1 or 2 spatial dims."""
+
+    retain_inputs = ()
+
+    def forward(self, x, out=None, mode="nearest", size=(), scales=(), align_corners=False):
+        self.mode, self.size, self.scales = mode, tuple(size), tuple(scales)
+        self.align_corners = bool(align_corners)
+        self.in_shape = tuple(x.shape)
+        k = len(self.size)
+        self.k = k
+        out_shape = self.in_shape[:-k] + self.size
+        y = result_buffer(out, out_shape, x._dtype, x._device, "upsample")
+        dev, dt = x._device, x._dtype
+        temps = []
+        if k == 2 and not _channels_last_contiguous(x):
+            # torch's cpu kernel works channels last: the input's copy, the output's
+            temps = [kernels.empty(self.in_shape, dt, dev), kernels.empty(out_shape, dt, dev)]
+        elif k == 1:  # index and weight buffers: int64 and the dtype, per tap
+            taps = 2 if mode == "linear" else 1
+            for _ in range(taps):
+                temps.append(kernels.empty(self.size, _int64(), dev))
+                temps.append(kernels.empty(self.size, dt, dev))
+        if _live(dev):
+            xp = kernels.xp_of(x)
+            y._data[...] = self._compute(xp, x._data)
+        # the 2-D kernel's output copy goes before its input copy; the 1-D buffers in order
+        for i in reversed(range(len(temps))) if k == 2 else range(len(temps)):
+            temps[i] = None
+        return y
+
+    def _axes(self, xp, ft):
+        out = []
+        for j in range(self.k):
+            in_size = self.in_shape[-self.k + j]
+            scale = self.scales[j] if self.scales else None
+            if self.mode in ("linear", "bilinear"):
+                out.append(_linear_taps(xp, in_size, self.size[j], scale, self.align_corners, ft))
+            else:
+                out.append(
+                    _nearest_index(
+                        xp, in_size, self.size[j], scale, self.mode == "nearest-exact", ft
+                    )
+                )
+        return out
+
+    def _compute(self, xp, xd):
+        ft = xd.dtype.type if xd.dtype.kind == "f" else np.float32
+        axes = self._axes(xp, ft)
+        if self.mode not in ("linear", "bilinear"):
+            if self.k == 1:
+                return xd[..., axes[0]]
+            return xd[..., axes[0][:, None], axes[1][None, :]]
+        if self.k == 1:
+            i0, i1, w0, w1 = axes[0]
+            r = xd[..., i0] * w0
+            r += xd[..., i1] * w1
+            return r
+        (h0, h1, hw0, hw1), (c0, c1, cw0, cw1) = axes
+        rows = []
+        for hi in (h0, h1):
+            block = xd[..., hi, :]
+            inner = block[..., c0] * cw0
+            inner += block[..., c1] * cw1
+            rows.append(inner)
+        r = rows[0] * hw0[:, None]
+        r += rows[1] * hw1[:, None]
+        return r
+
+    def backward(self, g):
+        """The input's gradient: each output's gradient, times its weights, summed into its
+        source positions, one spatial dim at a time (the taps' indices do not decrease along
+        the output, so on cpu each dim is a reduceat over runs)."""
+        gx = kernels.zeros(self.in_shape, g._dtype, g._device)
+        if _live(g._device):
+            xp = kernels.xp_of(g)
+            gd = g._data
+            ft = gd.dtype.type if gd.dtype.kind == "f" else np.float32
+            acc = gd
+            for j, taps in reversed(list(enumerate(self._axes(xp, ft)))):
+                axis = -self.k + j
+                in_size = self.in_shape[axis]
+                if self.mode in ("linear", "bilinear"):
+                    i0, i1, w0, w1 = taps
+                    acc = _sum_runs(xp, _weighted(acc, w0, axis), i0, in_size, axis) + _sum_runs(
+                        xp, _weighted(acc, w1, axis), i1, in_size, axis
+                    )
+                else:
+                    acc = _sum_runs(xp, acc, taps, in_size, axis)
+            gx._data[...] = acc
+        return (gx,)
+
+    def name(self):
+        return _NODE[(self.mode, self.k)]
+
+
+def _weighted(arr, w, axis):
+    """arr times the weights w along `axis` (a negative dim)."""
+    shape = [1] * arr.ndim
+    shape[axis] = w.shape[0]
+    return arr * w.reshape(shape)
+
+
+def _sum_runs(xp, arr, idx, in_size, axis):
+    """out[..., i, ...] = sum of arr's entries along `axis` whose idx is i (idx does not
+    decrease); positions no output reads stay 0."""
+    shape = list(arr.shape)
+    shape[axis] = in_size
+    out = xp.zeros(shape, dtype=arr.dtype)
+    if xp is np:
+        starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
+        sums = np.add.reduceat(arr, starts, axis=axis)
+        where = [slice(None)] * arr.ndim
+        where[axis] = idx[starts]
+        out[tuple(where)] = sums
+    else:
+        import cupyx
+
+        moved = xp.moveaxis(out, axis, 0)
+        cupyx.scatter_add(moved, idx, xp.moveaxis(arr, axis, 0))
+    return out
+
+
+def _int64():
+    from engine import dtypes
+
+    return dtypes.int64
+
+
+def _channels_last_contiguous(x: Tensor) -> bool:
+    if x.ndim != 4:
+        return False
+    n, c, h, w = x.shape
+    st = x.stride()
+    want = (h * w * c, 1, w * c, c)
+    return all(s == e or d == 1 for s, e, d in zip(st, want, (n, c, h, w), strict=True))
+
+
+_MODES = ("nearest", "nearest-exact", "linear", "bilinear")
+
+
+def interpolate(
+    input,
+    size=None,
+    scale_factor=None,
+    mode="nearest",
+    align_corners=None,
+    recompute_scale_factor=None,
+    antialias=False,
+):
+    """torch.nn.functional.interpolate for nearest / nearest-exact (3-D and 4-D inputs), linear
+    (3-D) and bilinear (4-D)."""
+    k = input.ndim - 2
+    if not 1 <= k <= 3:
+        raise NotImplementedError(
+            f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
+            "the modes: nearest | linear | bilinear | bicubic | trilinear | lanczos | area | "
+            "nearest-exact "
+            f"(got {mode})"
+        )
+    if mode not in _MODES or k not in (1, 2) or antialias:
+        raise NotImplementedError(
+            f"interpolate: mode {mode!r} on a {input.ndim}-D input"
+            + (" with antialias" if antialias else "")
+            + " is not supported by the engine (nearest, nearest-exact, linear on 3-D, "
+            "bilinear on 4-D)"
+        )
+    if mode in ("nearest", "nearest-exact") and align_corners is not None:
+        raise ValueError(
+            "align_corners option can only be set with the interpolating modes: "
+            "linear | bilinear | bicubic | trilinear"
+        )
+    if (mode == "linear") != (k == 1) and mode in ("linear", "bilinear"):
+        raise NotImplementedError(
+            f"Got {input.ndim}D input, but {mode} mode needs {3 if mode == 'linear' else 4}D input"
+        )
+    if size is not None and scale_factor is not None:
+        raise ValueError("only one of size or scale_factor should be defined")
+    if size is None and scale_factor is None:
+        raise ValueError("either size or scale_factor should be defined")
+    spatial = tuple(input.shape[2:])
+    if size is not None:
+        out = (size,) * k if isinstance(size, int) else tuple(int(s) for s in size)
+        if len(out) != k:
+            raise ValueError(
+                f"Input and output must have the same number of spatial dimensions, but got "
+                f"input with spatial dimensions of {list(spatial)} and output size of "
+                f"{size}. Please provide input tensor in (N, C, d1, d2, ...,dK) format and "
+                "output size in (o1, o2, ...,oK) format."
+            )
+        scales = ()
+    else:
+        sf = (scale_factor,) * k if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
+        if len(sf) != k:
+            raise ValueError(
+                f"Input and scale_factor must have the same number of spatial dimensions, but "
+                f"got input with spatial dimensions of {list(spatial)} and scale_factor of "
+                f"shape {scale_factor}. Please provide input tensor in (N, C, d1, d2, ...,dK) format "
+                "and scale_factor in (s1, s2, ...,sK) format."
+            )
+        out = tuple(int(math.floor(float(n) * float(s))) for n, s in zip(spatial, sf, strict=True))
+        scales = () if recompute_scale_factor else tuple(float(s) for s in sf)
+    return Upsample.apply(
+        input,
+        op="interpolate",
+        mode=mode,
+        size=out,
+        scales=scales,
+        align_corners=bool(align_corners),
+    )
