@@ -418,6 +418,51 @@ class Softplus(_Activation):
         xp.copyto(out, s1)
 
 
+class Hardshrink(_Activation):
+    """x where |x| > lambd, else 0; backward: grad where |x| > lambd."""
+
+    opname = "hardshrink"
+    node_name = "HardshrinkBackward0"
+    lambd = 0.5
+
+    def f(self, xp, x, out, s1, s2):
+        xp.abs(x, out=s1)
+        xp.copyto(out, x)
+        xp.copyto(out, 0, where=s1 <= self.lambd)
+
+    def df(self, xp, x, out, s1, s2):
+        xp.abs(x, out=s1)
+        xp.greater(s1, self.lambd, out=out)
+
+
+class Softshrink(_Activation):
+    """x - lambd above lambd, x + lambd below -lambd, else 0; backward: grad where |x| >
+    lambd."""
+
+    opname = "softshrink"
+    node_name = "SoftshrinkBackward0"
+    lambd = 0.5
+
+    def forward(self, x, out=None, **params):
+        lambd = params.get("lambd", self.lambd)
+        if lambd < 0 and x._dtype.is_floating_point:
+            kind = x._dtype.torch_tensor_name.replace("Tensor", "")
+            top = float(np.finfo(x._dtype.np).max)
+            raise RuntimeError(
+                f"lambda must be in range [0, {top:g}] for input dtype {kind}, but found {lambd:g}"
+            )
+        return super().forward(x, out, **params)
+
+    def f(self, xp, x, out, s1, s2):
+        xp.subtract(x, self.lambd, out=out)
+        xp.add(x, self.lambd, out=s1)
+        xp.copyto(out, s1, where=x < -self.lambd)
+        xp.abs(x, out=s1)
+        xp.copyto(out, 0, where=s1 <= self.lambd)
+
+    df = Hardshrink.df
+
+
 # ---------------------------------------------------------------------------------------------
 # public functions: torch.* / F.* names, with inplace= where PyTorch has it
 # ---------------------------------------------------------------------------------------------
@@ -513,6 +558,14 @@ def softplus(input, beta=1.0, threshold=20.0):
     return Softplus.apply(input, op="softplus", beta=beta, threshold=threshold)
 
 
+def hardshrink(input, lambd=0.5):
+    return Hardshrink.apply(input, op="hardshrink", lambd=lambd)
+
+
+def softshrink(input, lambd=0.5):
+    return Softshrink.apply(input, op="softshrink", lambd=lambd)
+
+
 # F.* names (engine.nn.functional)
 FUNCTIONAL = dict(
     silu=silu,
@@ -533,6 +586,8 @@ FUNCTIONAL = dict(
     threshold=threshold,
     threshold_=threshold_,
     softplus=softplus,
+    hardshrink=hardshrink,
+    softshrink=softshrink,
 )
 
 # torch.* names (engine.*): those torch has at the top level
@@ -574,6 +629,8 @@ _SCENARIO_ARGS = dict(
         ("value", _F, REQUIRED, "the replacement"),
     ),
     softplus=(("beta", _F, 1.0, ""), ("threshold", _F, 20.0, "linear above threshold / beta")),
+    hardshrink=(("lambd", _F, 0.5, "values within +-lambd become 0"),),
+    softshrink=(("lambd", _F, 0.5, "shrinks toward 0 by lambd"),),
 )
 _COST = dict(
     leaky_relu="is free (backward keeps the result)",
@@ -585,8 +642,8 @@ _COST = dict(
 
 def _scenario(name):
     fn = FUNCTIONAL[name]
-    if name == "softplus":
-        return Scenario(args=_SCENARIO_ARGS[name], doc="softplus; no in-place form")
+    if name in ("softplus", "hardshrink", "softshrink"):
+        return Scenario(args=_SCENARIO_ARGS[name], doc=f"{name}; no in-place form")
 
     def call(ts, a, inplace):
         return fn(ts[0], **a, inplace=True) if inplace else fn(ts[0], **a)

@@ -439,7 +439,7 @@ class Pad(Function):
                     f"The input size {n}, plus negative padding {lo} and {hi} resulted in a "
                     f"negative output size, which is invalid. Check dimension {d} of your input."
                 )
-        self.mode, self.in_shape = mode, x.shape
+        self.mode, self.in_shape, self.padded_dims = mode, x.shape, len(pairs)
         per_dim = [[(slice(None), slice(None))]] * lead
         for d in range(lead, x.ndim):
             lo, hi = pairs[x.ndim - 1 - d]
@@ -484,11 +484,11 @@ class Pad(Function):
         return covered != math.prod(self.in_shape)
 
     def name(self):
-        k = len(self.in_shape)
+        d = self.padded_dims  # torch's kernel for 1, 2 or 3 padded dims
         return {
             "constant": "ConstantPadNdBackward0",
-            "reflect": f"ReflectionPad{min(k - 1, 3) if k > 1 else 1}dBackward0",
-            "replicate": f"ReplicationPad{min(k - 1, 3) if k > 1 else 1}dBackward0",
+            "reflect": f"ReflectionPad{d}DBackward0",
+            "replicate": f"ReplicationPad{d}DBackward0",
             "circular": "CircularPadBackward0",
         }[self.mode]
 

@@ -495,6 +495,21 @@ CASES = {
         "normal",
         True,
     ),
+    "pad_modules_pixel_shuffle_shrink": (
+        lambda m, x: (
+            m.nn.ReflectionPad2d((1, 0, 2, 1))(x)[..., :4, :3]
+            + m.nn.ReplicationPad2d(1)(x)[..., 1:5, :3]
+            + F(m)
+            .pixel_unshuffle(F(m).pixel_shuffle(x, 2) * 1.5, 2)[..., :1, :]
+            .repeat(1, 1, 1, 1)
+            .sum()
+            + F(m).hardshrink(x, 0.3).sum()
+            + F(m).softshrink(x, 0.2).sum()
+        ),
+        [(1, 4, 3, 2)],
+        "spread",
+        True,
+    ),
     "inplace_chain": (
         lambda m, x, y: (x * 1.0).addcmul_(y, y, value=0.1).lerp_(y, 0.25),
         [(3, 4), (3, 4)],

@@ -112,6 +112,8 @@ CALLS = {
     "linear": lambda L: engine.nn.functional.linear(L(), L(2, 4), L(2)),
     "mse_loss": lambda L: engine.nn.functional.mse_loss(L(), L()),
     "interpolate": lambda L: engine.nn.functional.interpolate(L(1, 2, 3, 4), scale_factor=2),
+    "pixel_shuffle": lambda L: engine.pixel_shuffle(L(1, 4, 2, 3), 2),
+    "pixel_unshuffle": lambda L: engine.pixel_unshuffle(L(1, 1, 4, 2), 2),
     "meshgrid": lambda L: engine.meshgrid(L(4), L(3), indexing="xy"),
     "broadcast_tensors": lambda L: engine.broadcast_tensors(L(3, 1), L(4)),
     "glu": lambda L: engine.nn.functional.glu(L(4, 4)),

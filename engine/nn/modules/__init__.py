@@ -6,6 +6,7 @@ from engine.nn.modules.activation import (
     GELU,
     GLU,
     SELU,
+    Hardshrink,
     Hardsigmoid,
     Hardswish,
     Hardtanh,
@@ -20,6 +21,7 @@ from engine.nn.modules.activation import (
     Softmax,
     Softmin,
     Softplus,
+    Softshrink,
     Softsign,
     Tanh,
     Tanhshrink,
@@ -29,7 +31,7 @@ from engine.nn.modules.container import ModuleDict, ModuleList, ParameterList, S
 from engine.nn.modules.conv import Conv1d, Conv2d, ConvTranspose2d
 from engine.nn.modules.distance import CosineSimilarity, PairwiseDistance
 from engine.nn.modules.dropout import Dropout
-from engine.nn.modules.flatten import Flatten
+from engine.nn.modules.flatten import Flatten, Unflatten
 from engine.nn.modules.linear import Identity, Linear
 from engine.nn.modules.loss import (
     BCELoss,
@@ -55,6 +57,9 @@ from engine.nn.modules.normalization import (
     LayerNorm,
     RMSNorm,
 )
+from engine.nn.modules.padding import *  # noqa: F403 - ZeroPad1d ... CircularPad3d
+from engine.nn.modules.padding import __all__ as _padding
+from engine.nn.modules.pixel import PixelShuffle, PixelUnshuffle
 from engine.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from engine.nn.modules.sparse import Embedding
 from engine.nn.modules.transformer import (
@@ -98,6 +103,11 @@ __all__ = [
     "Linear",
     "LogSoftmax",
     "MSELoss",
+    "Unflatten",
+    "PixelShuffle",
+    "PixelUnshuffle",
+    "Hardshrink",
+    "Softshrink",
     "Upsample",
     "UpsamplingNearest2d",
     "UpsamplingBilinear2d",
@@ -130,3 +140,4 @@ __all__ = [
     "register_module_forward_hook",
     "register_module_forward_pre_hook",
 ]
+__all__ += _padding

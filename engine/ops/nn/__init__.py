@@ -28,6 +28,7 @@ from engine.ops.nn.indexing import embedding, gather, index_select
 from engine.ops.nn.linear import linear
 from engine.ops.nn.loss import cross_entropy, mse_loss, nll_loss
 from engine.ops.nn.norm import batch_norm, layer_norm
+from engine.ops.nn.pixel import pixel_shuffle, pixel_unshuffle
 from engine.ops.nn.pointwise_loss import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -157,6 +158,24 @@ register(
             ("align_corners", bool | None, None, ""),
         ),
         doc="F.interpolate: up/down-sampling (on cpu torch's kernel works channels last)",
+    ),
+)
+register(
+    "pixel_shuffle",
+    pixel_shuffle,
+    functional=True,
+    scenario=Scenario(
+        args=(("upscale_factor", int, REQUIRED, ""),),
+        doc="[.., C r^2, H, W] -> [.., C, H r, W r], a copy",
+    ),
+)
+register(
+    "pixel_unshuffle",
+    pixel_unshuffle,
+    functional=True,
+    scenario=Scenario(
+        args=(("downscale_factor", int, REQUIRED, ""),),
+        doc="[.., C, H r, W r] -> [.., C r^2, H, W], a copy",
     ),
 )
 register("normalize", normalize, function=False, functional=True)
@@ -307,6 +326,8 @@ __all__ = [
     "logsigmoid",
     "glu",
     "interpolate",
+    "pixel_shuffle",
+    "pixel_unshuffle",
     "normalize",
     "cosine_similarity",
     "pairwise_distance",
