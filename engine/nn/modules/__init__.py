@@ -60,7 +60,14 @@ from engine.nn.modules.normalization import (
 from engine.nn.modules.padding import *  # noqa: F403 - ZeroPad1d ... CircularPad3d
 from engine.nn.modules.padding import __all__ as _padding
 from engine.nn.modules.pixel import PixelShuffle, PixelUnshuffle
-from engine.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from engine.nn.modules.pooling import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    MaxPool1d,
+    MaxPool2d,
+)
 from engine.nn.modules.sparse import Embedding
 from engine.nn.modules.transformer import (
     MultiheadAttention,
@@ -103,6 +110,9 @@ __all__ = [
     "Linear",
     "LogSoftmax",
     "MSELoss",
+    "MaxPool1d",
+    "AvgPool1d",
+    "AdaptiveAvgPool1d",
     "Unflatten",
     "PixelShuffle",
     "PixelUnshuffle",

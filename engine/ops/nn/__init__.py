@@ -37,7 +37,14 @@ from engine.ops.nn.pointwise_loss import (
     l1_loss,
     smooth_l1_loss,
 )
-from engine.ops.nn.pool import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from engine.ops.nn.pool import (
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    max_pool1d,
+    max_pool2d,
+)
 from engine.ops.nn.similarity import cosine_similarity, normalize, pairwise_distance
 from engine.ops.nn.ternary import addcdiv, addcdiv_, addcmul, addcmul_, lerp, lerp_
 from engine.ops.nn.upsample import interpolate
@@ -176,6 +183,40 @@ register(
     scenario=Scenario(
         args=(("downscale_factor", int, REQUIRED, ""),),
         doc="[.., C, H r, W r] -> [.., C r^2, H, W], a copy",
+    ),
+)
+register(
+    "max_pool1d",
+    max_pool1d,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("kernel_size", int, REQUIRED, ""),
+            ("stride", int | None, None, ""),
+            ("padding", int, 0, ""),
+        ),
+        doc="1-D max pooling (torch's unsqueeze, 2-D kernel, squeeze)",
+    ),
+)
+register(
+    "avg_pool1d",
+    avg_pool1d,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("kernel_size", int, REQUIRED, ""),
+            ("stride", int | None, None, ""),
+            ("padding", int, 0, ""),
+        ),
+        doc="1-D average pooling (torch's unsqueeze, 2-D kernel, squeeze)",
+    ),
+)
+register(
+    "adaptive_avg_pool1d",
+    adaptive_avg_pool1d,
+    functional=True,
+    scenario=Scenario(
+        args=(("output_size", int, REQUIRED, ""),), doc="1-D adaptive average pooling"
     ),
 )
 register("normalize", normalize, function=False, functional=True)
@@ -326,6 +367,9 @@ __all__ = [
     "logsigmoid",
     "glu",
     "interpolate",
+    "max_pool1d",
+    "avg_pool1d",
+    "adaptive_avg_pool1d",
     "pixel_shuffle",
     "pixel_unshuffle",
     "normalize",

@@ -317,13 +317,14 @@ class AvgPool2d(Function):
                     xp.add(dst, g._data[:, :, lh:hh, lw:hw], out=dst)
                 xp.multiply(gx._data, 1.0 / self.div, out=gx._data)
             else:
-                # per-window divisors (count_include_pad=False, ceil_mode): g / divisor, charged
-                gd = kernels.empty(g.shape, g._dtype, dev)
-                xp.true_divide(g._data, xp.asarray(self.div.astype(g._dtype.np)), out=gd._data)
+                # per-window divisors (count_include_pad=False, ceil_mode): g / divisor in a
+                # workspace torch's kernel does not allocate (it divides per element): scratch
+                gd = kernels.Scratch(g.shape, g._dtype, dev)
+                xp.true_divide(g._data, xp.asarray(self.div.astype(g._dtype.np)), out=gd.data)
                 for lh, hh, lw, hw, hsl, wsl in _offsets(self.geom):
                     dst = gx._data[:, :, hsl, wsl]
-                    xp.add(dst, gd._data[:, :, lh:hh, lw:hw], out=dst)
-                del gd
+                    xp.add(dst, gd.data[:, :, lh:hh, lw:hw], out=dst)
+                gd.release()
         return (gx,)
 
     def name(self):
@@ -450,3 +451,66 @@ def adaptive_avg_pool2d(input, output_size):
             size = (size[0], size[0])
     y = AdaptiveAvgPool2d.apply(x, op="adaptive_avg_pool2d", output_size=size)
     return y.squeeze(0) if unbatched else y
+
+
+# ---------------------------------------------------------------------------------------------
+# 1-D pooling: torch's composites, x.unsqueeze(-2) through the 2-D kernel, then squeeze(-2)
+# (UnsqueezeBackward0, the 2-D node, SqueezeBackward1: its memory is the 2-D op's)
+# ---------------------------------------------------------------------------------------------
+def _one(v, name):
+    if isinstance(v, (tuple, list)):
+        if len(v) != 1:
+            raise RuntimeError(f"{name}: {name.split('_')[0]} must be a single int")
+        return int(v[0])
+    return int(v)
+
+
+def _check_1d(input, op, max_style):
+    if input.ndim not in (2, 3):
+        if max_style:
+            raise RuntimeError(
+                f"{op}: Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size for "
+                f"input, but got:{list(input.shape)}"
+            )
+        raise RuntimeError(
+            f"Expected 2 to 3 dimensions, but got {input.ndim}-dimensional tensor for argument "
+            f"#1 'self' (while checking arguments for {op})"
+        )
+
+
+def max_pool1d(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
+    _check_1d(input, "max_pool1d", True)
+    k = _one(kernel_size, "kernel_size")
+    s = k if stride is None or stride == () or stride == [] else _one(stride, "stride")
+    y, idx = max_pool2d(
+        input.unsqueeze(-2),
+        (1, k),
+        (1, s),
+        (0, _one(padding, "padding")),
+        (1, _one(dilation, "dilation")),
+        ceil_mode,
+        return_indices=True,
+    )
+    if return_indices:
+        return y.squeeze(-2), idx.squeeze(-2)
+    return y.squeeze(-2)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    _check_1d(input, "avg_pool1d", False)
+    k = _one(kernel_size, "kernel_size")
+    s = k if stride is None or stride == () or stride == [] else _one(stride, "stride")
+    y = avg_pool2d(
+        input.unsqueeze(-2), (1, k), (1, s), (0, _one(padding, "padding")), ceil_mode,
+        count_include_pad,
+    )  # fmt: skip
+    return y.squeeze(-2)
+
+
+def adaptive_avg_pool1d(input, output_size):
+    _check_1d(input, "adaptive_avg_pool1d", False)
+    return adaptive_avg_pool2d(input.unsqueeze(-2), (1, _one(output_size, "output_size"))).squeeze(
+        -2
+    )
