@@ -651,3 +651,93 @@ def test_fused_attention_is_the_same_on_one_and_many_threads():
         engine.set_num_threads(before)
     for a, b in zip(*results, strict=True):
         assert np.array_equal(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# TransformerDecoderLayer / TransformerDecoder / Transformer
+# ---------------------------------------------------------------------------------------------
+def _causal(m, n, kind):
+    if kind == "bool":
+        return m.tensor(np.triu(np.ones((n, n), bool), 1))
+    return m.nn.Transformer.generate_square_subsequent_mask(n, dtype=m.float64)
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.parametrize("mask", ["bool", "float_causal", "none"])
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_transformer_decoder_layer_matches_torch(norm_first, batch_first, mask):
+    kw = dict(dropout=0.0, batch_first=batch_first, norm_first=norm_first)
+    out = []
+    for m in (engine, torch):
+        layer = m.nn.TransformerDecoderLayer(8, 2, 16, dtype=m.float64, **kw)
+        if m is engine:
+            el = layer
+        else:
+            _copy_params(el, layer)
+        shape_t, shape_m = ((2, 5, 8), (2, 7, 8)) if batch_first else ((5, 2, 8), (7, 2, 8))
+        t = m.tensor(np.random.default_rng(0).standard_normal(shape_t), requires_grad=True)
+        mem = m.tensor(np.random.default_rng(1).standard_normal(shape_m), requires_grad=True)
+        masks = {} if mask == "none" else {"tgt_mask": _causal(m, 5, mask.split("_")[0])}
+        y = layer(t, mem, **masks)
+        y.backward(m.tensor(np.random.default_rng(2).standard_normal(tuple(y.shape))))
+        out.append((y.detach().numpy(), t.grad.numpy(), mem.grad.numpy()))
+    for e, t in zip(*out, strict=True):
+        np.testing.assert_allclose(e, t, atol=1e-12)
+
+
+@needs_torch
+@pytest.mark.torch
+def test_transformer_matches_torch_and_detects_a_causal_mask():
+    out = []
+    for m in (engine, torch):
+        model = m.nn.Transformer(8, 2, 2, 2, 16, dropout=0.0, batch_first=True, dtype=m.float64)
+        if m is engine:
+            em = model
+        else:
+            _copy_params(em, model)
+        src = m.tensor(np.random.default_rng(3).standard_normal((2, 6, 8)), requires_grad=True)
+        tgt = m.tensor(np.random.default_rng(4).standard_normal((2, 5, 8)), requires_grad=True)
+        tgt_mask = model.generate_square_subsequent_mask(5, dtype=m.float64)
+        y = model(src, tgt, tgt_mask=tgt_mask)
+        (y * y).sum().backward()
+        out.append((y.detach().numpy(), src.grad.numpy(), tgt.grad.numpy()))
+    for e, t in zip(*out, strict=True):
+        np.testing.assert_allclose(e, t, atol=1e-11)
+    from engine.nn.modules.transformer import _detect_is_causal_mask
+
+    causal = engine.nn.Transformer.generate_square_subsequent_mask(4)
+    assert _detect_is_causal_mask(causal, None, 4) is True
+    assert _detect_is_causal_mask(causal * 0, None, 4) is False
+    assert _detect_is_causal_mask(None, None, 4) is False
+
+
+@needs_torch
+@pytest.mark.torch
+@pytest.mark.parametrize("model", ["decoder_layer", "transformer"])
+def test_decoder_peaks_match_torch_profiler(model):
+    src = np.random.default_rng(0).standard_normal((2, 24, 64)).astype(np.float32)
+    tgt = np.random.default_rng(1).standard_normal((2, 16, 64)).astype(np.float32)
+
+    def program(m):
+        m.manual_seed(0)
+        if model == "decoder_layer":
+            mod = m.nn.TransformerDecoderLayer(64, 4, 128, dropout=0.1, batch_first=True)
+        else:
+            mod = m.nn.Transformer(64, 4, 1, 2, 128, dropout=0.1, batch_first=True)
+        s, t = m.tensor(src, requires_grad=True), m.tensor(tgt, requires_grad=True)
+        mask = m.nn.Transformer.generate_square_subsequent_mask(16)
+
+        def region():
+            with _ctx(m, "MATH"):
+                if model == "decoder_layer":  # (tgt, memory)
+                    y = mod(t, s, tgt_mask=mask)
+                else:  # (src, tgt)
+                    y = mod(s, t, tgt_mask=mask)
+            y.sum().backward()
+
+        return region
+
+    e, t = engine_peak(program(engine)), torch_peak(program(torch))
+    assert abs(e - t) <= SCALAR_SLACK, (e, t)

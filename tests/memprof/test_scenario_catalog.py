@@ -261,6 +261,34 @@ MODULE_CALLS = {
         {"d_model": 4, "nhead": 2, "dim_feedforward": 8, "batch_first": True},
         ["seq"],
     ),
+    "TransformerDecoderLayer": (
+        {"d_model": 4, "nhead": 2, "dim_feedforward": 8, "batch_first": True},
+        ["seq", "seq"],
+    ),
+    "TransformerDecoder": (
+        {
+            "decoder_layer": {
+                "type": "TransformerDecoderLayer",
+                "d_model": 4,
+                "nhead": 2,
+                "dim_feedforward": 8,
+                "batch_first": True,
+            },
+            "num_layers": 2,
+        },
+        ["seq", "seq"],
+    ),
+    "Transformer": (
+        {
+            "d_model": 4,
+            "nhead": 2,
+            "num_encoder_layers": 1,
+            "num_decoder_layers": 1,
+            "dim_feedforward": 8,
+            "batch_first": True,
+        },
+        ["seq", "seq"],
+    ),
     "TransformerEncoder": (
         {
             "encoder_layer": {

@@ -71,6 +71,9 @@ from engine.nn.modules.pooling import (
 from engine.nn.modules.sparse import Embedding
 from engine.nn.modules.transformer import (
     MultiheadAttention,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
     TransformerEncoder,
     TransformerEncoderLayer,
 )
@@ -110,6 +113,9 @@ __all__ = [
     "Linear",
     "LogSoftmax",
     "MSELoss",
+    "Transformer",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
     "MaxPool1d",
     "AvgPool1d",
     "AdaptiveAvgPool1d",

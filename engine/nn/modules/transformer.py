@@ -1,4 +1,5 @@
-"""MultiheadAttention and TransformerEncoderLayer / TransformerEncoder (PyTorch's layouts).
+"""MultiheadAttention, TransformerEncoderLayer / TransformerEncoder, TransformerDecoderLayer /
+TransformerDecoder and Transformer (PyTorch's layouts).
 
 multi_head_attention_forward follows torch.nn.functional's (torch 2.13) step for step, so the
 tensors it makes, and their bytes, are PyTorch's: the packed in-projection for self-attention
@@ -430,16 +431,261 @@ class TransformerEncoder(Module):
 
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
         x = src
+        batch_first = self.layers[0].self_attn.batch_first if len(self.layers) else False
+        seq_len = src.shape[1 if batch_first and src.ndim == 3 else 0]
+        is_causal = _detect_is_causal_mask(mask, is_causal, seq_len)  # torch's, as its encoder
         for layer in self.layers:
             x = layer(
                 x,
                 src_mask=mask,
                 src_key_padding_mask=src_key_padding_mask,
-                is_causal=bool(is_causal),
+                is_causal=is_causal,
             )
         if self.norm is not None:
             x = self.norm(x)
         return x
+
+
+class TransformerDecoderLayer(Module):
+    """Self-attention, attention over the encoder's memory, and a feed-forward block, each with
+    dropout, a residual and LayerNorm (torch's module, post-norm by default)."""
+
+    def __init__(
+        self,
+        d_model,
+        nhead,
+        dim_feedforward=2048,
+        dropout=0.1,
+        activation="relu",
+        layer_norm_eps=1e-5,
+        batch_first=False,
+        norm_first=False,
+        bias=True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        kw = dict(device=device, dtype=dtype)
+        self.self_attn = MultiheadAttention(
+            d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias, **kw
+        )
+        self.multihead_attn = MultiheadAttention(
+            d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias, **kw
+        )
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
+        self.activation = _get_activation(activation)
+
+    def forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal=False,
+        memory_is_causal=False,
+    ):
+        x = tgt
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
+            x = x + self._mha_block(
+                self.norm2(x), memory, memory_mask, memory_key_padding_mask, memory_is_causal
+            )
+            x = x + self._ff_block(self.norm3(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
+            x = self.norm2(
+                x
+                + self._mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal)
+            )
+            x = self.norm3(x + self._ff_block(x))
+        return x
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
+        x = self.self_attn(
+            x,
+            x,
+            x,
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
+            need_weights=False,
+        )[0]
+        return self.dropout1(x)
+
+    def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal=False):
+        x = self.multihead_attn(
+            x,
+            mem,
+            mem,
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
+            need_weights=False,
+        )[0]
+        return self.dropout2(x)
+
+    def _ff_block(self, x):
+        x = self.linear2(self.dropout(self.activation(self.linear1(x))))
+        return self.dropout3(x)
+
+
+def _detect_is_causal_mask(mask, is_causal=None, size=None) -> bool:
+    """torch's _detect_is_causal_mask: with is_causal unset, a mask equal to the square causal
+    mask counts as causal (the comparison mask and its equality are made, as torch's are)."""
+    make_causal = is_causal is True
+    if is_causal is None and mask is not None:
+        sz = size if size is not None else mask.shape[-2]
+        causal = generate_square_subsequent_mask(sz, device=mask.device, dtype=mask.dtype)
+        if tuple(mask.shape) == tuple(causal.shape):
+            make_causal = bool((mask == causal).all())
+        else:
+            make_causal = False
+    return make_causal
+
+
+class TransformerDecoder(Module):
+    """A stack of `num_layers` deep copies of `decoder_layer`, then an optional norm."""
+
+    def __init__(self, decoder_layer, num_layers, norm=None):
+        super().__init__()
+        self.layers = ModuleList([_clone_module(decoder_layer) for _ in range(num_layers)])
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal=None,
+        memory_is_causal=False,
+    ):
+        output = tgt
+        first = self.layers[0]
+        batch_first = first.self_attn.batch_first
+        seq_len = tgt.shape[1 if batch_first and tgt.ndim == 3 else 0]
+        tgt_is_causal = _detect_is_causal_mask(tgt_mask, tgt_is_causal, seq_len)
+        for mod in self.layers:
+            output = mod(
+                output,
+                memory,
+                tgt_mask=tgt_mask,
+                memory_mask=memory_mask,
+                tgt_key_padding_mask=tgt_key_padding_mask,
+                memory_key_padding_mask=memory_key_padding_mask,
+                tgt_is_causal=tgt_is_causal,
+                memory_is_causal=memory_is_causal,
+            )
+        if self.norm is not None:
+            output = self.norm(output)
+        return output
+
+
+class Transformer(Module):
+    """torch.nn.Transformer: an encoder stack and a decoder stack, each closed by a LayerNorm;
+    the weight matrices start Xavier-uniform."""
+
+    def __init__(
+        self,
+        d_model=512,
+        nhead=8,
+        num_encoder_layers=6,
+        num_decoder_layers=6,
+        dim_feedforward=2048,
+        dropout=0.1,
+        activation="relu",
+        custom_encoder=None,
+        custom_decoder=None,
+        layer_norm_eps=1e-5,
+        batch_first=False,
+        norm_first=False,
+        bias=True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        kw = dict(device=device, dtype=dtype)
+        layer_kw = dict(
+            dim_feedforward=dim_feedforward,
+            dropout=dropout,
+            activation=activation,
+            layer_norm_eps=layer_norm_eps,
+            batch_first=batch_first,
+            norm_first=norm_first,
+            bias=bias,
+            **kw,
+        )
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            encoder_layer = TransformerEncoderLayer(d_model, nhead, **layer_kw)
+            encoder_norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+            self.encoder = TransformerEncoder(encoder_layer, num_encoder_layers, encoder_norm)
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            decoder_layer = TransformerDecoderLayer(d_model, nhead, **layer_kw)
+            decoder_norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+            self.decoder = TransformerDecoder(decoder_layer, num_decoder_layers, decoder_norm)
+        for p in self.parameters():
+            if p.ndim > 1:
+                init.xavier_uniform_(p)
+        self.d_model = d_model
+        self.nhead = nhead
+        self.batch_first = batch_first
+
+    def forward(
+        self,
+        src,
+        tgt,
+        src_mask=None,
+        tgt_mask=None,
+        memory_mask=None,
+        src_key_padding_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        src_is_causal=None,
+        tgt_is_causal=None,
+        memory_is_causal=False,
+    ):
+        is_batched = src.ndim == 3
+        if not self.batch_first and src.shape[1] != tgt.shape[1] and is_batched:
+            raise RuntimeError("the batch number of src and tgt must be equal")
+        if self.batch_first and src.shape[0] != tgt.shape[0] and is_batched:
+            raise RuntimeError("the batch number of src and tgt must be equal")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise RuntimeError("the feature number of src and tgt must be equal to d_model")
+        memory = self.encoder(
+            src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal
+        )
+        return self.decoder(
+            tgt,
+            memory,
+            tgt_mask=tgt_mask,
+            memory_mask=memory_mask,
+            tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask,
+            tgt_is_causal=tgt_is_causal,
+            memory_is_causal=memory_is_causal,
+        )
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz, device=None, dtype=None):
+        return generate_square_subsequent_mask(sz, device=device, dtype=dtype)
 
 
 def _clone_module(module: Module) -> Module:
@@ -462,6 +708,9 @@ def generate_square_subsequent_mask(sz: int, device=None, dtype=None) -> Tensor:
 
 __all__ = [
     "MultiheadAttention",
+    "Transformer",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
     "TransformerEncoder",
     "TransformerEncoderLayer",
     "generate_square_subsequent_mask",
