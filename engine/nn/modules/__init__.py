@@ -30,7 +30,7 @@ from engine.nn.modules.activation import (
 from engine.nn.modules.container import ModuleDict, ModuleList, ParameterList, Sequential
 from engine.nn.modules.conv import Conv1d, Conv2d, ConvTranspose2d
 from engine.nn.modules.distance import CosineSimilarity, PairwiseDistance
-from engine.nn.modules.dropout import Dropout
+from engine.nn.modules.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from engine.nn.modules.flatten import Flatten, Unflatten
 from engine.nn.modules.linear import Identity, Linear
 from engine.nn.modules.loss import (
@@ -113,6 +113,9 @@ __all__ = [
     "Linear",
     "LogSoftmax",
     "MSELoss",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
     "Transformer",
     "TransformerDecoder",
     "TransformerDecoderLayer",

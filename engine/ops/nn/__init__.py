@@ -23,7 +23,14 @@ from __future__ import annotations
 
 from engine.ops.nn.activation import gelu, glu, logsigmoid, softmin, softsign, tanhshrink
 from engine.ops.nn.conv import conv2d
-from engine.ops.nn.dropout import dropout, dropout_
+from engine.ops.nn.dropout import (
+    dropout,
+    dropout1d,
+    dropout2d,
+    dropout3d,
+    dropout_,
+    feature_dropout,
+)
 from engine.ops.nn.indexing import embedding, gather, index_select
 from engine.ops.nn.linear import linear
 from engine.ops.nn.loss import cross_entropy, mse_loss, nll_loss
@@ -219,6 +226,18 @@ register(
         args=(("output_size", int, REQUIRED, ""),), doc="1-D adaptive average pooling"
     ),
 )
+register("feature_dropout", feature_dropout, functional=False)
+for _name, _fn in (("dropout1d", dropout1d), ("dropout2d", dropout2d), ("dropout3d", dropout3d)):
+    register(
+        _name,
+        _fn,
+        function=False,
+        functional=True,
+        scenario=Scenario(
+            args=(("p", float, 0.5, ""),),
+            doc=f"F.{_name}: whole channels zeroed (a small noise tensor kept for backward)",
+        ),
+    )
 register("normalize", normalize, function=False, functional=True)
 register("cosine_similarity", cosine_similarity, functional=True)
 register("pairwise_distance", pairwise_distance, functional=True)
@@ -367,6 +386,9 @@ __all__ = [
     "logsigmoid",
     "glu",
     "interpolate",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
     "max_pool1d",
     "avg_pool1d",
     "adaptive_avg_pool1d",
