@@ -113,6 +113,7 @@ CALLS = {
     "mse_loss": lambda L: engine.nn.functional.mse_loss(L(), L()),
     "interpolate": lambda L: engine.nn.functional.interpolate(L(1, 2, 3, 4), scale_factor=2),
     "dropout1d": lambda L: engine.nn.functional.dropout1d(L(2, 3, 4), 0.5),
+    "instance_norm": lambda L: engine.nn.functional.instance_norm(L(2, 3, 4), weight=L(3)),
     "dropout2d": lambda L: engine.nn.functional.dropout2d(L(2, 3, 4, 2), 0.5),
     "dropout3d": lambda L: engine.nn.functional.dropout3d(L(1, 2, 3, 4, 2), 0.5),
     "max_pool1d": lambda L: engine.max_pool1d(L(2, 3, 6), 2),

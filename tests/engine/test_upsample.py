@@ -107,14 +107,18 @@ def test_gradients_match_central_differences():
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
-def test_meta_charges_as_cpu(device):
+def test_peaks_by_hand(device):
     engine.memory.reset_peak_memory_stats(device)
     base = engine.memory.memory_allocated(device)
     x = engine.ones(2, 4, 16, 16, device=device, requires_grad=True)
     y = engine.nn.functional.interpolate(x, scale_factor=2, mode="bilinear")
     y.sum().backward()
-    # forward: x, y, and the kernel's channels-last copies of x and of y
-    assert engine.memory.max_memory_allocated(device) - base == 8192 + 32768 + 8192 + 32768
+    peak = engine.memory.max_memory_allocated(device) - base
+    if device == "cpu":  # forward: x, y, and the cpu kernel's channels-last copies of x and y
+        assert peak == 8192 + 32768 + 8192 + 32768
+    else:  # meta plans a GPU run (cuda's kernel writes y directly): x, y, the sum and its
+        # seed, then x's gradient
+        assert peak == 8192 + 32768 + 4 + 4 + 8192
 
 
 def test_upsample_modules_as_torch():

@@ -105,6 +105,86 @@ class BatchNorm2d(_BatchNorm):
     _expected_dims = (4,)
 
 
+class _InstanceNorm(_BatchNorm):
+    """Per-sample, per-channel normalisation (F.instance_norm); no affine parameters and no
+    running stats unless asked."""
+
+    _no_batch_dim = 3
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = False,
+        track_running_stats: bool = False,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ):
+        super().__init__(
+            num_features,
+            eps,
+            momentum,
+            affine,
+            track_running_stats,
+            device,
+            dtype,
+            bias=bias,
+        )
+
+    def forward(self, input):
+        if input.ndim not in self._expected_dims:
+            dims = " or ".join(f"{d}D" for d in self._expected_dims)
+            raise ValueError(f"expected {dims} input (got {input.ndim}D input)")
+        feature_dim = input.ndim - self._no_batch_dim
+        if input.shape[feature_dim] != self.num_features:
+            if self.affine:
+                raise ValueError(
+                    f"expected input's size at dim={feature_dim} to match num_features "
+                    f"({self.num_features}), but got: {input.shape[feature_dim]}."
+                )
+            import warnings
+
+            warnings.warn(
+                f"input's size at dim={feature_dim} does not match num_features. You can "
+                "silence this warning by not passing in num_features, which is not used "
+                "because affine=False",
+                stacklevel=2,
+            )
+        if input.ndim == self._no_batch_dim:
+            return self._apply_instance_norm(input.unsqueeze(0)).squeeze(0)
+        return self._apply_instance_norm(input)
+
+    def _apply_instance_norm(self, input):
+        return F.instance_norm(
+            input,
+            self.running_mean,
+            self.running_var,
+            self.weight,
+            self.bias,
+            self.training or not self.track_running_stats,
+            self.momentum if self.momentum is not None else 0.0,
+            self.eps,
+        )
+
+
+class InstanceNorm1d(_InstanceNorm):
+    _expected_dims = (2, 3)
+    _no_batch_dim = 2
+
+
+class InstanceNorm2d(_InstanceNorm):
+    _expected_dims = (3, 4)
+    _no_batch_dim = 3
+
+
+class InstanceNorm3d(_InstanceNorm):
+    _expected_dims = (4, 5)
+    _no_batch_dim = 4
+
+
 class LayerNorm(Module):
     """Normalises over the trailing `normalized_shape` dims; weight ones, bias zeros."""
 

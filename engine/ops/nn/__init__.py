@@ -34,7 +34,7 @@ from engine.ops.nn.dropout import (
 from engine.ops.nn.indexing import embedding, gather, index_select
 from engine.ops.nn.linear import linear
 from engine.ops.nn.loss import cross_entropy, mse_loss, nll_loss
-from engine.ops.nn.norm import batch_norm, layer_norm
+from engine.ops.nn.norm import batch_norm, instance_norm, layer_norm
 from engine.ops.nn.pixel import pixel_shuffle, pixel_unshuffle
 from engine.ops.nn.pointwise_loss import (
     binary_cross_entropy,
@@ -238,6 +238,7 @@ for _name, _fn in (("dropout1d", dropout1d), ("dropout2d", dropout2d), ("dropout
             doc=f"F.{_name}: whole channels zeroed (a small noise tensor kept for backward)",
         ),
     )
+register("instance_norm", instance_norm, functional=True)
 register("normalize", normalize, function=False, functional=True)
 register("cosine_similarity", cosine_similarity, functional=True)
 register("pairwise_distance", pairwise_distance, functional=True)
@@ -386,6 +387,7 @@ __all__ = [
     "logsigmoid",
     "glu",
     "interpolate",
+    "instance_norm",
     "dropout1d",
     "dropout2d",
     "dropout3d",

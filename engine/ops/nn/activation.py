@@ -189,7 +189,8 @@ def gelu(input, approximate="none"):
 class LogSigmoid(Function):
     """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)). torch's log_sigmoid_forward returns a
     buffer beside the output on cpu, exp(-|x|), which its node keeps for backward: a second
-    input-sized block alive as long as the graph (cuda keeps none)."""
+    input-sized block alive as long as the graph (cuda keeps none, and meta, planning a GPU run,
+    none)."""
 
     retain_inputs = (0,)
 
@@ -198,7 +199,7 @@ class LogSigmoid(Function):
             kind = x._dtype.torch_tensor_name.replace("Tensor", "")
             raise NotImplementedError(f"\"log_sigmoid_cpu\" not implemented for '{kind}'")
         y = result_buffer(out, x.shape, x._dtype, x._device, "log_sigmoid")
-        keep_buffer = x._device.type != "cuda"
+        keep_buffer = x._device.type == "cpu"  # (meta plans a GPU run: cuda keeps none)
         buffer = kernels.empty(x.shape, x._dtype, x._device) if keep_buffer else None
         if _live(x._device):
             xp = kernels.xp_of(x)

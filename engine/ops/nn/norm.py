@@ -77,6 +77,19 @@ def _gpu_reduction(xp, name: str, dtype):
     return kernel
 
 
+def _temporary_pair(c, dt, dev) -> None:
+    """Two [C] blocks made and freed, the second first (a kernel's per-channel workspace)."""
+    a = kernels.empty((c,), dt, dev)
+    b = kernels.empty((c,), dt, dev)
+    del b, a
+
+
+def _dense(t) -> bool:
+    from engine.backends.strided import is_dense
+
+    return is_dense(tuple(t.shape), t.stride())
+
+
 class BatchNorm(Function):
     """native_batch_norm: output plus save_mean / save_invstd [C]; running stats updated in place."""
 
@@ -114,8 +127,21 @@ class BatchNorm(Function):
         self.training, self.eps, self.x_shape = training, eps, x.shape
         dev, dt = x._device, x._dtype
         y = result_buffer(out, x.shape, dt, dev, "batch_norm")
-        mean = kernels.empty((c,), dt, dev)
-        invstd = kernels.empty((c,), dt, dev)
+        # torch's cpu kernel: in training save_mean / save_invstd [C] (kept), then two [C]
+        # temporaries for the statistics and two for the transform's scale and shift, each
+        # pair freed last made first; in eval only the transform's pair (its saved stats are
+        # empty: backward reads the running ones)
+        cpu_kernel = dev.type == "cpu"  # (meta plans a GPU run: cuda's kernels)
+        if training:
+            mean = kernels.empty((c,), dt, dev)
+            invstd = kernels.empty((c,), dt, dev)
+            if cpu_kernel:
+                _temporary_pair(c, dt, dev)
+        else:
+            mean = kernels.Scratch((c,), dt, dev)
+            invstd = kernels.Scratch((c,), dt, dev)
+        if cpu_kernel:
+            _temporary_pair(c, dt, dev)
         if _live(dev):
             xp = kernels.xp_of(x)
             x3, keep = _reshaped(x, (n, c, length))
@@ -135,15 +161,24 @@ class BatchNorm(Function):
                     running_mean._storage.version += 1
                     running_var._storage.version += 1
             else:
-                mean._data[...] = running_mean._data
-                invstd._data[...] = 1.0 / xp.sqrt(running_var._data.astype(np.float64) + eps)
-                xp.subtract(x3, mean._data[:, None], out=y3)
-            scale = invstd._data if weight is None else invstd._data * weight._data
+                mean.data[...] = running_mean._data
+                invstd.data[...] = 1.0 / xp.sqrt(running_var._data.astype(np.float64) + eps)
+                xp.subtract(x3, mean.data[:, None], out=y3)
+            stats = invstd._data if training else invstd.data
+            scale = stats if weight is None else stats * weight._data
             xp.multiply(y3, scale[:, None], out=y3)
             if bias is not None:
                 xp.add(y3, bias._data[:, None], out=y3)
             del keep
-        self.save(mean=mean, invstd=invstd)
+        # torch's node keeps the running stats it was given (released with it; never read
+        # back here, so a later update of a module's buffers does not trip a version check)
+        self.save(running_mean=running_mean, running_var=running_var)
+        if training:
+            self.save(mean=mean, invstd=invstd)
+        else:  # (uncharged workspace: kept as plain arrays for backward, as torch recomputes)
+            self.eval_stats = (mean.data, invstd.data)
+            mean.release()
+            invstd.release()
         return y
 
     def to_save(self, tensors):
@@ -153,7 +188,10 @@ class BatchNorm(Function):
         saved = self.saved_tensors
         x = saved[0]
         weight = saved[1] if self.present[0] else None
-        mean, invstd = self.kept("mean"), self.kept("invstd")
+        if self.training:
+            mean, invstd = self.kept("mean")._data, self.kept("invstd")._data
+        else:
+            mean, invstd = self.eval_stats
         needs = _needs(self)
         present = [True, *self.present]
         slots = [i for i, p in enumerate(present) if p]  # arg position of each tensor input
@@ -162,28 +200,38 @@ class BatchNorm(Function):
         n, c = self.x_shape[:2]
         length = math.prod(self.x_shape[2:])
         m = n * length
-        gx = gw = gb = None
+        gx = gw = gb = first = None
+        # torch's batch_norm_backward_cpu_template makes grad_input, then the weight's and
+        # bias's gradients, and on its contiguous path (input and gradient alike) makes
+        # grad_input again, the first freed as it is replaced: an input-sized block at the
+        # backward's peak (cpu only: cuda's cudnn kernel, and meta planning a GPU run, one)
         if want[0]:
-            gx = kernels.empty(self.x_shape, dt, dev)
+            first = kernels.empty(self.x_shape, dt, dev)
         if want.get(1):
             gw = kernels.empty((c,), dt, dev)
         if want.get(2):
             gb = kernels.empty((c,), dt, dev)
+        if want[0]:
+            if dev.type == "cpu" and x.stride() == g.stride() and _dense(x):
+                gx = kernels.empty(self.x_shape, dt, dev)
+                del first
+            else:
+                gx, first = first, None
         if _live(dev):
             xp = kernels.xp_of(g)
             g3, gkeep = _reshaped(g, (n, c, length))
             x3, xkeep = _reshaped(x, (n, c, length))
-            inv = invstd._data.astype(np.float64)
+            inv = invstd.astype(np.float64)
             w = weight._data.astype(np.float64) if weight is not None else 1.0
             sum_g = _channel_sums(xp, g3)
             if gx is not None:
                 # x - mean in the grad_input buffer, which becomes dx below
                 c3 = gx._data.reshape(n, c, length)
-                xp.subtract(x3, mean._data[:, None], out=c3)
+                xp.subtract(x3, mean[:, None], out=c3)
                 dot = _channel_sums(xp, g3, c3)  # sum(g * (x - mean))
             else:
                 c3 = None
-                dot = _centered_dot(xp, g3, x3, mean._data)
+                dot = _centered_dot(xp, g3, x3, mean)
             if gw is not None:
                 gw._data[...] = dot * inv
             if gb is not None:
@@ -336,3 +384,45 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return LayerNorm.apply(
         input, weight, bias, op="layer_norm", normalized_shape=tuple(normalized_shape), eps=eps
     )
+
+
+def instance_norm(
+    input,
+    running_mean=None,
+    running_var=None,
+    weight=None,
+    bias=None,
+    use_input_stats=True,
+    momentum=0.1,
+    eps=1e-5,
+):
+    """torch's at::instance_norm: batch norm of the input viewed as [1, N*C, ...] (weight, bias
+    and running stats repeated N times), the running stats averaged back over N, the result
+    viewed back."""
+    shape = tuple(input.shape)
+    if use_input_stats:
+        spatial = shape[0] * math.prod(shape[2:])
+        if spatial == 1:
+            raise ValueError(
+                f"Expected more than 1 spatial element when training, got input size "
+                f"torch.Size({list(shape)})"
+            )
+    elif running_mean is None or running_var is None:
+        raise RuntimeError(
+            "Expected running_mean and running_var to be defined when use_input_stats is false"
+        )
+    b, c = shape[0], shape[1]
+    weight_ = None if weight is None else weight.repeat(b)
+    bias_ = None if bias is None else bias.repeat(b)
+    mean_ = None if running_mean is None else running_mean.repeat(b)
+    var_ = None if running_var is None else running_var.repeat(b)
+    x = input.contiguous().view((1, b * c) + shape[2:])
+    out = batch_norm(x, mean_, var_, weight_, bias_, use_input_stats, momentum, eps)
+    from engine.autograd.grad_mode import no_grad
+
+    with no_grad():
+        if running_mean is not None:
+            running_mean.copy_(mean_.view(b, c).mean(0))
+        if running_var is not None:
+            running_var.copy_(var_.view(b, c).mean(0))
+    return out.view(shape)

@@ -288,9 +288,10 @@ class BinaryCrossEntropyWithLogits(Function):
         self.shape = shape
         live = _live(dev)
         xp = kernels.xp_of(input) if live else None
-        # at::log_sigmoid: its output, and (but on cuda) a buffer of the same size it drops
+        # at::log_sigmoid: its output, and on cpu a buffer of the same size it drops (cuda's
+        # kernel makes none; meta plans a GPU run)
         logsig = kernels.empty(shape, dtype, dev)
-        buffer = kernels.empty(shape, dtype, dev) if dev.type != "cuda" else None
+        buffer = kernels.empty(shape, dtype, dev) if dev.type == "cpu" else None
         if live:
             _log_sigmoid(xp, input._data, logsig._data)
         del buffer

@@ -2,10 +2,10 @@
 and nn.Upsample: torch 2.13's CPU kernels' source indices and weights (in the input's float
 dtype, as its opmath), their nodes (UpsampleNearest2DBackward0 ...), and their memory:
 
-- 2-D: the output; unless the input is channels-last contiguous, a channels-last copy of the
-  input and a channels-last output come and go (torch's kernel computes channels last);
-- 1-D: the output, and the index and weight buffers (int64 and the dtype, one pair per tap)
-  freed in the order made;
+- on cpu, 2-D: the output; unless the input is channels-last contiguous, a channels-last copy
+  of the input and a channels-last output come and go (torch's kernel computes channels last);
+  1-D: the output, and the index and weight buffers (int64 and the dtype, one pair per tap)
+  freed in the order made; on cuda (and meta, which plans a GPU run) the output alone;
 - backward: the input's gradient alone (zeros, the gradient summed into it).
 """
 
@@ -87,10 +87,11 @@ class Upsample(Function):
         y = result_buffer(out, out_shape, x._dtype, x._device, "upsample")
         dev, dt = x._device, x._dtype
         temps = []
-        if k == 2 and not _channels_last_contiguous(x):
+        cpu = dev.type == "cpu"  # cuda's kernels write the output directly (meta plans a GPU run)
+        if cpu and k == 2 and not _channels_last_contiguous(x):
             # torch's cpu kernel works channels last: the input's copy, the output's
             temps = [kernels.empty(self.in_shape, dt, dev), kernels.empty(out_shape, dt, dev)]
-        elif k == 1:  # index and weight buffers: int64 and the dtype, per tap
+        elif cpu and k == 1:  # index and weight buffers: int64 and the dtype, per tap
             taps = 2 if mode == "linear" else 1
             for _ in range(taps):
                 temps.append(kernels.empty(self.size, _int64(), dev))

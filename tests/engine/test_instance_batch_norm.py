@@ -1,0 +1,135 @@
+"""Batch norm's cpu kernel as torch 2.13's (its per-channel workspace pairs, backward's second
+grad_input, the running stats its node keeps; eval's stats read back from the running ones) and
+instance norm (torch's composite: batch norm of [1, N*C, ...] with repeated weight, bias and
+running stats), against torch's profiler, values and gradients; module reprs and refusals."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import engine
+from tests.conftest import assert_raises_as_torch
+from tests.engine.test_memory_vs_torch import assert_sequence_as_torch
+
+torch = pytest.importorskip("torch")
+
+X4 = np.random.default_rng(0).standard_normal((4, 8, 16, 16)).astype(np.float32)
+X4C = np.random.default_rng(1).standard_normal((2, 32, 16, 16)).astype(np.float32)
+
+CASES = {  # name -> (input, module maker, train)
+    "batch_norm_train": (X4C, lambda m: m.nn.BatchNorm2d(32), True),
+    "batch_norm_train_no_affine": (X4C, lambda m: m.nn.BatchNorm2d(32, affine=False), True),
+    "batch_norm_eval": (X4C, lambda m: m.nn.BatchNorm2d(32), False),
+    "batch_norm_no_stats": (X4C, lambda m: m.nn.BatchNorm2d(32, track_running_stats=False), True),
+    "instance_norm_2d": (X4, lambda m: m.nn.InstanceNorm2d(8), True),
+    "instance_norm_affine": (X4, lambda m: m.nn.InstanceNorm2d(8, affine=True), True),
+    "instance_norm_running": (
+        X4,
+        lambda m: m.nn.InstanceNorm2d(8, track_running_stats=True),
+        True,
+    ),
+    "instance_norm_eval_running": (
+        X4,
+        lambda m: m.nn.InstanceNorm2d(8, track_running_stats=True),
+        False,
+    ),
+    "instance_norm_1d": (X4[:, :, 0].copy(), lambda m: m.nn.InstanceNorm1d(8), True),
+    "instance_norm_unbatched": (X4[0], lambda m: m.nn.InstanceNorm2d(8, affine=True), True),
+}
+
+
+def _module(m, name):
+    arr, make, train = CASES[name]
+    mod = make(m)
+    if hasattr(mod, "running_var") and mod.running_var is not None:
+        with torch.no_grad() if m is torch else engine.no_grad():
+            mod.running_mean.add_(0.3)
+            mod.running_var.mul_(1.7)
+    if mod.weight is not None:
+        w = np.linspace(0.5, 1.5, mod.weight.shape[0]).astype(np.float32)
+        with torch.no_grad() if m is torch else engine.no_grad():
+            mod.weight.copy_(m.tensor(w))
+            mod.bias.copy_(m.tensor(w[::-1].copy()))
+    mod.train(train)
+    return arr, mod
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_values_gradients_and_running_stats_as_torch(name):
+    out = []
+    for m in (engine, torch):
+        arr, mod = _module(m, name)
+        x = m.tensor(arr.astype(np.float64), requires_grad=True)
+        mod = mod.to(m.float64) if m is torch else mod.to(dtype=engine.float64)
+        y = mod(x)
+        y.backward(m.tensor(np.random.default_rng(2).standard_normal(tuple(y.shape))))
+        stats = [] if mod.running_mean is None else [mod.running_mean, mod.running_var]
+        params = [p.grad for p in mod.parameters()]
+        out.append(
+            [y.detach().numpy(), x.grad.numpy()] + [s.numpy() for s in stats]
+            + [p.numpy() for p in params]
+        )  # fmt: skip
+    assert len(out[0]) == len(out[1])
+    for e, t in zip(*out, strict=True):
+        np.testing.assert_allclose(e, t, rtol=1e-10, atol=1e-11)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_allocations_forward_and_backward_as_torch(name):
+    progs = {}
+
+    def make(m):
+        arr, mod = _module(m, name)
+        x = m.tensor(arr, requires_grad=True)
+        held = {}
+
+        def forward():
+            held["y"] = mod(x) * 1.5
+
+        def backward():
+            held["y"].backward(m.ones_like(held["y"]))
+
+        return forward, backward
+
+    def part(i):
+        def build(m):
+            progs.setdefault(m, make(m))
+            return progs[m][i]
+
+        return build
+
+    assert_sequence_as_torch(part(0))
+    assert_sequence_as_torch(part(1))
+
+
+def test_module_reprs_as_torch():
+    for name, kw in [
+        ("InstanceNorm1d", {}),
+        ("InstanceNorm2d", {"affine": True}),
+        ("InstanceNorm3d", {"track_running_stats": True, "eps": 1e-3}),
+    ]:
+        assert repr(getattr(engine.nn, name)(8, **kw)) == repr(getattr(torch.nn, name)(8, **kw))
+
+
+def test_a_mismatched_channel_count_warns_without_affine_as_torch():
+    for m in (engine, torch):
+        with pytest.warns(UserWarning, match="does not match num_features"):
+            m.nn.InstanceNorm2d(3)(m.ones(2, 4, 3, 3))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.nn.InstanceNorm2d(4, affine=True)(m.ones(2, 3, 3, 3)),
+        lambda m: m.nn.InstanceNorm2d(4)(m.ones(2, 4)),
+        lambda m: m.nn.functional.instance_norm(m.ones(1, 4, 1, 1)),
+        lambda m: m.nn.functional.instance_norm(m.ones(2, 4, 3), use_input_stats=False),
+    ],
+)
+def test_refusals_as_torch(call):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_raises_as_torch(call)
