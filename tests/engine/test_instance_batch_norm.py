@@ -1,4 +1,4 @@
-"""Batch norm's cpu kernel as torch 2.13's (its per-channel workspace pairs, backward's second
+"""Layer norm's cpu backward (its per-thread partial sums) and batch norm's cpu kernel as torch 2.13's (its per-channel workspace pairs, backward's second
 grad_input, the running stats its node keeps; eval's stats read back from the running ones) and
 instance norm (torch's composite: batch norm of [1, N*C, ...] with repeated weight, bias and
 running stats), against torch's profiler, values and gradients; module reprs and refusals."""
@@ -24,6 +24,8 @@ CASES = {  # name -> (input, module maker, train)
     "batch_norm_train_no_affine": (X4C, lambda m: m.nn.BatchNorm2d(32, affine=False), True),
     "batch_norm_eval": (X4C, lambda m: m.nn.BatchNorm2d(32), False),
     "batch_norm_no_stats": (X4C, lambda m: m.nn.BatchNorm2d(32, track_running_stats=False), True),
+    "layer_norm": (X4C, lambda m: m.nn.LayerNorm(16), True),
+    "layer_norm_no_bias": (X4C, lambda m: m.nn.LayerNorm((16, 16), bias=False), True),
     "instance_norm_2d": (X4, lambda m: m.nn.InstanceNorm2d(8), True),
     "instance_norm_affine": (X4, lambda m: m.nn.InstanceNorm2d(8, affine=True), True),
     "instance_norm_running": (
@@ -49,10 +51,12 @@ def _module(m, name):
             mod.running_mean.add_(0.3)
             mod.running_var.mul_(1.7)
     if mod.weight is not None:
-        w = np.linspace(0.5, 1.5, mod.weight.shape[0]).astype(np.float32)
+        w = np.linspace(0.5, 1.5, mod.weight.numel()).astype(np.float32)
+        w = w.reshape(tuple(mod.weight.shape))
         with torch.no_grad() if m is torch else engine.no_grad():
             mod.weight.copy_(m.tensor(w))
-            mod.bias.copy_(m.tensor(w[::-1].copy()))
+            if mod.bias is not None:
+                mod.bias.copy_(m.tensor(w[::-1].copy()))
     mod.train(train)
     return arr, mod
 
@@ -66,7 +70,8 @@ def test_values_gradients_and_running_stats_as_torch(name):
         mod = mod.to(m.float64) if m is torch else mod.to(dtype=engine.float64)
         y = mod(x)
         y.backward(m.tensor(np.random.default_rng(2).standard_normal(tuple(y.shape))))
-        stats = [] if mod.running_mean is None else [mod.running_mean, mod.running_var]
+        running = getattr(mod, "running_mean", None)
+        stats = [] if running is None else [mod.running_mean, mod.running_var]
         params = [p.grad for p in mod.parameters()]
         out.append(
             [y.detach().numpy(), x.grad.numpy()] + [s.numpy() for s in stats]

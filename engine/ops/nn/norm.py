@@ -313,6 +313,11 @@ class LayerNorm(Function):
             gw = kernels.empty(self.normalized_shape, dt, dev)
         if want.get(2):
             gb = kernels.empty(self.normalized_shape, dt, dev)
+        if dev.type == "cpu" and (gw is not None or gb is not None):
+            # torch's cpu kernel sums dgamma and dbeta per thread first: one block of 2 x
+            # threads x D, made and freed (cuda reduces in shared memory; meta plans a GPU run)
+            partials = kernels.empty((2, kernels.get_num_threads(), d), dt, dev)
+            del partials
         if _live(dev):
             xp = kernels.xp_of(g)
             g2, gkeep = _reshaped(g, (rows, d))

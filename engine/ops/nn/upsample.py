@@ -188,11 +188,9 @@ def _sum_runs(xp, arr, idx, in_size, axis):
         where = [slice(None)] * arr.ndim
         where[axis] = idx[starts]
         out[tuple(where)] = sums
-    else:
-        import cupyx
-
+    else:  # CuPy's ufunc.at (cupyx.scatter_add is deprecated)
         moved = xp.moveaxis(out, axis, 0)
-        cupyx.scatter_add(moved, idx, xp.moveaxis(arr, axis, 0))
+        xp.add.at(moved, idx, xp.moveaxis(arr, axis, 0))
     return out
 
 
