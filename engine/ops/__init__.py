@@ -1263,23 +1263,32 @@ def broadcast_to(input, shape):
     return V.Expand.apply(input, op="broadcast_to", shape=tuple(shape))
 
 
-def broadcast_shapes(*shapes):
-    """The shape the given shapes (or sizes) broadcast to (torch.broadcast_shapes)."""
+def _broadcast_of(shapes, mismatch):
+    """The shape `shapes` broadcast to; mismatch(k, n, i, out) makes the error for shape k's
+    size n at dim -1-i against the shape so far."""
     out: list[int] = []
     for k, shape in enumerate(shapes):
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
         for i, n in enumerate(reversed(shape)):
             if i == len(out):
                 out.insert(0, n)
             elif out[-1 - i] == 1:
                 out[-1 - i] = n
             elif n != 1 and n != out[-1 - i]:
-                raise RuntimeError(
-                    f"Attempting to broadcast a dimension of length {n} at {-1 - i}! Mismatching "
-                    f"argument at index {k} had {shape}; but expected shape should be "
-                    f"broadcastable to {out}"
-                )
+                raise mismatch(k, n, i, out)
     return tuple(out)
+
+
+def broadcast_shapes(*shapes):
+    """The shape the given shapes (or sizes) broadcast to (torch.broadcast_shapes)."""
+    shapes = [(s,) if isinstance(s, int) else tuple(s) for s in shapes]
+    return _broadcast_of(
+        shapes,
+        lambda k, n, i, out: RuntimeError(
+            f"Attempting to broadcast a dimension of length {n} at {-1 - i}! Mismatching "
+            f"argument at index {k} had {shapes[k]}; but expected shape should be "
+            f"broadcastable to {out}"
+        ),
+    )
 
 
 @_export("broadcast_tensors", method=False)
@@ -1288,24 +1297,14 @@ def broadcast_tensors(*tensors):
     that has the shape already is handed back itself)."""
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
         tensors = tuple(tensors[0])
-    shape = tuple(_broadcast_of([tuple(t.shape) for t in tensors]))
+    shape = _broadcast_of(
+        [tuple(t.shape) for t in tensors],
+        lambda k, n, i, out: RuntimeError(
+            f"The size of tensor a ({out[-1 - i]}) must match the size of tensor b ({n}) at "
+            f"non-singleton dimension {len(out) - 1 - i}"
+        ),
+    )
     return tuple(t if tuple(t.shape) == shape else t.expand(shape) for t in tensors)
-
-
-def _broadcast_of(shapes):
-    out: list[int] = []
-    for shape in shapes:
-        for i, n in enumerate(reversed(shape)):
-            if i == len(out):
-                out.insert(0, n)
-            elif out[-1 - i] == 1:
-                out[-1 - i] = n
-            elif n != 1 and n != out[-1 - i]:
-                raise RuntimeError(
-                    f"The size of tensor a ({out[-1 - i]}) must match the size of tensor b ({n}) "
-                    f"at non-singleton dimension {len(out) - 1 - i}"
-                )
-    return out
 
 
 @_export("meshgrid", method=False)

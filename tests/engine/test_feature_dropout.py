@@ -12,7 +12,7 @@ import pytest
 
 import engine
 from tests.conftest import assert_raises_as_torch
-from tests.engine.test_memory_vs_torch import assert_sequence_as_torch
+from tests.engine.test_memory_vs_torch import assert_steps_as_torch, forward_backward
 
 torch = pytest.importorskip("torch")
 
@@ -41,32 +41,16 @@ def _chain(y):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_blocks_and_nodes_as_torch(name):
-    progs = {}
+    held = {engine: {}, torch: {}}
 
     def make(m):
         x = m.tensor(X, requires_grad=True)
-        held = {}
-
-        def forward():
-            held["y"] = CASES[name](m, x)
-
-        def backward():
-            held["y"].backward(m.ones_like(held["y"]))
-
-        return forward, backward, held
-
-    def part(i):
-        def build(m):
-            progs.setdefault(m, make(m))
-            return progs[m][i]
-
-        return build
+        return forward_backward(m, lambda: CASES[name](m, x), held[m])
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert_sequence_as_torch(part(0))
-        assert_sequence_as_torch(part(1))
-    assert _chain(progs[engine][2]["y"]) == _chain(progs[torch][2]["y"])
+        assert_steps_as_torch(make)
+    assert _chain(held[engine]["y"]) == _chain(held[torch]["y"])
 
 
 def test_whole_channels_are_zeroed_and_the_rest_scaled():

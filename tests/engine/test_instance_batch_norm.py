@@ -12,7 +12,7 @@ import pytest
 
 import engine
 from tests.conftest import assert_raises_as_torch
-from tests.engine.test_memory_vs_torch import assert_sequence_as_torch
+from tests.engine.test_memory_vs_torch import assert_steps_as_torch, forward_backward
 
 torch = pytest.importorskip("torch")
 
@@ -84,30 +84,12 @@ def test_values_gradients_and_running_stats_as_torch(name):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_allocations_forward_and_backward_as_torch(name):
-    progs = {}
-
     def make(m):
         arr, mod = _module(m, name)
         x = m.tensor(arr, requires_grad=True)
-        held = {}
+        return forward_backward(m, lambda: mod(x) * 1.5)
 
-        def forward():
-            held["y"] = mod(x) * 1.5
-
-        def backward():
-            held["y"].backward(m.ones_like(held["y"]))
-
-        return forward, backward
-
-    def part(i):
-        def build(m):
-            progs.setdefault(m, make(m))
-            return progs[m][i]
-
-        return build
-
-    assert_sequence_as_torch(part(0))
-    assert_sequence_as_torch(part(1))
+    assert_steps_as_torch(make)
 
 
 def test_module_reprs_as_torch():

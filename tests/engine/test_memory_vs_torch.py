@@ -53,28 +53,9 @@ def engine_peak(fn) -> int:
 
 
 def torch_peak(fn) -> int:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as fh:
-            events = json.load(fh)["traceEvents"]
-    finally:
-        os.unlink(path)
-    del torch
-    memory = sorted(
-        (e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
-        key=lambda e: e["ts"],
-    )
     live: dict[int, list[int]] = {}
     total = peak = 0
-    for e in memory:
-        n, addr = e["args"]["Bytes"], e["args"]["Addr"]
+    for n, addr in _torch_memory_events(fn):
         if n > 0:
             live.setdefault(addr, []).append(n)
             total += n
@@ -148,6 +129,31 @@ def assert_sequence_as_torch(make) -> None:
     import torch
 
     assert engine_sequence(make(engine)) == torch_sequence(make(torch))
+
+
+def assert_steps_as_torch(make) -> None:
+    """make(m) builds a program on module m (engine or torch) and returns its steps, callables
+    run one after the other: each step's blocks as torch's profiler shows them (see
+    assert_sequence_as_torch)."""
+    import torch
+
+    programs = {m: make(m) for m in (torch, engine)}
+    for t_step, e_step in zip(programs[torch], programs[engine], strict=True):
+        assert engine_sequence(e_step) == torch_sequence(t_step)
+
+
+def forward_backward(m, run, held=None):
+    """Two steps: forward keeps run()'s result in held["y"], backward backpropagates ones
+    from it."""
+    held = {} if held is None else held
+
+    def forward():
+        held["y"] = run()
+
+    def backward():
+        held["y"].backward(m.ones_like(held["y"]))
+
+    return forward, backward
 
 
 def assert_peak_as_torch(make) -> None:
@@ -401,24 +407,10 @@ def test_binary_backward_blocks_in_torchs_order(program):
         np.random.default_rng(i).standard_normal(s).astype(np.float32)
         for i, s in enumerate([(64, 1), (64, 128)])
     ]
-    progs = {}
 
     def make(m):
         a, b = (m.tensor(x, requires_grad=True) for x in arrays)
-        held = {}
-
-        def forward():
-            held["y"] = eval(program, {}, {"a": a, "b": b})  # noqa: S307 - the literals above
-
-        return forward, lambda: held["y"].backward(m.ones_like(held["y"]))
-
-    def part(i):
-        def build(m):
-            progs.setdefault(m, make(m))
-            return progs[m][i]
-
-        return build
+        return forward_backward(m, lambda: eval(program, {}, {"a": a, "b": b}))  # noqa: S307
 
     # (forward profiled too: torch's profiler reports frees only of blocks it saw made)
-    assert_sequence_as_torch(part(0))
-    assert_sequence_as_torch(part(1))
+    assert_steps_as_torch(make)

@@ -12,7 +12,7 @@ import pytest
 
 import engine
 from tests.conftest import assert_raises_as_torch
-from tests.engine.test_memory_vs_torch import assert_sequence_as_torch
+from tests.engine.test_memory_vs_torch import assert_steps_as_torch, forward_backward
 
 torch = pytest.importorskip("torch")
 
@@ -97,17 +97,13 @@ def _program(name, reduction):
     def make(m):
         x = m.tensor(arr.astype(np.float32), requires_grad=True)
         t, w = m.tensor(TARGET.astype(np.float32)), m.tensor(WEIGHT.astype(np.float32))
-        held = {}
 
-        def forward():
+        def run():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                held["y"] = call(m.nn.functional, x, t, w, reduction)
+                return call(m.nn.functional, x, t, w, reduction)
 
-        def backward():
-            held["y"].backward(m.ones_like(held["y"]))
-
-        return forward, backward
+        return forward_backward(m, run)
 
     return make
 
@@ -117,19 +113,7 @@ def _program(name, reduction):
 def test_allocations_forward_and_backward_as_torch(name, reduction):
     """Every block torch's profiler shows (size, order, which frees which), forward then
     backward; a weighted or pos-weighted loss included."""
-    make = _program(name, reduction)
-    progs = {}
-
-    def part(i):
-        def build(m):
-            if m not in progs:
-                progs[m] = make(m)
-            return progs[m][i]
-
-        return build
-
-    assert_sequence_as_torch(part(0))
-    assert_sequence_as_torch(part(1))
+    assert_steps_as_torch(_program(name, reduction))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -11,7 +11,7 @@ import pytest
 
 import engine
 from tests.conftest import assert_raises_as_torch
-from tests.engine.test_memory_vs_torch import assert_sequence_as_torch
+from tests.engine.test_memory_vs_torch import assert_steps_as_torch, forward_backward
 
 torch = pytest.importorskip("torch")
 
@@ -78,31 +78,12 @@ def test_float32_as_torch(name):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_allocations_forward_and_backward_as_torch(name):
-    progs = {}
-
-    def program(m):
+    def make(m):
         a = m.tensor(A.astype(np.float32), requires_grad=True)
         b = m.tensor(B.astype(np.float32), requires_grad=True)
-        held = {}
+        return forward_backward(m, lambda: CASES[name](m, a, b))
 
-        def forward():
-            held["y"] = CASES[name](m, a, b)
-
-        def backward():
-            held["y"].backward(m.ones_like(held["y"]))
-
-        return forward, backward
-
-    def part(i):
-        def build(m):
-            if m not in progs:
-                progs[m] = program(m)
-            return progs[m][i]
-
-        return build
-
-    assert_sequence_as_torch(part(0))
-    assert_sequence_as_torch(part(1))
+    assert_steps_as_torch(make)
 
 
 def test_logsigmoid_keeps_its_buffer_until_backward():

@@ -10,7 +10,11 @@ import pytest
 
 import engine
 from tests.conftest import assert_raises_as_torch
-from tests.engine.test_memory_vs_torch import assert_sequence_as_torch
+from tests.engine.test_memory_vs_torch import (
+    assert_sequence_as_torch,
+    assert_steps_as_torch,
+    forward_backward,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -62,29 +66,12 @@ def test_values_gradients_and_node_as_torch(name, dtype):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_allocations_forward_and_backward_as_torch(name):
     arr, kw = CASES[name]
-    progs = {}
 
     def make(m):
         x = m.tensor(arr.astype(np.float32), requires_grad=True)
-        held = {}
+        return forward_backward(m, lambda: m.nn.functional.interpolate(x, **kw))
 
-        def forward():
-            held["y"] = m.nn.functional.interpolate(x, **kw)
-
-        def backward():
-            held["y"].backward(m.ones_like(held["y"]))
-
-        return forward, backward
-
-    def part(i):
-        def build(m):
-            progs.setdefault(m, make(m))
-            return progs[m][i]
-
-        return build
-
-    assert_sequence_as_torch(part(0))
-    assert_sequence_as_torch(part(1))
+    assert_steps_as_torch(make)
 
 
 def test_a_channels_last_input_needs_no_copies():

@@ -460,39 +460,23 @@ def test_basic_indexing_backward_is_torchs_chain(index):
     shows, in order, and the same gradients and node names."""
     import torch
 
-    from tests.engine.test_memory_vs_torch import assert_sequence_as_torch
+    from tests.engine.test_memory_vs_torch import assert_steps_as_torch, forward_backward
 
     arr = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
-    progs = {}
+    held, leaves = {engine: {}, torch: {}}, {}
 
     def make(m):
-        x = m.tensor(arr, requires_grad=True)
-        held = {}
+        x = leaves[m] = m.tensor(arr, requires_grad=True)
+        return forward_backward(m, lambda: eval(index, {}, {"x": x}) * 2, held[m])  # noqa: S307
 
-        def forward():
-            held["y"] = eval(index, {}, {"x": x}) * 2  # noqa: S307 - the literals above
-
-        def backward():
-            held["y"].backward(m.ones_like(held["y"]))
-
-        return forward, backward, x, held
-
-    def part(i):
-        def build(m):
-            progs.setdefault(m, make(m))
-            return progs[m][i]
-
-        return build
-
-    assert_sequence_as_torch(part(0))
+    assert_steps_as_torch(make)
     names = {}
     for m in (engine, torch):
-        fn = progs[m][3]["y"].grad_fn.next_functions[0][0]
+        fn = held[m]["y"].grad_fn.next_functions[0][0]
         chain = []
         while fn is not None and "AccumulateGrad" not in fn.name():
             chain.append(fn.name())
             fn = fn.next_functions[0][0] if fn.next_functions else None
         names[m] = chain
     assert names[engine] == names[torch]
-    assert_sequence_as_torch(part(1))
-    np.testing.assert_array_equal(progs[engine][2].grad.numpy(), progs[torch][2].grad.numpy())
+    np.testing.assert_array_equal(leaves[engine].grad.numpy(), leaves[torch].grad.numpy())

@@ -87,21 +87,8 @@ class AdaptiveAvgPool2d(Module):
         return f"output_size={self.output_size}"
 
 
-class MaxPool1d(Module):
-    def __init__(
-        self,
-        kernel_size,
-        stride=None,
-        padding=0,
-        dilation=1,
-        return_indices: bool = False,
-        ceil_mode: bool = False,
-    ):
-        super().__init__()
-        self.kernel_size = kernel_size
-        self.stride = stride if stride is not None else kernel_size
-        self.padding, self.dilation = padding, dilation
-        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+class MaxPool1d(MaxPool2d):
+    """MaxPool2d's arguments and repr over one spatial dim (F.max_pool1d)."""
 
     def forward(self, input):
         return F.max_pool1d(
@@ -112,12 +99,6 @@ class MaxPool1d(Module):
             self.dilation,
             ceil_mode=self.ceil_mode,
             return_indices=self.return_indices,
-        )
-
-    def extra_repr(self) -> str:
-        return (
-            f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
-            f"dilation={self.dilation}, ceil_mode={self.ceil_mode}"
         )
 
 
