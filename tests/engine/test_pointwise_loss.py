@@ -29,6 +29,10 @@ CASES = {
     "smooth_l1": (LOGIT, lambda F, x, t, w, r: F.smooth_l1_loss(x, t, reduction=r, beta=0.5)),
     "smooth_l1_beta0": (LOGIT, lambda F, x, t, w, r: F.smooth_l1_loss(x, t, reduction=r, beta=0)),
     "huber": (LOGIT, lambda F, x, t, w, r: F.huber_loss(x, t, reduction=r, delta=0.7)),
+    "huber_weighted": (
+        LOGIT,
+        lambda F, x, t, w, r: F.huber_loss(x, t, reduction=r, delta=0.7, weight=w.expand(x.shape)),
+    ),
     "bce": (PROB, lambda F, x, t, w, r: F.binary_cross_entropy(x, t, reduction=r)),
     "bce_weight": (PROB, lambda F, x, t, w, r: F.binary_cross_entropy(x, t, w, reduction=r)),
     "bce_logits": (
@@ -154,6 +158,12 @@ def test_meta_charges_as_cpu(name):
         lambda m: m.nn.functional.huber_loss(m.tensor([0.5]), m.tensor([1.0]), delta=0.0),
         lambda m: m.nn.functional.l1_loss(m.tensor([0.5]), m.tensor([1.0]), reduction="avg"),
         lambda m: m.nn.functional.huber_loss(m.tensor([0.5]), m.tensor([1.0]), reduction="avg"),
+        lambda m: m.nn.functional.huber_loss(
+            m.tensor([0.5]), m.tensor([1.0]), reduction="avg", weight=m.tensor([2.0])
+        ),
+        lambda m: m.nn.functional.huber_loss(
+            m.tensor([0.5, 1.0]), m.tensor([1.0, 2.0]), weight=m.tensor([2.0])
+        ),
         lambda m: m.nn.functional.kl_div(m.tensor([0.5]), m.tensor([1.0]), reduction="avg"),
     ],
 )

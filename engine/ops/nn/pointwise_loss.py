@@ -413,11 +413,29 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
-    if weight is not None:
-        raise NotImplementedError("huber_loss: the weight argument is not supported by the engine")
+    """torch's F.huber_loss; with a weight (input's size), its composite: the elementwise
+    losses of the broadcast operands times the weight, then reduced (both held until the
+    reduction is made, as the Python locals of torch's)."""
+    from engine import ops
+
+    if weight is not None and tuple(weight.shape) != tuple(input.shape):
+        raise ValueError("Weights and input must have the same size.")
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
-    return HuberLoss.apply(input, target, op="huber_loss", reduction=reduction, param=delta)
+    if weight is None:
+        return HuberLoss.apply(input, target, op="huber_loss", reduction=reduction, param=delta)
+    expanded_input, expanded_target = ops.broadcast_tensors(input, target)
+    unweighted = HuberLoss.apply(
+        expanded_input, expanded_target, op="huber_loss", reduction="none", param=delta
+    )
+    weighted = unweighted * weight
+    if reduction == "none":
+        return weighted
+    if reduction == "sum":
+        return weighted.sum()
+    if reduction == "mean":
+        return weighted.mean()
+    raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
 
 
 def _not_differentiable(fn: str, **tensors) -> None:
