@@ -198,35 +198,40 @@ def _spaced(xp, start, end, steps, np_dtype, integral=False):
     return out
 
 
-def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    """`steps` values evenly spaced from start to end, both included (torch's formula)."""
+def _one_dim(steps, dtype, device, requires_grad, values) -> Tensor:
+    """A new 1-D tensor of `steps` elements, one allocation, filled with values(xp, dt) (a
+    float array rounded to the result dtype; not called on meta or for no elements)."""
     steps = _steps(steps)
     dt = dtypes.from_any(dtype)
     dev = as_device(device)
     t = kernels.empty((steps,), dt, dev)
     if dev.type != "meta" and steps:
-        xp = get_xp(dev.type)
-        work = np.dtype(dt.np) if dt.is_floating_point and not dt.emulated else np.dtype("f8")
-        spaced = _spaced(xp, start, end, steps, work, not dt.is_floating_point)
-        t._data[...] = spaced.astype(dt.np, copy=False)
+        t._data[...] = values(get_xp(dev.type), dt, steps).astype(dt.np, copy=False)
     return _finish(t, requires_grad)
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """`steps` values evenly spaced from start to end, both included (torch's formula)."""
+
+    def values(xp, dt, n):
+        work = np.dtype(dt.np) if dt.is_floating_point and not dt.emulated else np.dtype("f8")
+        return _spaced(xp, start, end, n, work, not dt.is_floating_point)
+
+    return _one_dim(steps, dtype, device, requires_grad, values)
 
 
 def logspace(
     start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False
 ) -> Tensor:
-    """base ** linspace(start, end, steps)."""
-    steps = _steps(steps)
-    dt = dtypes.from_any(dtype)
-    dev = as_device(device)
-    t = kernels.empty((steps,), dt, dev)
-    if dev.type != "meta" and steps:
-        xp = get_xp(dev.type)
-        # the exponents and the power in float64, then rounded to the result dtype (float32
-        # results as torch's; float64 within an ulp of its std::pow)
-        exps = _spaced(xp, start, end, steps, np.dtype("f8"), not dt.is_floating_point)
-        t._data[...] = xp.power(np.float64(base), exps).astype(dt.np, copy=False)
-    return _finish(t, requires_grad)
+    """base ** linspace(start, end, steps): the exponents and the power in float64, then
+    rounded to the result dtype (float32 results as torch's; float64 within an ulp of its
+    std::pow)."""
+
+    def values(xp, dt, n):
+        exps = _spaced(xp, start, end, n, np.dtype("f8"), not dt.is_floating_point)
+        return xp.power(np.float64(base), exps)
+
+    return _one_dim(steps, dtype, device, requires_grad, values)
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -241,8 +246,8 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     dev = as_device(device)
     t = kernels.zeros((n, m), dt, dev)
     if dev.type != "meta":
-        k = min(n, m)
-        t._data[get_xp(dev.type).arange(k), get_xp(dev.type).arange(k)] = 1
+        diagonal = get_xp(dev.type).arange(min(n, m))
+        t._data[diagonal, diagonal] = 1
     return _finish(t, requires_grad)
 
 

@@ -59,6 +59,16 @@ DATA_DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, requires_cu
 ALL_DEVICES = ["cpu", "meta", pytest.param("cuda", marks=[pytest.mark.cuda, requires_cuda])]
 
 
+def node_chain(fn) -> list[str]:
+    """The names of the nodes from `fn` along each node's first input, up to the leaf's
+    AccumulateGrad (engine and torch alike)."""
+    names = []
+    while fn is not None and "AccumulateGrad" not in fn.name():
+        names.append(fn.name())
+        fn = fn.next_functions[0][0] if fn.next_functions else None
+    return names
+
+
 def assert_raises_as_torch(call, kind=Exception) -> None:
     """call(m) raises `kind` on torch; on the engine it raises the same type, in the same words."""
     import torch

@@ -1458,8 +1458,8 @@ def getitem(self, index):
         steps = V.index_steps(tuple(self.shape), index)
         if len(steps) > 1:  # torch's chain: one view node per step (each backward its own)
             out = self
-            for step in steps:
-                out = _select(out, op="select", index=step)
+            for _, pos, item in steps:
+                out = _select(out, op="select", index=(slice(None),) * pos + (item,))
             return out
     return _select(self, op="select", index=index)
 

@@ -369,12 +369,9 @@ class Xlogy(Binary):
         if na:
             lg = ops.xlogy(g, b)
             at_zero = a == 0.0
-            if isinstance(b, Tensor):
-                nonpos = b <= 0.0
-                both = at_zero & nonpos
-            else:  # a number: torch 2.13 masks where it is not > 0, NaN included
-                nonpos = not b > 0.0
-                both = at_zero & nonpos
+            # (a number other: torch 2.13 masks where it is not > 0, NaN included)
+            nonpos = b <= 0.0 if isinstance(b, Tensor) else not b > 0.0
+            both = at_zero & nonpos
             ga = lg.masked_fill(both, 0.0)
             del lg, at_zero, nonpos, both
         if nb:

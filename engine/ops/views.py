@@ -202,34 +202,41 @@ def _np_index(index):
     return tuple(out)
 
 
-def index_steps(shape, index: tuple) -> list[tuple]:
-    """torch's steps for a basic index of a tensor of `shape`, each as an index of its own
-    (applied one after the other): None unsqueezes, an int selects, a slice that is not the
-    whole dim slices; Ellipsis and whole-dim slices are no step. x[1:, :-1] is x[1:] then
-    [:, :-1]; an index that is one step or none comes back as [] or [index]."""
-    rest = len(shape) - sum(1 for i in index if i is not None and i is not Ellipsis)
+def index_steps(shape, index, lone: bool = False) -> list[tuple]:
+    """torch's steps for a basic index of a tensor of `shape`, applied left to right: (kind,
+    dim of the tensor the step applies to, item), kind "unsqueeze" for None, "select" for an
+    int, "slice" for a slice that is not the whole dim; Ellipsis and whole-dim slices are no
+    step, but a lone slice (x[a:b], not in a tuple) always slices. x[1:, :-1] is x[1:] then
+    [:, :-1]."""
+    items = index if isinstance(index, tuple) else (index,)
+    rest = len(shape) - sum(1 for i in items if i is not None and i is not Ellipsis)
     steps = []
-    pos = 0
-    dim = 0
-    for item in index:
+    pos = 0  # the dim of the tensor so far that the next item indexes
+    dim = 0  # the input's dim it indexes
+    for item in items:
         if item is None:
-            steps.append((slice(None),) * pos + (None,))
+            steps.append(("unsqueeze", pos, None))
             pos += 1
         elif item is Ellipsis:
             pos += rest
             dim += rest
         elif isinstance(item, slice):
-            if item != _WHOLE and item.indices(shape[dim]) != (0, shape[dim], 1):
-                steps.append((slice(None),) * pos + (item,))
+            if lone or (item != _WHOLE and item.indices(shape[dim]) != (0, shape[dim], 1)):
+                steps.append(("slice", pos, item))
             pos += 1
             dim += 1
         else:
-            steps.append((slice(None),) * pos + (item,))
+            steps.append(("select", pos, item))
             dim += 1
     return steps
 
 
 _WHOLE = slice(None)
+_STEP_NODE = {
+    "unsqueeze": "UnsqueezeBackward0",
+    "select": "SelectBackward0",
+    "slice": "SliceBackward0",
+}
 
 
 class Select(Function):
@@ -270,61 +277,26 @@ class Select(Function):
         return (cur,)
 
     def _steps(self):
-        """(kind, dim, item, shape before) of each of torch's steps, in order: unsqueeze for
-        None, select for an int, slice for a slice that is not the whole dim (a lone slice
-        always slices); Ellipsis and whole-dim slices are skipped."""
+        """(kind, dim, item, shape before) of each of torch's steps (index_steps), in order."""
         shape = list(self.in_shape)
-        if isinstance(self.index, slice):
-            items, lone = (self.index,), True
-        else:
-            items = self.index if isinstance(self.index, tuple) else (self.index,)
-            lone = False
-        rest = len(shape) - sum(1 for i in items if i is not None and i is not Ellipsis)
         steps = []
-        pos = 0
-        for item in items:
-            if item is None:
-                steps.append(("unsqueeze", pos, None, tuple(shape)))
+        for kind, pos, item in index_steps(self.in_shape, self.index, self._lone()):
+            steps.append((kind, pos, item, tuple(shape)))
+            if kind == "unsqueeze":
                 shape.insert(pos, 1)
-                pos += 1
-            elif item is Ellipsis:
-                pos += rest
-            elif isinstance(item, slice):
-                start, stop, step = item.indices(shape[pos])
-                if lone or (start, stop, step) != (0, shape[pos], 1):
-                    steps.append(("slice", pos, item, tuple(shape)))
-                    shape[pos] = len(range(start, stop, step))
-                pos += 1
+            elif kind == "slice":
+                shape[pos] = len(range(*item.indices(shape[pos])))
             else:
-                steps.append(("select", pos, item, tuple(shape)))
                 del shape[pos]
         return steps
 
+    def _lone(self) -> bool:
+        return isinstance(self.index, slice)
+
     def name(self):
-        """torch's node for its last step: an int selects, a slice that is not the whole dim
-        slices, None unsqueezes (torch applies the index left to right and skips whole-dim
-        slices and Ellipsis, but slices a lone slice); nothing at all is an alias."""
-        if isinstance(self.index, slice):
-            return "SliceBackward0"
-        items = self.index if isinstance(self.index, tuple) else (self.index,)
-        last = "AliasBackward0"
-        dim = 0  # the input dim the next item indexes (before an Ellipsis)
-        after = [i for i in items if i is not None]
-        rest = len(self.in_shape) - sum(1 for i in after if i is not Ellipsis)
-        for item in items:
-            if item is None:
-                last = "UnsqueezeBackward0"
-            elif item is Ellipsis:
-                dim += rest
-            elif isinstance(item, slice):
-                size = self.in_shape[dim]
-                if item.indices(size) != (0, size, 1):
-                    last = "SliceBackward0"
-                dim += 1
-            else:
-                last = "SelectBackward0"
-                dim += 1
-        return last
+        """torch's node for its last step (index_steps); nothing at all is an alias."""
+        steps = index_steps(self.in_shape, self.index, self._lone())
+        return _STEP_NODE[steps[-1][0]] if steps else "AliasBackward0"
 
 
 class Narrow(Select):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import engine
-from tests.conftest import assert_raises_as_torch
+from tests.conftest import assert_raises_as_torch, node_chain
 from tests.engine.test_memory_vs_torch import assert_steps_as_torch, forward_backward
 
 torch = pytest.importorskip("torch")
@@ -31,14 +31,6 @@ CASES = {
 }
 
 
-def _chain(y):
-    names, fn = [], y.grad_fn
-    while fn is not None and "AccumulateGrad" not in fn.name():
-        names.append(fn.name())
-        fn = fn.next_functions[0][0] if fn.next_functions else None
-    return names
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_blocks_and_nodes_as_torch(name):
     held = {engine: {}, torch: {}}
@@ -50,7 +42,7 @@ def test_blocks_and_nodes_as_torch(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert_steps_as_torch(make)
-    assert _chain(held[engine]["y"]) == _chain(held[torch]["y"])
+    assert node_chain(held[engine]["y"].grad_fn) == node_chain(held[torch]["y"].grad_fn)
 
 
 def test_whole_channels_are_zeroed_and_the_rest_scaled():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import engine
-from tests.conftest import assert_raises_as_torch
+from tests.conftest import assert_raises_as_torch, node_chain
 from tests.engine.test_memory_vs_torch import assert_steps_as_torch, forward_backward
 
 torch = pytest.importorskip("torch")
@@ -44,14 +44,6 @@ CASES = {
 }
 
 
-def _chain(y):
-    names, fn = [], y.grad_fn.next_functions[0][0]
-    while fn is not None and "AccumulateGrad" not in fn.name():
-        names.append(fn.name())
-        fn = fn.next_functions[0][0] if fn.next_functions else None
-    return names
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_values_gradients_and_nodes_as_torch(name):
     arr, call = CASES[name]
@@ -60,7 +52,7 @@ def test_values_gradients_and_nodes_as_torch(name):
         x = m.tensor(arr, requires_grad=True)
         y = call(m, x) * 1.5
         y.backward(m.tensor(np.random.default_rng(6).standard_normal(tuple(y.shape))))
-        out.append((y.detach().numpy(), x.grad.numpy(), _chain(y)))
+        out.append((y.detach().numpy(), x.grad.numpy(), node_chain(y.grad_fn.next_functions[0][0])))
     (ey, eg, en), (ty, tg, tn) = out
     np.testing.assert_allclose(ey, ty, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(eg, tg, rtol=1e-13, atol=1e-14)

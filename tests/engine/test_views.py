@@ -460,6 +460,7 @@ def test_basic_indexing_backward_is_torchs_chain(index):
     shows, in order, and the same gradients and node names."""
     import torch
 
+    from tests.conftest import node_chain
     from tests.engine.test_memory_vs_torch import assert_steps_as_torch, forward_backward
 
     arr = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
@@ -470,13 +471,6 @@ def test_basic_indexing_backward_is_torchs_chain(index):
         return forward_backward(m, lambda: eval(index, {}, {"x": x}) * 2, held[m])  # noqa: S307
 
     assert_steps_as_torch(make)
-    names = {}
-    for m in (engine, torch):
-        fn = held[m]["y"].grad_fn.next_functions[0][0]
-        chain = []
-        while fn is not None and "AccumulateGrad" not in fn.name():
-            chain.append(fn.name())
-            fn = fn.next_functions[0][0] if fn.next_functions else None
-        names[m] = chain
+    names = {m: node_chain(held[m]["y"].grad_fn.next_functions[0][0]) for m in (engine, torch)}
     assert names[engine] == names[torch]
     np.testing.assert_array_equal(leaves[engine].grad.numpy(), leaves[torch].grad.numpy())

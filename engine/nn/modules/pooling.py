@@ -106,15 +106,19 @@ def _single(v):
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
 
-class AvgPool1d(Module):
+class AvgPool1d(AvgPool2d):
+    """AvgPool2d over one spatial dim (F.avg_pool1d); its sizes kept as 1-tuples, as torch's."""
+
     def __init__(
         self, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad=True
     ):
-        super().__init__()
-        self.kernel_size = _single(kernel_size)
-        self.stride = _single(stride if stride is not None else kernel_size)
-        self.padding = _single(padding)
-        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        super().__init__(
+            _single(kernel_size),
+            _single(stride if stride is not None else kernel_size),
+            _single(padding),
+            ceil_mode,
+            count_include_pad,
+        )
 
     def forward(self, input):
         return F.avg_pool1d(
@@ -125,9 +129,6 @@ class AvgPool1d(Module):
             self.ceil_mode,
             self.count_include_pad,
         )
-
-    def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
 class AdaptiveAvgPool1d(AdaptiveAvgPool2d):

@@ -431,9 +431,7 @@ class TransformerEncoder(Module):
 
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
         x = src
-        batch_first = self.layers[0].self_attn.batch_first if len(self.layers) else False
-        seq_len = src.shape[1 if batch_first and src.ndim == 3 else 0]
-        is_causal = _detect_is_causal_mask(mask, is_causal, seq_len)  # torch's, as its encoder
+        is_causal = _stack_is_causal(self.layers, src, mask, is_causal)
         for layer in self.layers:
             x = layer(
                 x,
@@ -554,6 +552,14 @@ def _detect_is_causal_mask(mask, is_causal=None, size=None) -> bool:
     return make_causal
 
 
+def _stack_is_causal(layers, x, mask, is_causal) -> bool:
+    """torch's TransformerEncoder / TransformerDecoder: the sequence length (the first layer's
+    batch_first says where), then _detect_is_causal_mask."""
+    batch_first = layers[0].self_attn.batch_first if len(layers) else False
+    seq_len = x.shape[1 if batch_first and x.ndim == 3 else 0]
+    return _detect_is_causal_mask(mask, is_causal, seq_len)
+
+
 class TransformerDecoder(Module):
     """A stack of `num_layers` deep copies of `decoder_layer`, then an optional norm."""
 
@@ -575,10 +581,7 @@ class TransformerDecoder(Module):
         memory_is_causal=False,
     ):
         output = tgt
-        first = self.layers[0]
-        batch_first = first.self_attn.batch_first
-        seq_len = tgt.shape[1 if batch_first and tgt.ndim == 3 else 0]
-        tgt_is_causal = _detect_is_causal_mask(tgt_mask, tgt_is_causal, seq_len)
+        tgt_is_causal = _stack_is_causal(self.layers, tgt, tgt_mask, tgt_is_causal)
         for mod in self.layers:
             output = mod(
                 output,

@@ -215,14 +215,17 @@ class LogSigmoid(Function):
 
     def backward(self, g):
         (x,) = self.saved_tensors
-        self.kept("buffer")  # released with the node, as torch's
+        buffer = self.kept("buffer")  # exp(-|x|) as forward made it (cpu); elsewhere made again
         gx = kernels.empty(g.shape, g._dtype, g._device)
         if _live(g._device):
             xp = kernels.xp_of(g)
-            gd = gx._data
-            xp.abs(x._data, out=gd)  # b = exp(-|x|); d/dx = b / (1 + b), or 1 / (1 + b) below 0
-            xp.negative(gd, out=gd)
-            xp.exp(gd, out=gd)
+            gd = gx._data  # b = exp(-|x|); d/dx = b / (1 + b), or 1 / (1 + b) below 0
+            if buffer is not None:
+                xp.copyto(gd, buffer._data)
+            else:
+                xp.abs(x._data, out=gd)
+                xp.negative(gd, out=gd)
+                xp.exp(gd, out=gd)
             one_plus = gd + 1.0
             xp.divide(gd, one_plus, out=gd)
             neg = x._data < 0
