@@ -1,12 +1,20 @@
-"""F.interpolate's nearest, nearest-exact, linear (3-D input) and bilinear (4-D input) modes,
-and nn.Upsample: torch 2.13's CPU kernels' source indices and weights (in the input's float
-dtype, as its opmath), their nodes (UpsampleNearest2DBackward0 ...), and their memory:
+"""F.interpolate's nearest and nearest-exact (3-D, 4-D and 5-D inputs), linear (3-D), bilinear
+and bicubic (4-D), trilinear (5-D) and area (adaptive average pooling) modes, and nn.Upsample:
+torch 2.13's CPU kernels' source indices and weights (in the input's float dtype, as its
+opmath), their nodes (UpsampleNearest2DBackward0 ...), and their memory:
 
-- on cpu, 2-D: the output; unless the input is channels-last contiguous, a channels-last copy
-  of the input and a channels-last output come and go (torch's kernel computes channels last);
-  1-D: the output, and the index and weight buffers (int64 and the dtype, one pair per tap)
-  freed in the order made; on cuda (and meta, which plans a GPU run) the output alone;
+- on cpu, nearest and bilinear on 4-D inputs: the output; unless the input is channels-last
+  contiguous, a channels-last copy of the input and a channels-last output come and go (torch's
+  kernel computes channels last);
+- on cpu, the rest (torch's separable kernel): the output, then per spatial dim, outermost
+  first, per tap (1 nearest, 2 linear, 4 cubic) an index and a weight buffer (int64 and the
+  dtype, the dim's output length), all freed in the order made;
+- on cuda (and meta, which plans a GPU run) the output alone;
 - backward: the input's gradient alone (zeros, the gradient summed into it).
+
+Values: the separable kernel interpolates the innermost dim first, each tap's product added in
+tap order, as torch's does (the nearest modes equal torch's bit for bit; float64 interpolation
+within a few ulps of torch's vectorised kernel, float32 within a few float32 ulps).
 """
 
 from __future__ import annotations
@@ -26,9 +34,15 @@ _NODE = {
     ("nearest", 2): "UpsampleNearest2DBackward0",
     ("nearest-exact", 1): "UpsampleNearestExact1DBackward0",
     ("nearest-exact", 2): "UpsampleNearestExact2DBackward0",
+    ("nearest", 3): "UpsampleNearest3DBackward0",
+    ("nearest-exact", 3): "UpsampleNearestExact3DBackward0",
     ("linear", 1): "UpsampleLinear1DBackward0",
     ("bilinear", 2): "UpsampleBilinear2DBackward0",
+    ("bicubic", 2): "UpsampleBicubic2DBackward0",
+    ("trilinear", 3): "UpsampleTrilinear3DBackward0",
 }
+_LINEAR = ("linear", "bilinear", "trilinear")
+_TAPS = {"nearest": 1, "nearest-exact": 1, "linear": 2, "bilinear": 2, "trilinear": 2, "bicubic": 4}
 
 
 def _scale(in_size, out_size, scale, align_corners, linear):
@@ -53,6 +67,27 @@ def _nearest_index(xp, in_size, out_size, scale, exact, ft):
         pos = pos + ft(0.5)
     src = xp.floor(pos * s).astype(np.int64)
     return xp.minimum(src, in_size - 1)
+
+
+def _cubic_taps(xp, in_size, out_size, scale, align_corners, ft):
+    """[(index, weight)] of the four taps of each output position: torch's
+    compute_indices_weights_cubic (source index not clamped below 0, A = -0.75, indices
+    clamped to the input), in the dtype `ft`."""
+    s = ft(_scale(in_size, out_size, scale, align_corners, True))
+    pos = xp.arange(out_size, dtype=ft)
+    src = s * pos if align_corners else s * (pos + ft(0.5)) - ft(0.5)
+    i0 = xp.minimum(xp.floor(src).astype(np.int64), in_size - 1)
+    t = xp.clip(src - i0.astype(ft), ft(0), ft(1)).astype(ft)
+    a = ft(-0.75)
+
+    def near(x):  # cubic_convolution1: ((A + 2) x - (A + 3)) x x + 1
+        return ((a + ft(2)) * x - (a + ft(3))) * x * x + ft(1)
+
+    def far(x):  # cubic_convolution2: ((A x - 5 A) x + 8 A) x - 4 A
+        return ((a * x - ft(5) * a) * x + ft(8) * a) * x - ft(4) * a
+
+    weights = (far(t + ft(1)), near(t), near(ft(1) - t), far((ft(1) - t) + ft(1)))
+    return [(xp.clip(i0 - 1 + j, 0, in_size - 1), w.astype(ft)) for j, w in enumerate(weights)]
 
 
 def _linear_taps(xp, in_size, out_size, scale, align_corners, ft):
@@ -88,29 +123,36 @@ class Upsample(Function):
         dev, dt = x._device, x._dtype
         temps = []
         cpu = dev.type == "cpu"  # cuda's kernels write the output directly (meta plans a GPU run)
-        if cpu and k == 2 and not _channels_last_contiguous(x):
+        self.channels_last = k == 2 and mode in ("nearest", "nearest-exact", "bilinear")
+        if cpu and self.channels_last and not _channels_last_contiguous(x):
             # torch's cpu kernel works channels last: the input's copy, the output's
             temps = [kernels.empty(self.in_shape, dt, dev), kernels.empty(out_shape, dt, dev)]
-        elif cpu and k == 1:  # index and weight buffers: int64 and the dtype, per tap
-            taps = 2 if mode == "linear" else 1
-            for _ in range(taps):
-                temps.append(kernels.empty(self.size, _int64(), dev))
-                temps.append(kernels.empty(self.size, dt, dev))
+        elif cpu and not self.channels_last:  # per dim, per tap: int64 indices, weights
+            for n in self.size:
+                for _ in range(_TAPS[mode]):
+                    temps.append(kernels.empty((n,), _int64(), dev))
+                    temps.append(kernels.empty((n,), dt, dev))
         if _live(dev):
             xp = kernels.xp_of(x)
             y._data[...] = self._compute(xp, x._data)
-        # the 2-D kernel's output copy goes before its input copy; the 1-D buffers in order
-        for i in reversed(range(len(temps))) if k == 2 else range(len(temps)):
+        # the channels-last output copy goes before its input copy; the index buffers in order
+        for i in reversed(range(len(temps))) if self.channels_last else range(len(temps)):
             temps[i] = None
         return y
 
     def _axes(self, xp, ft):
+        """Per spatial dim: its taps, [(index, weight)], or for the nearest modes its index."""
         out = []
         for j in range(self.k):
             in_size = self.in_shape[-self.k + j]
             scale = self.scales[j] if self.scales else None
-            if self.mode in ("linear", "bilinear"):
-                out.append(_linear_taps(xp, in_size, self.size[j], scale, self.align_corners, ft))
+            if self.mode in _LINEAR:
+                i0, i1, w0, w1 = _linear_taps(
+                    xp, in_size, self.size[j], scale, self.align_corners, ft
+                )
+                out.append([(i0, w0), (i1, w1)])
+            elif self.mode == "bicubic":
+                out.append(_cubic_taps(xp, in_size, self.size[j], scale, self.align_corners, ft))
             else:
                 out.append(
                     _nearest_index(
@@ -122,24 +164,34 @@ class Upsample(Function):
     def _compute(self, xp, xd):
         ft = xd.dtype.type if xd.dtype.kind == "f" else np.float32
         axes = self._axes(xp, ft)
-        if self.mode not in ("linear", "bilinear"):
-            if self.k == 1:
-                return xd[..., axes[0]]
-            return xd[..., axes[0][:, None], axes[1][None, :]]
-        if self.k == 1:
-            i0, i1, w0, w1 = axes[0]
-            r = xd[..., i0] * w0
-            r += xd[..., i1] * w1
+        if self.mode in ("nearest", "nearest-exact"):
+            k = self.k
+            index = tuple(idx.reshape((-1,) + (1,) * (k - 1 - j)) for j, idx in enumerate(axes))
+            return xd[(Ellipsis, *index)]
+        if self.mode == "bilinear":  # torch's channels-last kernel: rows first
+            (h0, hw0), (h1, hw1) = axes[0]
+            (c0, cw0), (c1, cw1) = axes[1]
+            rows = []
+            for hi in (h0, h1):
+                block = xd[..., hi, :]
+                inner = block[..., c0] * cw0
+                inner += block[..., c1] * cw1
+                rows.append(inner)
+            r = rows[0] * hw0[:, None]
+            r += rows[1] * hw1[:, None]
             return r
-        (h0, h1, hw0, hw1), (c0, c1, cw0, cw1) = axes
-        rows = []
-        for hi in (h0, h1):
-            block = xd[..., hi, :]
-            inner = block[..., c0] * cw0
-            inner += block[..., c1] * cw1
-            rows.append(inner)
-        r = rows[0] * hw0[:, None]
-        r += rows[1] * hw1[:, None]
+        # the separable kernel: the innermost dim first, each tap's product added in order
+        r = xd
+        for j in reversed(range(self.k)):
+            axis = -self.k + j
+            acc = None
+            for idx, w in axes[j]:
+                term = _weighted(xp.take(r, idx, axis=axis), w, axis)
+                if acc is None:
+                    acc = term
+                else:
+                    acc += term
+            r = acc
         return r
 
     def backward(self, g):
@@ -155,13 +207,14 @@ class Upsample(Function):
             for j, taps in reversed(list(enumerate(self._axes(xp, ft)))):
                 axis = -self.k + j
                 in_size = self.in_shape[axis]
-                if self.mode in ("linear", "bilinear"):
-                    i0, i1, w0, w1 = taps
-                    acc = _sum_runs(xp, _weighted(acc, w0, axis), i0, in_size, axis) + _sum_runs(
-                        xp, _weighted(acc, w1, axis), i1, in_size, axis
-                    )
-                else:
+                if self.mode in ("nearest", "nearest-exact"):
                     acc = _sum_runs(xp, acc, taps, in_size, axis)
+                    continue
+                total = None
+                for idx, w in taps:
+                    part = _sum_runs(xp, _weighted(acc, w, axis), idx, in_size, axis)
+                    total = part if total is None else total + part
+                acc = total
             gx._data[...] = acc
         return (gx,)
 
@@ -209,7 +262,16 @@ def _channels_last_contiguous(x: Tensor) -> bool:
     return all(s == e or d == 1 for s, e, d in zip(st, want, (n, c, h, w), strict=True))
 
 
-_MODES = ("nearest", "nearest-exact", "linear", "bilinear")
+_MODE_DIMS = {  # mode -> the spatial dims it takes (torch's dispatch in F.interpolate)
+    "nearest": (1, 2, 3),
+    "nearest-exact": (1, 2, 3),
+    "area": (1, 2, 3),
+    "linear": (1,),
+    "bilinear": (2,),
+    "bicubic": (2,),
+    "trilinear": (3,),
+}
+_MODE_INPUT = {"linear": 3, "bilinear": 4, "trilinear": 5}
 
 
 def interpolate(
@@ -221,31 +283,14 @@ def interpolate(
     recompute_scale_factor=None,
     antialias=False,
 ):
-    """torch.nn.functional.interpolate for nearest / nearest-exact (3-D and 4-D inputs), linear
-    (3-D) and bilinear (4-D)."""
+    """torch.nn.functional.interpolate: nearest / nearest-exact / area on 3-D, 4-D and 5-D
+    inputs, linear (3-D), bilinear and bicubic (4-D), trilinear (5-D); not antialias or
+    lanczos."""
     k = input.ndim - 2
-    if not 1 <= k <= 3:
-        raise NotImplementedError(
-            f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
-            "the modes: nearest | linear | bilinear | bicubic | trilinear | lanczos | area | "
-            "nearest-exact "
-            f"(got {mode})"
-        )
-    if mode not in _MODES or k not in (1, 2) or antialias:
-        raise NotImplementedError(
-            f"interpolate: mode {mode!r} on a {input.ndim}-D input"
-            + (" with antialias" if antialias else "")
-            + " is not supported by the engine (nearest, nearest-exact, linear on 3-D, "
-            "bilinear on 4-D)"
-        )
-    if mode in ("nearest", "nearest-exact") and align_corners is not None:
+    if mode in ("nearest", "area", "nearest-exact") and align_corners is not None:
         raise ValueError(
             "align_corners option can only be set with the interpolating modes: "
             "linear | bilinear | bicubic | trilinear"
-        )
-    if (mode == "linear") != (k == 1) and mode in ("linear", "bilinear"):
-        raise NotImplementedError(
-            f"Got {input.ndim}D input, but {mode} mode needs {3 if mode == 'linear' else 4}D input"
         )
     if size is not None and scale_factor is not None:
         raise ValueError("only one of size or scale_factor should be defined")
@@ -273,6 +318,38 @@ def interpolate(
             )
         out = tuple(int(math.floor(float(n) * float(s))) for n, s in zip(spatial, sf, strict=True))
         scales = () if recompute_scale_factor else tuple(float(s) for s in sf)
+    if antialias and not (mode in ("bilinear", "bicubic", "lanczos") and input.ndim == 4):
+        raise ValueError(
+            "Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and "
+            "requires a 4-D tensor as input"
+        )
+    if k not in _MODE_DIMS.get(mode, ()):
+        for m, want in _MODE_INPUT.items():
+            if mode == m and input.ndim in (3, 4, 5):
+                raise NotImplementedError(
+                    f"Got {input.ndim}D input, but {mode} mode needs {want}D input"
+                )
+        raise NotImplementedError(
+            f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
+            "the modes: nearest | linear | bilinear | bicubic | trilinear | lanczos | area | "
+            f"nearest-exact (got {mode})"
+        )
+    if antialias:
+        raise NotImplementedError(
+            f"interpolate: {mode} with antialias=True is not supported by the engine (torch's "
+            "separate anti-aliasing kernels); nearest, nearest-exact, area, linear, bilinear, "
+            "bicubic and trilinear without it are"
+        )
+    if mode == "area":
+        from engine.ops.nn import pool
+
+        pooling = getattr(pool, f"adaptive_avg_pool{k}d", None)
+        if pooling is None:
+            raise NotImplementedError(
+                f"interpolate: area mode on a {input.ndim}-D input needs "
+                f"adaptive_avg_pool{k}d, which the engine does not have"
+            )
+        return pooling(input, out)
     return Upsample.apply(
         input,
         op="interpolate",
