@@ -385,7 +385,7 @@ def roll(input, shifts, dims=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# pad (constant, reflect, replicate, circular)
+# pad (constant, reflect, replicate; circular as torch's composite of slice copies)
 # ---------------------------------------------------------------------------------------------
 def _segments(mode, n, lo, hi):
     """(out_slice, in_slice) pairs that build one padded dim of size lo + n + hi from n."""
@@ -400,19 +400,15 @@ def _segments(mode, n, lo, hi):
     if lo > 0:
         if mode == "reflect":  # out j < lo reads in lo - j
             segs.append((slice(0, lo), slice(lo, 0, -1)))
-        elif mode == "replicate":
+        else:  # replicate (circular is _pad_circular's composite)
             segs.extend((slice(j, j + 1), slice(0, 1)) for j in range(lo))
-        else:  # circular: out j < lo reads in n - lo + j
-            segs.append((slice(0, lo), slice(n - lo, n)))
     if hi > 0:
         o = slice(lo + n, lo + n + hi)
         if mode == "reflect":  # out lo + n + t reads in n - 2 - t
             stop = n - 2 - hi
             segs.append((o, slice(n - 2, stop if stop >= 0 else None, -1)))
-        elif mode == "replicate":
-            segs.extend((slice(lo + n + t, lo + n + t + 1), slice(n - 1, n)) for t in range(hi))
         else:
-            segs.append((o, slice(0, hi)))
+            segs.extend((slice(lo + n + t, lo + n + t + 1), slice(n - 1, n)) for t in range(hi))
     return segs
 
 
@@ -431,8 +427,6 @@ class Pad(Function):
                     f"dimension, but got: padding ({lo}, {hi}) at dimension {d} of input "
                     f"{list(x.shape)}"
                 )
-            if mode == "circular" and (lo > n or hi > n):
-                raise RuntimeError("Padding value causes wrapping around more than once.")
             shape[d] = n + lo + hi
             if shape[d] < 0:
                 raise RuntimeError(
@@ -489,7 +483,6 @@ class Pad(Function):
             "constant": "ConstantPadNdBackward0",
             "reflect": f"ReflectionPad{d}DBackward0",
             "replicate": f"ReplicationPad{d}DBackward0",
-            "circular": "CircularPadBackward0",
         }[self.mode]
 
 
@@ -497,12 +490,45 @@ def _len(s, n):
     return len(range(*s.indices(n)))
 
 
+def _pad_circular(x, pad):
+    """torch's _pad_circular: a new tensor, the input (cropped by negative pads) copied into its
+    middle, then per padded dim, last first, its left and right margins copied from the other
+    end of the output itself: one copy_ per region (corners written more than once), so the
+    graph is torch's chain of CopySlices nodes and its backward allocates what theirs does."""
+    k = len(pad) // 2
+    in_shape = tuple(x.shape)
+    out_shape = list(in_shape)
+    for i in range(k):  # pad[2i], pad[2i + 1] pad dim -1 - i
+        d = x.ndim - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        if lo > in_shape[d] or hi > in_shape[d]:
+            raise RuntimeError("Padding value causes wrapping around more than once.")
+        out_shape[d] = in_shape[d] + lo + hi
+        if out_shape[d] < 0:
+            raise RuntimeError("Negative padding value is resulting in an empty dimension")
+    out = x.new_empty(out_shape)
+    dst, src = out, x
+    for i in range(k):
+        d = x.ndim - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        dst = dst.narrow(d, max(lo, 0), out_shape[d] - max(hi, 0) - max(lo, 0))
+        src = src.narrow(d, max(-lo, 0), in_shape[d] - max(-hi, 0) - max(-lo, 0))
+    dst.copy_(src)
+    for i in range(k):
+        d = x.ndim - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        if lo > 0:
+            out.narrow(d, 0, lo).copy_(out.narrow(d, out_shape[d] - lo - max(hi, 0), lo))
+        if hi > 0:
+            out.narrow(d, out_shape[d] - hi, hi).copy_(out.narrow(d, max(lo, 0), hi))
+    return out
+
+
 def pad(input, pad, mode="constant", value=None):
     """F.pad: `pad` lists (left, right) pairs from the last dim backwards.
 
     constant, reflect and replicate allocate what PyTorch's kernels do (one output; backward one
-    input-sized gradient). circular gives PyTorch's values and gradients, but PyTorch builds it
-    from slice copies whose autograd temporaries the engine does not reproduce.
+    input-sized gradient); circular is torch's composite of slice copies (`_pad_circular`).
     """
     pad = tuple(int(p) for p in pad)
     if len(pad) % 2:
@@ -522,9 +548,14 @@ def pad(input, pad, mode="constant", value=None):
         k = len(pad) // 2
         if not 1 <= k <= 3 or input.ndim not in (k + 1, k + 2):
             raise NotImplementedError(
-                f"Only 2D, 3D, 4D, 5D padding with non-constant padding are supported for now "
-                f"(got a {input.ndim}-d input with {k} padded dims)"
+                f"Padding size {len(pad)} is not supported for {input.ndim}D input tensor.\n"
+                "Supported combinations for non-constant padding:\n"
+                "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
+                "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
+                "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)"
             )
+        if mode == "circular":
+            return _pad_circular(input, pad)
         if any(p < 0 for p in pad):
             raise RuntimeError(f"pad: negative padding is not supported in mode {mode!r}")
     return Pad.apply(input, op="pad", pad=pad, mode=mode, value=0.0 if value is None else value)

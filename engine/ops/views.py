@@ -371,11 +371,12 @@ class SplitViews(Function):
     unbind (unbind_backward); then one cat / stack allocates the input-sized gradient.
     """
 
-    def forward(self, x, out=None, dim=0, sizes=(), unbind=False):
+    def forward(self, x, out=None, dim=0, sizes=(), unbind=False, with_sizes=False):
         self.dim, self.sizes, self.unbind = dim, tuple(sizes), unbind
+        self.with_sizes = with_sizes  # split by a list of sizes: torch's split_with_sizes
         self.in_shape = x.shape
         self.num_outputs = len(sizes)
-        label = "UnbindBackward0" if unbind else "SplitBackward0"
+        label = self.name()
         outs = []
         start = 0
         lead = (slice(None),) * dim
@@ -411,7 +412,9 @@ class SplitViews(Function):
         return (result,)
 
     def name(self):
-        return "UnbindBackward0" if self.unbind else "SplitBackward0"
+        if self.unbind:
+            return "UnbindBackward0"
+        return "SplitWithSizesBackward0" if self.with_sizes else "SplitBackward0"
 
 
 def _piece_shape(shape, dim, k):
@@ -560,7 +563,13 @@ class Copy(Function):
         return dst
 
     def backward(self, g):
-        grads = [None]
+        # torch's CopyBackwards: zeros for dst's history when that needs a gradient (dst's old
+        # values did not reach the result, so its gradient is 0, not absent), made first
+        grads = [
+            None
+            if self.next_functions[0] is None
+            else kernels.zeros(tuple(g.shape), g._dtype, g._device)
+        ]
         if self.src_t:
             gs = sum_to(g, self.src_shape)
             if self.src_dtype is not g._dtype:

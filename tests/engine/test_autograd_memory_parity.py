@@ -632,3 +632,36 @@ def test_batched_matmul_backward_copies_the_gradient_once_as_torch(torch):
         return [s for s in sizes if abs(s) >= 1024]
 
     assert big(seen) == big(t_sizes)
+
+
+@pytest.mark.parametrize("through_view", [False, True])
+def test_copy_into_a_tensor_with_history_sends_it_zeros_as_torch(through_view):
+    # torch's CopyBackwards makes zeros_like(grad) for the destination's history (its old
+    # values did not reach the result): x's gradient is zeros, not absent, and the zeros are a
+    # block of their own in backward (inside CopySlices too, after the region's clone)
+    torch = pytest.importorskip("torch")
+    from tests.engine.test_memory_vs_torch import assert_steps_as_torch
+
+    grads = {}
+
+    def make(m):
+        x = m.tensor(np.arange(160.0).reshape(4, 40), requires_grad=True)
+        z = m.tensor(np.ones((4, 10 if through_view else 40)), requires_grad=True)
+        held = {}
+
+        def forward():
+            y = x * 2
+            (y[:, 5:15] if through_view else y).copy_(z)
+            held["y"] = y
+
+        def backward():
+            held["y"].backward(m.ones_like(held["y"]))
+            grads[m] = (x.grad.numpy().copy(), z.grad.numpy().copy())
+
+        return forward, backward
+
+    assert_steps_as_torch(make)
+    (ex, ez), (tx, tz) = grads[engine], grads[torch]
+    np.testing.assert_array_equal(ex, tx)
+    np.testing.assert_array_equal(ez, tz)
+    assert (ex == 0).all() if not through_view else (ex[:, 5:15] == 0).all()

@@ -34,7 +34,18 @@ CASES = {  # name -> (input, call(m, x))
     "hardshrink": (X4, lambda m, x: m.nn.Hardshrink(0.7)(x)),
     "softshrink": (X4, lambda m, x: m.nn.Softshrink(0.4)(x)),
     "unflatten": (X4, lambda m, x: m.nn.Unflatten(1, (2, 4))(x)),
+    "circular_2d": (X4, lambda m, x: m.nn.CircularPad2d((1, 2, 3, 1))(x)),
+    "circular_1d": (X3, lambda m, x: m.nn.CircularPad1d(3)(x)),
+    "circular_3d": (X5, lambda m, x: m.nn.CircularPad3d((1, 0, 2, 1, 0, 1))(x)),
+    "circular_crop": (X4, lambda m, x: m.nn.functional.pad(x, (-1, 2, 3, -2), mode="circular")),
+    "circular_unbatched": (X4[0], lambda m, x: m.nn.functional.pad(x, (2, 2, 1, 1), "circular")),
 }
+
+
+def _node_name(fn):
+    """torch names its own autograd nodes torch::autograd::CopySlices ..., the engine
+    CopySlices ..."""
+    return fn.name().removeprefix("torch::autograd::")
 
 
 def _run(m, name, dtype=np.float64):
@@ -43,7 +54,7 @@ def _run(m, name, dtype=np.float64):
     y = call(m, x) * 1.5
     y.backward(m.tensor(np.random.default_rng(2).standard_normal(tuple(y.shape)).astype(dtype)))
     node = y.grad_fn.next_functions[0][0]
-    return y.detach().numpy(), x.grad.numpy(), node.name()
+    return y.detach().numpy(), x.grad.numpy(), _node_name(node)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -92,9 +103,26 @@ def test_padding_module_reprs_as_torch():
         assert repr(e) == repr(t)
 
 
+def test_circular_padding_is_torchs_chain_of_slice_copies():
+    chains = {}
+    for m in (engine, torch):
+        x = m.tensor(X4, requires_grad=True)
+        node, names = m.nn.functional.pad(x, (1, 2, 3, 1), mode="circular").grad_fn, []
+        while node is not None:  # the base's history: one CopySlices per copied region
+            names.append(_node_name(node))
+            edge = node.next_functions[0]  # (torch: (None, 0) where the engine has None)
+            node = edge[0] if edge else None
+        chains[m] = names
+    assert chains[engine] == chains[torch] == ["CopySlices"] * 5
+
+
 @pytest.mark.parametrize(
     "call",
     [
+        lambda m: m.nn.functional.pad(m.ones(2, 3, 4, 5), (6, 0), mode="circular"),
+        lambda m: m.nn.functional.pad(m.ones(2, 3, 4, 5), (0, 0, 5, 0), mode="circular"),
+        lambda m: m.nn.functional.pad(m.ones(2, 3, 4, 5), (-3, -3), mode="circular"),
+        lambda m: m.nn.functional.pad(m.ones(2, 3, 4, 5), (1, 1), mode="reflect"),
         lambda m: m.nn.functional.pixel_shuffle(m.ones(2, 3), 2),
         lambda m: m.nn.functional.pixel_shuffle(m.ones(1, 6, 2, 2), 2),
         lambda m: m.nn.functional.pixel_unshuffle(m.ones(1, 1, 5, 4), 2),
