@@ -1,4 +1,7 @@
-"""Pooling: max_pool2d, avg_pool2d, adaptive_avg_pool2d."""
+"""Pooling: max_pool2d, avg_pool2d, adaptive_avg_pool2d.
+
+Each takes a batched [N, C, H, W] or an unbatched [C, H, W] input in one node, as torch's
+kernels do (no unsqueeze/squeeze around it); the kernels see the unbatched one as N = 1."""
 
 from __future__ import annotations
 
@@ -18,9 +21,24 @@ def pool_out_size(size, k, s, p, d, ceil_mode):
     return out
 
 
+def _batched(arr):
+    """A [C, H, W] array as [1, C, H, W] (a view); a batched one as it is."""
+    return arr if arr.ndim == 4 else arr[None]
+
+
 def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, opname):
-    if x.ndim != 4:
-        raise RuntimeError(f"{opname}: expected a 4-D input [N, C, H, W], got {list(x.shape)}")
+    if x.ndim not in (3, 4):
+        if opname == "max_pool2d":
+            raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
+        if x.ndim < 3:
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-x.ndim}, {x.ndim - 1}], "
+                "but got -3)"
+            )
+        raise RuntimeError(
+            "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, "
+            f"but got:{list(x.shape)}"
+        )
     kh, kw = _pair(kernel_size, "kernel_size")
     sh, sw = _pair(stride if stride not in (None, ()) else (kh, kw), "stride")
     ph, pw = _pair(padding, "padding")
@@ -43,7 +61,7 @@ def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, opname)
             f"pad should be at most half of effective kernel size, but got pad={max(ph, pw)}, "
             f"kernel_size={max(kh, kw)} and dilation={max(dh, dw)}"
         )
-    n, c, h, w = x.shape
+    n, c, h, w = x.shape if x.ndim == 4 else (1, *x.shape)
     oh = pool_out_size(h, kh, sh, ph, dh, ceil_mode)
     ow = pool_out_size(w, kw, sw, pw, dw, ceil_mode)
     if oh < 1 or ow < 1:
@@ -204,8 +222,9 @@ class MaxPool2d(Function):
         n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geo
         self.geom, self.x_shape = geo, x.shape
         dev = x._device
-        y = kernels.empty((n, c, oh, ow), x._dtype, dev)
-        idx = kernels.empty((n, c, oh, ow), dtypes.int64, dev)
+        out_shape = (n, c, oh, ow) if x.ndim == 4 else (c, oh, ow)
+        y = kernels.empty(out_shape, x._dtype, dev)
+        idx = kernels.empty(out_shape, dtypes.int64, dev)
         self.tiled = _tiled(geo)
         if _live(dev):
             xp = kernels.xp_of(x)
@@ -294,15 +313,17 @@ class AvgPool2d(Function):
         self.div = _avg_divisor(geo, count_include_pad, divisor_override)
         dev = x._device
         dtype = x._dtype
-        y = result_buffer(out, (n, c, oh, ow), dtype, dev, "avg_pool2d")
+        out_shape = (n, c, oh, ow) if x.ndim == 4 else (c, oh, ow)
+        y = result_buffer(out, out_shape, dtype, dev, "avg_pool2d")
         if _live(dev):
             xp = kernels.xp_of(x)
-            y._data.fill(0)
+            yd, xd = _batched(y._data), _batched(x._data)
+            yd.fill(0)
             for lh, hh, lw, hw, hsl, wsl in _offsets(geo):
-                yr = y._data[:, :, lh:hh, lw:hw]
-                xp.add(yr, x._data[:, :, hsl, wsl], out=yr)
+                yr = yd[:, :, lh:hh, lw:hw]
+                xp.add(yr, xd[:, :, hsl, wsl], out=yr)
             div = self.div if isinstance(self.div, float) else xp.asarray(self.div.astype(dtype.np))
-            xp.true_divide(y._data, div, out=y._data)
+            xp.true_divide(yd, div, out=yd)
         return y
 
     def backward(self, g):
@@ -310,19 +331,20 @@ class AvgPool2d(Function):
         gx = kernels.zeros(self.x_shape, g._dtype, dev)
         if _live(dev):
             xp = kernels.xp_of(g)
+            gxd, gd4 = _batched(gx._data), _batched(g._data)
             if isinstance(self.div, float):
                 # one divisor for every window: scatter g, then scale (no temporary)
                 for lh, hh, lw, hw, hsl, wsl in _offsets(self.geom):
-                    dst = gx._data[:, :, hsl, wsl]
-                    xp.add(dst, g._data[:, :, lh:hh, lw:hw], out=dst)
-                xp.multiply(gx._data, 1.0 / self.div, out=gx._data)
+                    dst = gxd[:, :, hsl, wsl]
+                    xp.add(dst, gd4[:, :, lh:hh, lw:hw], out=dst)
+                xp.multiply(gxd, 1.0 / self.div, out=gxd)
             else:
                 # per-window divisors (count_include_pad=False, ceil_mode): g / divisor in a
                 # workspace torch's kernel does not allocate (it divides per element): scratch
-                gd = kernels.Scratch(g.shape, g._dtype, dev)
-                xp.true_divide(g._data, xp.asarray(self.div.astype(g._dtype.np)), out=gd.data)
+                gd = kernels.Scratch(gd4.shape, g._dtype, dev)
+                xp.true_divide(gd4, xp.asarray(self.div.astype(g._dtype.np)), out=gd.data)
                 for lh, hh, lw, hw, hsl, wsl in _offsets(self.geom):
-                    dst = gx._data[:, :, hsl, wsl]
+                    dst = gxd[:, :, hsl, wsl]
                     xp.add(dst, gd.data[:, :, lh:hh, lw:hw], out=dst)
                 gd.release()
         return (gx,)
@@ -351,29 +373,31 @@ def _adaptive_ranges(size, n_out):
 
 class AdaptiveAvgPool2d(Function):
     def forward(self, x, out=None, output_size=(1, 1)):
-        if x.ndim != 4:
+        if x.ndim not in (3, 4):
             raise RuntimeError(
-                f"adaptive_avg_pool2d: expected a 4-D input [N, C, H, W], got {list(x.shape)}"
+                f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got {list(x.shape)}"
             )
-        n, c, h, w = x.shape
+        n, c, h, w = x.shape if x.ndim == 4 else (1, *x.shape)
         oh, ow = output_size
         oh = h if oh is None else oh
         ow = w if ow is None else ow
         self.x_shape, self.out_hw = x.shape, (oh, ow)
         dev = x._device
-        y = result_buffer(out, (n, c, oh, ow), x._dtype, dev, "adaptive_avg_pool2d")
+        out_shape = (n, c, oh, ow) if x.ndim == 4 else (c, oh, ow)
+        y = result_buffer(out, out_shape, x._dtype, dev, "adaptive_avg_pool2d")
         if _live(dev):
             xp = kernels.xp_of(x)
+            xd, yd = _batched(x._data), _batched(y._data)
             if (oh, ow) == (1, 1):
-                xp.mean(x._data, axis=(2, 3), keepdims=True, out=y._data)
+                xp.mean(xd, axis=(2, 3), keepdims=True, out=yd)
             else:
                 for a, (h0, h1) in enumerate(_adaptive_ranges(h, oh)):
                     for b, (w0, w1) in enumerate(_adaptive_ranges(w, ow)):
-                        xp.mean(x._data[:, :, h0:h1, w0:w1], axis=(2, 3), out=y._data[:, :, a, b])
+                        xp.mean(xd[:, :, h0:h1, w0:w1], axis=(2, 3), out=yd[:, :, a, b])
         return y
 
     def backward(self, g):
-        n, c, h, w = self.x_shape
+        h, w = self.x_shape[-2:]
         oh, ow = self.out_hw
         dev = g._device
         if (oh, ow) == (1, 1):
@@ -385,27 +409,23 @@ class AdaptiveAvgPool2d(Function):
         gx = kernels.zeros(self.x_shape, g._dtype, dev)
         if _live(dev):
             xp = kernels.xp_of(g)
+            gxd, gd4 = _batched(gx._data), _batched(g._data)
             for a, (h0, h1) in enumerate(_adaptive_ranges(h, oh)):
                 for b, (w0, w1) in enumerate(_adaptive_ranges(w, ow)):
-                    dst = gx._data[:, :, h0:h1, w0:w1]
+                    dst = gxd[:, :, h0:h1, w0:w1]
                     scale = 1.0 / ((h1 - h0) * (w1 - w0))
-                    xp.add(dst, g._data[:, :, a : a + 1, b : b + 1] * scale, out=dst)
+                    xp.add(dst, gd4[:, :, a : a + 1, b : b + 1] * scale, out=dst)
         return (gx,)
 
     def name(self):
         return "AdaptiveAvgPool2DBackward0"
 
 
-def _pool_input(input):
-    return (input.unsqueeze(0), True) if input.ndim == 3 else (input, False)
-
-
 def max_pool2d(
     input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
 ):
-    x, unbatched = _pool_input(input)
     y, idx = MaxPool2d.apply(
-        x,
+        input,
         op="max_pool2d",
         kernel_size=kernel_size,
         stride=stride,
@@ -413,8 +433,6 @@ def max_pool2d(
         dilation=dilation,
         ceil_mode=ceil_mode,
     )
-    if unbatched:
-        y, idx = y.squeeze(0), idx.squeeze(0)
     return (y, idx) if return_indices else y
 
 
@@ -427,9 +445,8 @@ def avg_pool2d(
     count_include_pad=True,
     divisor_override=None,
 ):
-    x, unbatched = _pool_input(input)
-    y = AvgPool2d.apply(
-        x,
+    return AvgPool2d.apply(
+        input,
         op="avg_pool2d",
         kernel_size=kernel_size,
         stride=stride,
@@ -438,19 +455,18 @@ def avg_pool2d(
         count_include_pad=count_include_pad,
         divisor_override=divisor_override,
     )
-    return y.squeeze(0) if unbatched else y
 
 
 def adaptive_avg_pool2d(input, output_size):
-    x, unbatched = _pool_input(input)
     if isinstance(output_size, int):
         size = (output_size, output_size)
     else:
         size = tuple(output_size)
         if len(size) == 1:
             size = (size[0], size[0])
-    y = AdaptiveAvgPool2d.apply(x, op="adaptive_avg_pool2d", output_size=size)
-    return y.squeeze(0) if unbatched else y
+    if size == (1, 1) and input.ndim in (3, 4):  # torch's kernel: the mean over H and W
+        return input.mean((-1, -2), keepdim=True)
+    return AdaptiveAvgPool2d.apply(input, op="adaptive_avg_pool2d", output_size=size)
 
 
 # ---------------------------------------------------------------------------------------------

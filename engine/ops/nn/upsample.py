@@ -341,9 +341,9 @@ def interpolate(
             "bicubic and trilinear without it are"
         )
     if mode == "area":
-        from engine.ops.nn import pool
+        from engine.ops import nn as nn_ops
 
-        pooling = getattr(pool, f"adaptive_avg_pool{k}d", None)
+        pooling = getattr(nn_ops, f"adaptive_avg_pool{k}d", None)
         if pooling is None:
             raise NotImplementedError(
                 f"interpolate: area mode on a {input.ndim}-D input needs "
