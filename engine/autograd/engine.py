@@ -163,6 +163,8 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                         del g
                 else:
                     out = list(node.backward(*grads))
+                    for i in range(len(grads)):  # freed first to last, as torch's input buffer
+                        grads[i] = None
                     del grads
             finally:
                 if scope is not None:

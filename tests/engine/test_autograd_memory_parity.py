@@ -665,3 +665,20 @@ def test_copy_into_a_tensor_with_history_sends_it_zeros_as_torch(through_view):
     np.testing.assert_array_equal(ex, tx)
     np.testing.assert_array_equal(ez, tz)
     assert (ex == 0).all() if not through_view else (ex[:, 5:15] == 0).all()
+
+
+def test_a_node_of_several_gradients_frees_them_first_to_last_as_torch():
+    # UnbindBackward0 is handed one gradient per piece: torch frees its input buffer in order
+    pytest.importorskip("torch")
+    from tests.engine.test_memory_vs_torch import assert_steps_as_torch, forward_backward
+
+    def make(m):
+        x = m.tensor(np.arange(6 * 40.0).reshape(6, 40), requires_grad=True)
+
+        def run():
+            parts = [p * float(i + 2) for i, p in enumerate((x * 1.0).unbind(0))]
+            return m.stack(parts[::-1]).sum(1)
+
+        return forward_backward(m, run)
+
+    assert_steps_as_torch(make)
