@@ -292,9 +292,11 @@ class Abs(Unary):
 
 class Sign(Unary):
     float_only = False
-    differentiable = False
 
     ufunc = np.sign
+
+    def backward(self, g):  # torch's SignBackward0: zeros_like(grad)
+        return (kernels.zeros(tuple(g.shape), g._dtype, g._device),)
 
 
 class Erf(Unary):
@@ -348,10 +350,16 @@ class PowScalar(Unary):
         if e == 0:
             return (g * 0,)
         # derivatives.yaml's pow_backward: grad * (exponent * self.pow(exponent - 1)); both
-        # temporaries live until the product is made, as in PyTorch's C++ expression.
+        # temporaries live until the product is made and die last-made-first, as in PyTorch's
+        # C++ expression.
         p = x ** (e - 1)
         scaled = p * e
-        return (g * scaled,)
+        r = g * scaled
+        del scaled, p
+        return (r,)
+
+    def name(self) -> str:
+        return "PowBackward0"
 
 
 _SAVED = object()  # marks an argument kept as a SavedTensor
@@ -624,6 +632,9 @@ class Sub(Binary):
         na, nb = self._needs()
         return self._grads(g if na else None, (g * (-self.alpha)) if nb else None)
 
+    def name(self) -> str:  # number - tensor is torch's rsub(tensor, number)
+        return "SubBackward0" if self.a_t else "RsubBackward1"
+
 
 class Mul(Binary):
     opname = "mul"
@@ -750,6 +761,9 @@ class PowTensor(Binary):
             gb = None
         return self._grads(ga, gb)
 
+    def name(self) -> str:  # tensor ** tensor: PowBackward1; number ** tensor: PowBackward2
+        return "PowBackward1" if self.a_t else "PowBackward2"
+
     @staticmethod
     def _tensor_grads(g, a, b, y, na, nb):
         """derivatives.yaml's pow_backward_exponent, then pow_backward_self (PowBackward1 runs
@@ -780,21 +794,25 @@ class Maximum(Binary):
 
     def backward(self, g):
         # derivatives.yaml: self: at::where(self == other, grad / 2, grad).masked_fill_(self <
-        # other, 0); other: the same with self > other. grad / 2, the equality mask and the
-        # second mask live until the statement ends, as C++ temporaries do.
+        # other, 0); other: the same with self > other; other's first, as torch's generated
+        # node runs them. In each statement the arguments are made right to left (grad / 2,
+        # then the equality mask), the losing mask after the where, and the temporaries die
+        # last-made-first at the statement's end.
         a, b = self.saved_tensors
         na, nb = self._needs()
-        ga = self._one(g, a, b, a < b if self.ufunc is np.maximum else a > b) if na else None
-        gb = self._one(g, a, b, a > b if self.ufunc is np.maximum else a < b) if nb else None
+        greater = self.ufunc is np.maximum
+        gb = self._one(g, a, b, lambda: a > b if greater else a < b) if nb else None
+        ga = self._one(g, a, b, lambda: a < b if greater else a > b) if na else None
         return self._grads(ga, gb)
 
     @staticmethod
-    def _one(g, a, b, loses):
+    def _one(g, a, b, losing):
         half = g / 2
         tie = a == b
         r = Where.apply(tie, half, g)
+        loses = losing()
         r.masked_fill_(loses, 0)
-        del half, tie
+        del loses, tie, half
         return r
 
 
@@ -880,6 +898,9 @@ class Where(Function):
                 else None
             )
         return tuple(grads)
+
+    def name(self) -> str:
+        return "WhereBackward0"
 
 
 class MaskedFill(Function):

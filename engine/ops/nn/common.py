@@ -135,3 +135,48 @@ def _blocked(func, out, *arrays) -> bool:
     else:
         part((0, n))
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# ATen's C++ composites' scalar arithmetic (torch's own composites call these, not Python's
+# operators, and their nodes are named for it)
+# ---------------------------------------------------------------------------------------------
+class _ScalarOp(Function):
+    """tensor + number and tensor - number as ATen's C++ composites write them (add.Scalar,
+    sub.Scalar): torch's AddBackward1 / SubBackward1, the gradient passed on as it is.
+    (Python's `t + 0.5` wraps the number in a tensor: AddBackward0, the engine's operators.)"""
+
+    def forward(self, x, out=None, kind="add", value=0.0):
+        self.kind = kind
+        y = kernels.empty(tuple(x.shape), x._dtype, x._device)
+        if _live(x._device):
+            xp = kernels.xp_of(x)
+            if kind == "add":
+                xp.add(x._data, value, out=y._data)
+            else:
+                xp.subtract(x._data, value, out=y._data)
+        return y
+
+    def backward(self, g):
+        return (g,)
+
+    def name(self):
+        return "AddBackward1" if self.kind == "add" else "SubBackward1"
+
+
+def add_scalar(t: Tensor, value) -> Tensor:
+    """C++'s `t + number` (AddBackward1)."""
+    return _ScalarOp.apply(t, op="add", kind="add", value=float(value))
+
+
+def sub_scalar(t: Tensor, value) -> Tensor:
+    """C++'s `t - number` (SubBackward1)."""
+    return _ScalarOp.apply(t, op="sub", kind="sub", value=float(value))
+
+
+def rsub_scalar(value, t: Tensor) -> Tensor:
+    """C++'s `number - t`: a tensor filled with the number, t subtracted in place
+    (SubBackward0; Python's `number - t` is torch's rsub, RsubBackward1)."""
+    from engine import creation
+
+    return creation.full_like(t, float(value)).sub_(t)

@@ -186,12 +186,9 @@ class Conv2d(Function):
     """
 
     def to_save(self, tensors):
-        idx = []
-        if tensors[1].requires_grad:
-            idx.append(0)  # grad_W needs the input's columns
-        if tensors[0].requires_grad:
-            idx.append(1)  # grad_x needs W
-        self._save_idx = tuple(idx)
+        # torch's ConvolutionBackward0 keeps input and weight whichever needs a gradient (one
+        # formula gives all three): a frozen layer's input stays alive until backward
+        self._save_idx = (0, 1)
         return self._save_idx
 
     def forward(

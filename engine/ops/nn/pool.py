@@ -214,6 +214,7 @@ class MaxPool2d(Function):
     """max_pool2d_with_indices: (values, int64 flat indices into H*W); gradient to the argmax."""
 
     num_outputs = 2
+    retain_inputs = (0,)  # torch's node keeps self (its values unread: the indices say all)
 
     def forward(
         self, x, out=None, kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode=False
@@ -239,6 +240,7 @@ class MaxPool2d(Function):
 
     def backward(self, g, g_idx=None):
         n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = self.geom
+        (_,) = self.saved_tensors  # (torch unpacks self: an in-place change is an error)
         idx = self.kept("indices")
         dev = g._device
         gx = kernels.zeros(self.x_shape, g._dtype, dev)
@@ -296,6 +298,8 @@ def _avg_divisor(geo, count_include_pad, divisor_override):
 
 
 class AvgPool2d(Function):
+    retain_inputs = (0,)  # torch's node keeps self (for its shape)
+
     def forward(
         self,
         x,
@@ -327,6 +331,7 @@ class AvgPool2d(Function):
         return y
 
     def backward(self, g):
+        (_,) = self.saved_tensors  # (torch unpacks self: an in-place change is an error)
         dev = g._device
         gx = kernels.zeros(self.x_shape, g._dtype, dev)
         if _live(dev):
@@ -372,6 +377,8 @@ def _adaptive_ranges(size, n_out):
 
 
 class AdaptiveAvgPool2d(Function):
+    retain_inputs = (0,)  # torch's node keeps self (for its shape)
+
     def forward(self, x, out=None, output_size=(1, 1)):
         if x.ndim not in (3, 4):
             raise RuntimeError(
@@ -397,6 +404,7 @@ class AdaptiveAvgPool2d(Function):
         return y
 
     def backward(self, g):
+        (_,) = self.saved_tensors  # (torch unpacks self: an in-place change is an error)
         h, w = self.x_shape[-2:]
         oh, ow = self.out_hw
         dev = g._device

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from engine.autograd.grad_mode import no_grad
 from engine.ops.common import result_type
+from engine.ops.nn.common import add_scalar
 from engine.tensor import Tensor
 
 
@@ -46,7 +47,7 @@ def pairwise_distance(x1: Tensor, x2: Tensor, p=2.0, eps=1e-6, keepdim=False) ->
     from engine.ops import reduce as R
 
     last = max(x1.ndim, x2.ndim) - 1
-    # one C++ statement: x1 - x2 lives until the norm is made
+    # one C++ statement: x1 - x2 lives until the norm is made; + eps is add.Scalar
     diff = x1 - x2
-    shifted = diff + eps
+    shifted = add_scalar(diff, eps)
     return R.VectorNorm.apply(shifted, op="norm", ord=p, dim=last, keepdim=keepdim, aten_norm=True)
