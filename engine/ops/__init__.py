@@ -1422,7 +1422,8 @@ def split(input, split_size_or_sections, dim=0):
                 f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
                 f"dimension {d}), but got split_sizes={sizes}"
             )
-    return V.SplitViews.apply(input, op="split", dim=d, sizes=tuple(sizes))
+    with_sizes = not isinstance(split_size_or_sections, int)
+    return V.SplitViews.apply(input, op="split", dim=d, sizes=tuple(sizes), with_sizes=with_sizes)
 
 
 @_export(
@@ -1505,7 +1506,6 @@ def _register_methods() -> None:
         cuda=lambda self, device=None: to(self, device=device or "cuda"),
         __neg__=neg,
         __abs__=abs,
-        __invert__=logical_not,
         # the operators reach forward directly (no wrapper: each call counts on tiny tensors);
         # number + tensor is tensor + number, as in PyTorch
         __add__=add_op,
@@ -1535,8 +1535,6 @@ def _register_methods() -> None:
         __le__=le,
         __gt__=gt,
         __ge__=ge,
-        __and__=logical_and,
-        __or__=logical_or,
     )
     scenarios = dict(
         view=Scenario(
@@ -1557,7 +1555,9 @@ def _register_methods() -> None:
         ),
     )
     for name, fn in extra.items():
-        register(name, fn, function=False, method=True, scenario=scenarios.get(name))
+        # torch.fill_ / torch.zero_ are functions too
+        function = name in ("fill_", "zero_")
+        register(name, fn, function=function, method=True, scenario=scenarios.get(name))
     Tensor.T = property(lambda self: permute(self, *reversed(range(self.ndim))))
     Tensor.mT = property(lambda self: transpose(self, -2, -1))
     Tensor.data = property(_data_alias, lambda self, value: _set_data(self, value))
@@ -1584,15 +1584,21 @@ _register_methods()
 # issue 10's ops (activations; shaping and joining; indexing writes) register theirs too
 from engine.ops import activations as _activations  # noqa: E402, F401
 from engine.ops import attention as _attention  # noqa: E402, F401
+from engine.ops import composites as _composites  # noqa: E402, F401
 from engine.ops import contract as _contract  # noqa: E402, F401
 from engine.ops import conv1d as _conv1d  # noqa: E402, F401
 from engine.ops import conv_transpose as _conv_transpose  # noqa: E402, F401
+from engine.ops import cumulative as _cumulative  # noqa: E402, F401
 from engine.ops import factory as _factory  # noqa: E402, F401
 from engine.ops import group_norm as _group_norm  # noqa: E402, F401
+from engine.ops import mathops as _mathops  # noqa: E402, F401
 from engine.ops import nn as _nn  # noqa: E402, F401
 from engine.ops import registry as _registry  # noqa: E402
 from engine.ops import scatter as _scatter  # noqa: E402, F401
+from engine.ops import selection as _selection  # noqa: E402, F401
+from engine.ops import setops as _setops  # noqa: E402, F401
 from engine.ops import shape as _shape  # noqa: E402, F401
+from engine.ops import statistics as _statistics  # noqa: E402, F401
 
 _ns = _registry.functions()  # engine.<name>: engine/__init__.py publishes these
 _registry.bind_methods(Tensor)

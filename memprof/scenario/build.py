@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -362,10 +363,20 @@ def autocast_region(autocast: tuple[str, str | None] | None) -> Iterator[None]:
 
 def results(node, out) -> list[tuple[str, Any]]:
     """(name, tensor) for each name the node binds to its result (a tuple result is bound by
-    position; None values and `_` bind nothing)."""
+    position, a nested tuple by a nested list; None values and `_` bind nothing)."""
     if isinstance(node.out, list):
-        return [(n, v) for n, v in zip(node.out, out, strict=True) if n != "_" and v is not None]
+        return _bind(node.out, out)
     return [(node.out_name, out)]
+
+
+def _bind(names: list, values) -> list[tuple[str, Any]]:
+    pairs = []
+    for n, v in zip(names, values, strict=True):
+        if isinstance(n, list):
+            pairs += _bind(n, v)
+        elif n != "_" and v is not None:
+            pairs.append((n, v))
+    return pairs
 
 
 def bound_names(program) -> list[str]:
@@ -373,32 +384,61 @@ def bound_names(program) -> list[str]:
     return [n for node in program for n in node.out_names]
 
 
+def _spelled(names: list) -> str:
+    """An `out` list as the YAML spells it: [y, [h, c]]."""
+    return "[" + ", ".join(_spelled(n) if isinstance(n, list) else n for n in names) + "]"
+
+
+def _suggested(value) -> str:
+    """The `out` list that binds `value`, a tuple (nested tuples as nested lists)."""
+    count = itertools.count()
+
+    def walk(v):
+        return [walk(e) if isinstance(e, (tuple, list)) else f"y{next(count)}" for e in v]
+
+    return _spelled(walk(value))
+
+
 def _check_result(node, out) -> None:
-    multiple = isinstance(node.out, list)
-    if isinstance(out, (tuple, list)) and not multiple:
+    if isinstance(out, (tuple, list)) and not isinstance(node.out, list):
         raise NotATensor(
             f"expected node {node.id!r} to return a tensor, found a tuple of {len(out)} values; "
-            f"bind them with a list: out: [{', '.join(f'y{i}' for i in range(len(out)))}]"
+            f"bind them with a list: out: {_suggested(out)}"
         )
-    if multiple:
-        if not isinstance(out, (tuple, list)):
-            raise NotATensor(
-                f"expected node {node.id!r} to return {len(node.out)} values for out: "
-                f"[{', '.join(node.out)}], found one {type(out).__name__}"
-            )
-        if len(out) != len(node.out):
-            raise NotATensor(
-                f"expected node {node.id!r} to return {len(node.out)} values for out: "
-                f"[{', '.join(node.out)}], found {len(out)}"
-            )
-        bad = [type(v).__name__ for v in out if v is not None and not _is_tensor(v)]
-        if bad:
-            raise NotATensor(f"expected node {node.id!r} to return tensors, found {bad[0]}")
+    if isinstance(node.out, list):
+        _check_values(node, node.out, out)
         return
     if not _is_tensor(out):
         raise NotATensor(
             f"expected node {node.id!r} to return a tensor, found {type(out).__name__}"
         )
+
+
+def _check_values(node, names: list, out) -> None:
+    """`out` (a tuple, maybe nested) matches the `out` list `names`, and holds tensors."""
+    if not isinstance(out, (tuple, list)):
+        raise NotATensor(
+            f"expected node {node.id!r} to return {len(names)} values for out: "
+            f"{_spelled(names)}, found one {type(out).__name__}"
+        )
+    if len(out) != len(names):
+        raise NotATensor(
+            f"expected node {node.id!r} to return {len(names)} values for out: "
+            f"{_spelled(names)}, found {len(out)}"
+        )
+    for n, v in zip(names, out, strict=True):
+        if isinstance(n, list):
+            _check_values(node, n, v)
+        elif isinstance(v, (tuple, list)):
+            raise NotATensor(
+                f"expected node {node.id!r} to return tensors, found a tuple of {len(v)} "
+                f"values for {n!r}; bind them with a nested list: out: "
+                f"{_spelled([_suggested(v) if m == n else m for m in names])}"
+            )
+        elif v is not None and not _is_tensor(v):
+            raise NotATensor(
+                f"expected node {node.id!r} to return tensors, found {type(v).__name__}"
+            )
 
 
 def _module_kwargs(node, values: dict) -> dict:

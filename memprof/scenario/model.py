@@ -207,6 +207,11 @@ for _name, _m in _MODULE_MODELS.items():
 # --- program nodes ----------------------------------------------------------------------------
 
 
+def _flat_names(out: list) -> list[str]:
+    """The names of an `out` list, nested lists flattened in order."""
+    return [n for item in out for n in (item if isinstance(item, list) else [item])]
+
+
 class NodeBase(Strict):
     id: Name = Field(description="the node's name, used in reports and warnings")
     inputs: TensorRefList = Field(
@@ -214,24 +219,29 @@ class NodeBase(Strict):
         alias="in",
         description="tensor names read by the node, in order; MODULE.PARAM reads a parameter",
     )
-    out: Name | Annotated[list[Name], Field(min_length=1)] | None = Field(
+    out: (
+        Name
+        | Annotated[list[Name | Annotated[list[Name], Field(min_length=1)]], Field(min_length=1)]
+        | None
+    ) = Field(
         None,
         description="the name bound to the result (default: the node id); a list binds the "
-        "values of a tuple result in order (`out: [y, weights]`), `_` drops one",
+        "values of a tuple result in order (`out: [y, weights]`), a list inside it a nested "
+        "tuple (an LSTM's `out: [y, [h, c]]`), `_` drops one",
     )
 
     @property
     def out_name(self) -> str:
         """The name of a single result (the first name of a list)."""
         if isinstance(self.out, list):
-            return self.out[0]
+            return _flat_names(self.out)[0]
         return self.out or self.id
 
     @property
     def out_names(self) -> list[str]:
         """Every name the node binds (`_` in a list binds nothing)."""
         if isinstance(self.out, list):
-            return [n for n in self.out if n != "_"]
+            return [n for n in _flat_names(self.out) if n != "_"]
         return [self.out or self.id]
 
 

@@ -117,6 +117,15 @@ CALLS = {
     "dropout2d": lambda L: engine.nn.functional.dropout2d(L(2, 3, 4, 2), 0.5),
     "dropout3d": lambda L: engine.nn.functional.dropout3d(L(1, 2, 3, 4, 2), 0.5),
     "max_pool1d": lambda L: engine.max_pool1d(L(2, 3, 6), 2),
+    "conv3d": lambda L: engine.conv3d(L(1, 2, 3, 4, 4), L(3, 2, 2, 2, 2), L(3)),
+    "conv_transpose1d": lambda L: engine.conv_transpose1d(L(1, 2, 4), L(2, 3, 2), L(3)),
+    "conv_transpose3d": lambda L: engine.conv_transpose3d(L(1, 2, 2, 3, 3), L(2, 3, 2, 2, 2), L(3)),
+    "max_pool3d": lambda L: engine.max_pool3d(L(1, 2, 4, 4, 4), 2),
+    "avg_pool3d": lambda L: engine.nn.functional.avg_pool3d(L(1, 2, 4, 4, 4), 2),
+    "adaptive_avg_pool3d": lambda L: engine.nn.functional.adaptive_avg_pool3d(L(1, 2, 4, 4, 4), 2),
+    "adaptive_max_pool1d": lambda L: engine.adaptive_max_pool1d(L(2, 3, 6), 4),
+    "adaptive_max_pool2d": lambda L: engine.nn.functional.adaptive_max_pool2d(L(1, 2, 4, 4), 3),
+    "adaptive_max_pool3d": lambda L: engine.nn.functional.adaptive_max_pool3d(L(1, 2, 4, 4, 4), 3),
     "avg_pool1d": lambda L: engine.avg_pool1d(L(2, 3, 6), 2),
     "adaptive_avg_pool1d": lambda L: engine.adaptive_avg_pool1d(L(2, 3, 6), 4),
     "pixel_shuffle": lambda L: engine.pixel_shuffle(L(1, 4, 2, 3), 2),
@@ -187,7 +196,38 @@ CALLS = {
     "pow_": lambda L: engine.pow_(L() * 1.0, 3),
     "__pow__": lambda L: L() ** 3,
     "__ipow__": lambda L: _ipow(L),
+    "prelu": lambda L: engine.prelu(L(), L(4)),
+    "rrelu": lambda L: engine.rrelu(L(), training=True),
+    "channel_shuffle": lambda L: engine.channel_shuffle(L(1, 4, 2), 2),
+    "alpha_dropout": lambda L: engine.alpha_dropout(L(), 0.5, True),
+    "feature_alpha_dropout": lambda L: engine.feature_alpha_dropout(L(), 0.5, True),
+    "lp_pool1d": lambda L: engine.nn.functional.lp_pool1d(L(2, 3, 6), 2, 2),
+    "lp_pool2d": lambda L: engine.nn.functional.lp_pool2d(L(1, 2, 4, 4), 2, 2),
+    "local_response_norm": lambda L: engine.nn.functional.local_response_norm(L(2, 3, 4), 2),
+    "soft_margin_loss": lambda L: engine.nn.functional.soft_margin_loss(L(), L() * 0 - 1),
+    "multi_margin_loss": lambda L: engine.nn.functional.multi_margin_loss(
+        L(), _idx(0, 1, 3), p=2, weight=L(4).detach()
+    ),
+    "multilabel_margin_loss": lambda L: engine.nn.functional.multilabel_margin_loss(
+        L(), _idx(0, 2, -1, 0, 1, 3, -1, 0, 3, 3, 1, -1).reshape(3, 4)
+    ),
+    "margin_ranking_loss": lambda L: engine.margin_ranking_loss(L(3), L(3), L(3) * 0 + 1),
+    "hinge_embedding_loss": lambda L: engine.hinge_embedding_loss(L(), (L() > 1.0) * 2.0 - 1),
+    "cosine_embedding_loss": lambda L: engine.cosine_embedding_loss(L(), L(), _idx(1, -1, 1)),
+    "triplet_margin_loss": lambda L: engine.triplet_margin_loss(L(), L(), L(), swap=True),
+    "triplet_margin_with_distance_loss": lambda L: (
+        engine.nn.functional.triplet_margin_with_distance_loss(L(), L(), L())
+    ),
+    "poisson_nll_loss": lambda L: engine.poisson_nll_loss(L(), L() * 3, False, True),
+    "multilabel_soft_margin_loss": lambda L: engine.nn.functional.multilabel_soft_margin_loss(
+        L(), (L() > 1.0) * 1.0
+    ),
+    "gaussian_nll_loss": lambda L: engine.nn.functional.gaussian_nll_loss(L(), L(), L()),
     "__ifloordiv__": lambda L: _ifloordiv(L),
+    "masked_select": lambda L: engine.masked_select(L(), L() > 1.0),
+    "take_along_dim": lambda L: engine.take_along_dim(L(), _idx(0, 2, 1).reshape(3, 1), 1),
+    "dsplit": lambda L: engine.dsplit(L(2, 3, 4), 2),
+    "split_with_sizes": lambda L: engine.split_with_sizes(L(), [1, 2]),
 }
 
 
@@ -225,6 +265,32 @@ NOT_WALKED = {
     "one_hot": "integer input",
     "t": "walked through transpose; t() of a 2-D tensor",
     "__setitem__": None,  # walked (CALLS)
+    **dict.fromkeys(
+        ("asinh_", "acosh_", "atanh_", "arcsinh_", "arccosh_", "arctanh_"),
+        "no derivative in place: backward raises (torch's not_implemented); forward walked",
+    ),
+    **dict.fromkeys(
+        ("heaviside", "heaviside_", "floor_divide", "floor_divide_", "unique"),
+        "no derivative: backward raises, as torch's",
+    ),
+    **dict.fromkeys(
+        (
+            "bitwise_not",
+            "bitwise_not_",
+            *(f"bitwise_{n}{s}" for n in ("and", "or", "xor") for s in ("", "_")),
+            *(f"bitwise_{n}_shift{s}" for n in ("left", "right") for s in ("", "_")),
+            *(f"__{p}{n}__" for n in ("and", "or", "xor", "lshift", "rshift") for p in "ri"),
+            "__and__",
+            "__or__",
+            "__xor__",
+            "__lshift__",
+            "__rshift__",
+            "__invert__",
+        ),
+        "integer and bool tensors only: no gradient",
+    ),
+    "is_nonzero": "a Python bool of a one-element tensor",
+    "unique_consecutive": "no derivative: backward raises, as torch's",
 }
 NOT_WALKED = {k: v for k, v in NOT_WALKED.items() if v is not None}
 

@@ -38,6 +38,10 @@ INPUTS = {
     "k1": {"shape": [2, 3, 3]},
     "gidx": {"shape": [2, 4], "init": "randint", "high": 4, "dtype": "int64"},
     "kt": {"shape": [2, 3, 2, 2]},
+    "vol": {"shape": [1, 2, 3, 4, 4]},
+    "k3": {"shape": [3, 2, 2, 2, 2]},
+    "c4": {"shape": [4], "init": "rand"},
+    "t2": {"shape": [2], "init": "rand"},
 }
 
 # op -> (tensor inputs, args, expected result shape)
@@ -173,6 +177,33 @@ OP_CALLS = {
     **{n: (["x"], {}, [2, 4]) for n in ("zeros_like", "ones_like", "empty_like")},
     **{n: (["x"], {}, [2, 4]) for n in ("rand_like", "randn_like")},
     "full_like": (["x"], {"fill_value": 3.0}, [2, 4]),
+    "conv3d": (["vol", "k3"], {}, [1, 3, 2, 3, 3]),
+    "max_pool3d": (["img"], {"kernel_size": 2}, [1, 1, 3, 3]),
+    "avg_pool3d": (["img"], {"kernel_size": 2}, [1, 1, 3, 3]),
+    "adaptive_avg_pool3d": (["img"], {"output_size": 2}, [1, 2, 2, 2]),
+    "adaptive_max_pool2d": (["img"], {"output_size": [3, 3]}, [1, 2, 3, 3]),
+    "prelu": (["x", "c4"], {}, [2, 4]),
+    "rrelu": (["x"], {"training": True}, [2, 4]),
+    "channel_shuffle": (["img"], {"groups": 2}, [1, 2, 6, 6]),
+    "lp_pool1d": (["seq"], {"norm_type": 2.0, "kernel_size": 2}, [2, 3, 2]),
+    "lp_pool2d": (["img"], {"norm_type": 2.0, "kernel_size": 2}, [1, 2, 3, 3]),
+    "soft_margin_loss": (["x", "x2"], {}, []),
+    "hinge_embedding_loss": (["x", "x2"], {"reduction": "none"}, [2, 4]),
+    "multilabel_soft_margin_loss": (["x", "x2"], {}, []),
+    "multi_margin_loss": (["x", "labels"], {"p": 2}, []),
+    "margin_ranking_loss": (["t2", "t2", "t2"], {"margin": 0.5}, []),
+    "cosine_embedding_loss": (["x", "x2", "t2"], {"reduction": "none"}, [2]),
+    "triplet_margin_loss": (["x", "x2", "x"], {}, []),
+    "poisson_nll_loss": (["x", "x2"], {"full": True}, []),
+    "gaussian_nll_loss": (["x", "x2", "x2"], {"reduction": "sum"}, []),
+    # scans and reductions beside cumsum and sum
+    "prod": (["x"], {"dim": 1}, [2]),
+    "cumprod": (["x"], {"dim": 1}, [2, 4]),
+    "cummax": (["x"], {"dim": 1}, [[2, 4], [2, 4]]),
+    "cummin": (["x"], {"dim": 0}, [[2, 4], [2, 4]]),
+    "logcumsumexp": (["x"], {"dim": 1}, [2, 4]),
+    "nansum": (["x"], {"dim": 1}, [2]),
+    "nanmean": (["x"], {}, []),
 }
 
 # module type -> (spec, tensor inputs)
@@ -240,6 +271,26 @@ MODULE_CALLS = {
         {"layers": [{"type": "Linear", "in_features": 4, "out_features": 4}, {"type": "ReLU"}]},
         ["x"],
     ),
+    "PReLU": ({"num_parameters": 4}, ["x"]),
+    "RReLU": ({"lower": 0.1, "upper": 0.2}, ["x"]),
+    "Softmax2d": ({}, ["img"]),
+    "ChannelShuffle": ({"groups": 2}, ["img"]),
+    "LocalResponseNorm": ({"size": 2}, ["seq"]),
+    "AlphaDropout": ({"p": 0.2}, ["x"]),
+    "FeatureAlphaDropout": ({"p": 0.2}, ["img"]),
+    "LPPool1d": ({"norm_type": 2.0, "kernel_size": 2}, ["seq"]),
+    "LPPool2d": ({"norm_type": 1.5, "kernel_size": 2}, ["img"]),
+    "MarginRankingLoss": ({"margin": 0.1}, ["t2", "t2", "t2"]),
+    "HingeEmbeddingLoss": ({}, ["x", "x2"]),
+    "CosineEmbeddingLoss": ({}, ["x", "x2", "t2"]),
+    "SoftMarginLoss": ({}, ["x", "x2"]),
+    "MultiLabelSoftMarginLoss": ({}, ["x", "x2"]),
+    "MultiMarginLoss": ({"margin": 0.5}, ["x", "labels"]),
+    "MultiLabelMarginLoss": ({}, ["x", "gidx"]),
+    "TripletMarginLoss": ({"swap": True}, ["x", "x2", "x"]),
+    "TripletMarginWithDistanceLoss": ({}, ["x", "x2", "x"]),
+    "PoissonNLLLoss": ({"log_input": False}, ["x", "x2"]),
+    "GaussianNLLLoss": ({"full": True}, ["x", "x2", "x2"]),
     # activations (issue 10)
     **{
         n: ({"inplace": True}, ["x"])
@@ -311,6 +362,31 @@ MODULE_CALLS = {
         },
         ["seq"],
     ),
+    "Conv3d": ({"in_channels": 1, "out_channels": 2, "kernel_size": 2}, ["img"]),
+    "ConvTranspose1d": ({"in_channels": 3, "out_channels": 2, "kernel_size": 2}, ["seq"]),
+    "ConvTranspose3d": ({"in_channels": 1, "out_channels": 2, "kernel_size": 2}, ["img"]),
+    "BatchNorm3d": ({"num_features": 2}, ["vol"]),
+    "MaxPool3d": ({"kernel_size": 2}, ["img"]),
+    "AvgPool3d": ({"kernel_size": 2}, ["img"]),
+    "AdaptiveAvgPool3d": ({"output_size": 2}, ["img"]),
+    "AdaptiveMaxPool1d": ({"output_size": 2}, ["seq"]),
+    "AdaptiveMaxPool2d": ({"output_size": [3, 3]}, ["img"]),
+    "AdaptiveMaxPool3d": ({"output_size": 2}, ["img"]),
+    # recurrent layers: (output, h_n) binds a list; LSTM's (output, (h_n, c_n)) a nested one
+    "RNN": ({"input_size": 4, "hidden_size": 3, "num_layers": 2}, ["seq"], {"out": ["y", "h"]}),
+    "GRU": (
+        {"input_size": 4, "hidden_size": 3, "bidirectional": True},
+        ["seq"],
+        {"out": ["y", "h"]},
+    ),
+    "LSTM": (
+        {"input_size": 4, "hidden_size": 3, "batch_first": True},
+        ["seq"],
+        {"out": ["y", ["h", "c"]]},
+    ),
+    "RNNCell": ({"input_size": 4, "hidden_size": 3}, ["x"]),
+    "GRUCell": ({"input_size": 4, "hidden_size": 3}, ["x"]),
+    "LSTMCell": ({"input_size": 4, "hidden_size": 3}, ["x"], {"out": ["h", "c"]}),
 }
 
 

@@ -180,6 +180,50 @@ def test_a_tuple_result_needs_a_list_of_names(tmp_path):
     assert found == ["expected node 'a' to return 3 values for out: [y, w, z], found 2"]
 
 
+LSTM = """\
+name: lstm
+device: cpu
+inputs:
+  x: {shape: [2, 5, 4]}
+modules:
+  rnn: {type: LSTM, input_size: 4, hidden_size: 3, batch_first: true}
+program:
+  - {id: r, module: rnn, in: [x], OUT}
+  - {id: s, op: sum, in: READ}
+"""
+
+
+def test_a_nested_list_binds_an_lstms_nested_tuple(tmp_path):
+    path = write(tmp_path, LSTM.replace("OUT", "out: [y, [h, c]]").replace("READ", "c"))
+    [v] = run_scenario(path)["variants"]
+    assert v["status"] == "ok", v["error"]
+    tl = v["timeline"]
+    rows = zip(tl["tensor"], tl["bytes"], tl["action"], strict=True)
+    made = {t: b for t, b, a in rows if a == "alloc"}
+    # y [2, 5, 3]; h_n and c_n [1, 2, 3]; float32: each bound and named by the nested list
+    assert made["y"] == 2 * 5 * 3 * 4 and made["h"] == made["c"] == 2 * 3 * 4
+
+
+@pytest.mark.parametrize(
+    "out, message",
+    [
+        (
+            "out: [y, hc]",
+            "expected node 'r' to return tensors, found a tuple of 2 values for 'hc'; bind them "
+            "with a nested list: out: [y, [y0, y1]]",
+        ),
+        ("out: [y, [h, c, d]]", "expected node 'r' to return 3 values for out: [h, c, d], found 2"),
+        (
+            "out: y",
+            "expected node 'r' to return a tensor, found a tuple of 2 values; bind them "
+            "with a list: out: [y0, [y1, y2]]",
+        ),
+    ],
+)
+def test_a_nested_tuple_result_names_the_binding_it_needs(tmp_path, out, message):
+    assert problems(tmp_path, LSTM.replace("OUT", out).replace("READ", "y")) == [message]
+
+
 def test_split_binds_its_pieces(tmp_path):
     path = write(
         tmp_path,

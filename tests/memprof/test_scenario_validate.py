@@ -42,7 +42,8 @@ def test_a_good_file_loads_with_one_spec_per_variant(tmp_path):
 
 def test_unknown_op_names_the_position_and_suggests(tmp_path):
     assert problems(tmp_path, GOOD.replace("op: relu", "op: rleu")) == [
-        "s.yaml:5:19: expected a known op (did you mean 'relu' or 'relu6'?), found 'rleu'"
+        "s.yaml:5:19: expected a known op (did you mean 'relu', 'rrelu', 'relu6' or 'prelu'?), found "
+        "'rleu'"
     ]
 
 

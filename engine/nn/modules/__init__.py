@@ -14,11 +14,14 @@ from engine.nn.modules.activation import (
     LogSigmoid,
     LogSoftmax,
     Mish,
+    PReLU,
     ReLU,
     ReLU6,
+    RReLU,
     Sigmoid,
     SiLU,
     Softmax,
+    Softmax2d,
     Softmin,
     Softplus,
     Softshrink,
@@ -27,23 +30,43 @@ from engine.nn.modules.activation import (
     Tanhshrink,
     Threshold,
 )
+from engine.nn.modules.channelshuffle import ChannelShuffle
 from engine.nn.modules.container import ModuleDict, ModuleList, ParameterList, Sequential
 from engine.nn.modules.conv import Conv1d, Conv2d, ConvTranspose2d
 from engine.nn.modules.distance import CosineSimilarity, PairwiseDistance
-from engine.nn.modules.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
+from engine.nn.modules.dropout import (
+    AlphaDropout,
+    Dropout,
+    Dropout1d,
+    Dropout2d,
+    Dropout3d,
+    FeatureAlphaDropout,
+)
 from engine.nn.modules.flatten import Flatten, Unflatten
 from engine.nn.modules.linear import Identity, Linear
 from engine.nn.modules.loss import (
     BCELoss,
     BCEWithLogitsLoss,
+    CosineEmbeddingLoss,
     CrossEntropyLoss,
+    GaussianNLLLoss,
+    HingeEmbeddingLoss,
     HuberLoss,
     KLDivLoss,
     L1Loss,
+    MarginRankingLoss,
     MSELoss,
+    MultiLabelMarginLoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
     NLLLoss,
+    PoissonNLLLoss,
     SmoothL1Loss,
+    SoftMarginLoss,
+    TripletMarginLoss,
+    TripletMarginWithDistanceLoss,
 )
+from engine.nn.modules.lp_pool import LPPool1d, LPPool2d
 from engine.nn.modules.module import (
     Module,
     RemovableHandle,
@@ -58,6 +81,7 @@ from engine.nn.modules.normalization import (
     InstanceNorm2d,
     InstanceNorm3d,
     LayerNorm,
+    LocalResponseNorm,
     RMSNorm,
 )
 from engine.nn.modules.padding import *  # noqa: F403 - ZeroPad1d ... CircularPad3d
@@ -71,6 +95,7 @@ from engine.nn.modules.pooling import (
     MaxPool1d,
     MaxPool2d,
 )
+from engine.nn.modules.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from engine.nn.modules.sparse import Embedding
 from engine.nn.modules.transformer import (
     MultiheadAttention,
@@ -83,6 +108,26 @@ from engine.nn.modules.transformer import (
 from engine.nn.modules.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
 __all__ = [
+    "GaussianNLLLoss",
+    "PoissonNLLLoss",
+    "TripletMarginWithDistanceLoss",
+    "TripletMarginLoss",
+    "MultiLabelMarginLoss",
+    "MultiMarginLoss",
+    "MultiLabelSoftMarginLoss",
+    "SoftMarginLoss",
+    "CosineEmbeddingLoss",
+    "HingeEmbeddingLoss",
+    "MarginRankingLoss",
+    "LPPool2d",
+    "LPPool1d",
+    "ChannelShuffle",
+    "LocalResponseNorm",
+    "FeatureAlphaDropout",
+    "AlphaDropout",
+    "Softmax2d",
+    "RReLU",
+    "PReLU",
     "ConvTranspose2d",
     "RMSNorm",
     "ParameterList",
@@ -166,3 +211,29 @@ __all__ = [
     "register_module_forward_pre_hook",
 ]
 __all__ += _padding
+__all__ += ["RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"]
+
+# 3-D convolution, pooling and batch norm; transposed 1-D/3-D convolution; adaptive max pooling
+from engine.nn.modules.conv import Conv3d, ConvTranspose1d, ConvTranspose3d  # noqa: E402
+from engine.nn.modules.normalization import BatchNorm3d  # noqa: E402
+from engine.nn.modules.pooling import (  # noqa: E402
+    AdaptiveAvgPool3d,
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    AdaptiveMaxPool3d,
+    AvgPool3d,
+    MaxPool3d,
+)
+
+__all__ += [
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose3d",
+    "BatchNorm3d",
+    "MaxPool3d",
+    "AvgPool3d",
+    "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d",
+]

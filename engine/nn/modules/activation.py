@@ -277,3 +277,57 @@ class Hardshrink(Module):
 class Softshrink(Hardshrink):
     def forward(self, input):
         return F.softshrink(input, self.lambd)
+
+
+class PReLU(Module):
+    """max(0, x) + weight * min(0, x), with a learned weight of 1 or num_parameters (= C)
+    slopes, each initialised to `init`."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None):
+        from engine.allocator.tracked import context
+        from engine.creation import empty
+        from engine.nn.parameter import Parameter
+
+        self.num_parameters = num_parameters
+        super().__init__()
+        self.init = init
+        with context(category="parameter"):
+            self.weight = Parameter(empty(num_parameters, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        from engine.nn import init
+
+        init.constant_(self.weight, self.init)
+
+    def forward(self, input):
+        return F.prelu(input, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
+
+
+class RReLU(Module):
+    """Leaky ReLU with a random negative slope from U(lower, upper) in training (the engine's
+    RNG), (lower + upper) / 2 in eval."""
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
+        super().__init__()
+        self.lower, self.upper, self.inplace = lower, upper, inplace
+
+    def forward(self, input):
+        return F.rrelu(input, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}" + _inplace_suffix(self.inplace)
+
+
+class Softmax2d(Module):
+    """softmax over the channels of [N, C, H, W] or [C, H, W] inputs (dim -3)."""
+
+    def forward(self, input):
+        if input.dim() not in (3, 4):
+            raise ValueError(
+                f"Softmax2d: expected input to be 3D or 4D, got {input.dim()}D instead"
+            )
+        return F.softmax(input, -3)

@@ -230,3 +230,158 @@ class ConvTranspose2d(Module):
             f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
             f"stride={self.stride}"
         )
+
+
+def _triple(v, name="value"):
+    from engine.ops.nn.conv3d import _ntuple
+
+    return _ntuple(v, 3, name)
+
+
+def _conv_nd_repr(m) -> str:
+    """torch's _ConvNd.extra_repr."""
+    s = f"{m.in_channels}, {m.out_channels}, kernel_size={m.kernel_size}, stride={m.stride}"
+    if isinstance(m.padding, str) or m.padding != (0,) * len(m.padding):
+        s += f", padding={m.padding}"
+    if m.dilation != (1,) * len(m.dilation):
+        s += f", dilation={m.dilation}"
+    op = getattr(m, "output_padding", None)
+    if op is not None and op != (0,) * len(op):
+        s += f", output_padding={op}"
+    if m.groups != 1:
+        s += f", groups={m.groups}"
+    if m.bias is None:
+        s += ", bias=False"
+    return s
+
+
+def _conv_nd_params(m, weight_shape, out_channels, bias, device, dtype) -> None:
+    with context(category="parameter"):
+        m.weight = Parameter(empty(*weight_shape, device=device, dtype=dtype))
+        if bias:
+            m.bias = Parameter(empty(out_channels, device=device, dtype=dtype))
+        else:
+            m.register_parameter("bias", None)
+    Conv2d.reset_parameters(m)
+
+
+def _check_groups(in_channels, out_channels, groups) -> None:
+    if groups <= 0:
+        raise ValueError("groups must be a positive integer")
+    if in_channels % groups:
+        raise ValueError("in_channels must be divisible by groups")
+    if out_channels % groups:
+        raise ValueError("out_channels must be divisible by groups")
+
+
+class Conv3d(Module):
+    """3-D convolution; weight [out_channels, in_channels/groups, kd, kh, kw], PyTorch's init."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        _check_groups(in_channels, out_channels, groups)
+        if padding_mode != "zeros":
+            raise NotImplementedError(
+                f"padding_mode={padding_mode!r} is not supported (only 'zeros')"
+            )
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(
+                    f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}"
+                )
+            if padding == "same" and _triple(stride) != (1, 1, 1):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = _triple(kernel_size, "kernel_size")
+        self.stride = _triple(stride, "stride")
+        self.padding = padding if isinstance(padding, str) else _triple(padding, "padding")
+        self.dilation = _triple(dilation, "dilation")
+        self.groups, self.padding_mode = groups, padding_mode
+        shape = (out_channels, in_channels // groups, *self.kernel_size)
+        _conv_nd_params(self, shape, out_channels, bias, device, dtype)
+
+    def forward(self, input):
+        return F.conv3d(
+            input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+    def extra_repr(self) -> str:
+        return _conv_nd_repr(self)
+
+
+class _ConvTransposeNd(Module):
+    _rank = 1
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        output_padding=0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation=1,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        from engine.ops.nn.conv3d import _ntuple
+
+        _check_groups(in_channels, out_channels, groups)
+        if padding_mode != "zeros":
+            raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
+        r = self._rank
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = _ntuple(kernel_size, r, "kernel_size")
+        self.stride, self.padding = _ntuple(stride, r, "stride"), _ntuple(padding, r, "padding")
+        self.output_padding = _ntuple(output_padding, r, "output_padding")
+        self.dilation, self.groups = _ntuple(dilation, r, "dilation"), groups
+        self.padding_mode = padding_mode
+        shape = (in_channels, out_channels // groups, *self.kernel_size)
+        _conv_nd_params(self, shape, out_channels, bias, device, dtype)
+
+    def forward(self, input, output_size=None):
+        if output_size is not None:
+            raise NotImplementedError(f"{type(self).__name__}: output_size= is not supported")
+        fn = F.conv_transpose1d if self._rank == 1 else F.conv_transpose3d
+        return fn(
+            input,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self.output_padding,
+            self.groups,
+            self.dilation,
+        )
+
+    def extra_repr(self) -> str:
+        return _conv_nd_repr(self)
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """Transposed 1-D convolution; weight [in_channels, out_channels/groups, k]."""
+
+    _rank = 1
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """Transposed 3-D convolution; weight [in_channels, out_channels/groups, kd, kh, kw]."""
+
+    _rank = 3

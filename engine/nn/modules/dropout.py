@@ -42,3 +42,18 @@ class Dropout3d(Dropout):
 
     def forward(self, input):
         return F.dropout3d(input, self.p, self.training, self.inplace)
+
+
+class AlphaDropout(Dropout):
+    """Alpha dropout in training (dropped units take SELU's negative saturation, the rest are
+    scaled and shifted to keep mean and variance); identity in eval."""
+
+    def forward(self, input):
+        return F.alpha_dropout(input, self.p, self.training)
+
+
+class FeatureAlphaDropout(Dropout):
+    """Alpha dropout of whole channels in training; identity in eval."""
+
+    def forward(self, input):
+        return F.feature_alpha_dropout(input, self.p, self.training)

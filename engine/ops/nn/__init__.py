@@ -22,6 +22,8 @@ Other scratch that is not charged is bounded by kernels.SCRATCH_ELEMS elements (
 from __future__ import annotations
 
 from engine.ops.nn.activation import gelu, glu, logsigmoid, softmin, softsign, tanhshrink
+from engine.ops.nn.alpha_dropout import alpha_dropout, feature_alpha_dropout
+from engine.ops.nn.channel_shuffle import channel_shuffle
 from engine.ops.nn.conv import conv2d
 from engine.ops.nn.dropout import (
     dropout,
@@ -34,6 +36,20 @@ from engine.ops.nn.dropout import (
 from engine.ops.nn.indexing import embedding, gather, index_select
 from engine.ops.nn.linear import linear
 from engine.ops.nn.loss import cross_entropy, mse_loss, nll_loss
+from engine.ops.nn.lp_pool import local_response_norm, lp_pool1d, lp_pool2d
+from engine.ops.nn.margin_loss import (
+    cosine_embedding_loss,
+    gaussian_nll_loss,
+    hinge_embedding_loss,
+    margin_ranking_loss,
+    multi_margin_loss,
+    multilabel_margin_loss,
+    multilabel_soft_margin_loss,
+    poisson_nll_loss,
+    soft_margin_loss,
+    triplet_margin_loss,
+    triplet_margin_with_distance_loss,
+)
 from engine.ops.nn.norm import batch_norm, instance_norm, layer_norm
 from engine.ops.nn.pixel import pixel_shuffle, pixel_unshuffle
 from engine.ops.nn.pointwise_loss import (
@@ -52,6 +68,7 @@ from engine.ops.nn.pool import (
     max_pool1d,
     max_pool2d,
 )
+from engine.ops.nn.prelu import prelu, rrelu
 from engine.ops.nn.similarity import cosine_similarity, normalize, pairwise_distance
 from engine.ops.nn.ternary import addcdiv, addcdiv_, addcmul, addcmul_, lerp, lerp_
 from engine.ops.nn.upsample import interpolate
@@ -360,6 +377,163 @@ register("addcdiv_", addcdiv_, function=False, method=True)
 register("lerp", lerp, method=True, inplace="lerp_")
 register("lerp_", lerp_, function=False, method=True)
 
+register(
+    "prelu",
+    prelu,
+    method=True,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "weight"),
+        doc="max(0, x) + weight * min(0, x), weight of 1 or C slopes",
+    ),
+)
+register(
+    "rrelu",
+    rrelu,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("lower", float, 1.0 / 8, ""),
+            ("upper", float, 1.0 / 3, ""),
+            ("training", bool, False, "random slopes (the engine's RNG)"),
+        ),
+        doc="randomized leaky ReLU (an input-sized noise buffer kept for backward)",
+    ),
+)
+
+register("alpha_dropout", alpha_dropout, functional=True)
+register("feature_alpha_dropout", feature_alpha_dropout, functional=True)
+
+register(
+    "channel_shuffle",
+    channel_shuffle,
+    functional=True,
+    scenario=Scenario(
+        args=(("groups", int, REQUIRED, ""),),
+        doc="[N, C, *] with the channels of `groups` groups interleaved, a copy",
+    ),
+)
+
+register(
+    "lp_pool1d",
+    lp_pool1d,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("norm_type", float, REQUIRED, ""),
+            ("kernel_size", int, REQUIRED, ""),
+            ("stride", int | None, None, ""),
+        ),
+        doc="1-D power-average pooling (torch's composite over avg_pool1d)",
+    ),
+)
+register(
+    "lp_pool2d",
+    lp_pool2d,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("norm_type", float, REQUIRED, ""),
+            ("kernel_size", IntOrPair, REQUIRED, ""),
+            ("stride", IntOrPair | None, None, ""),
+        ),
+        doc="2-D power-average pooling (torch's composite over avg_pool2d)",
+    ),
+)
+register("local_response_norm", local_response_norm, function=False, functional=True)
+
+for _name, _fn, _doc in (
+    ("soft_margin_loss", soft_margin_loss, "log(1 + exp(-target * input))"),
+    ("hinge_embedding_loss", hinge_embedding_loss, "x for target 1, max(0, 1 - x) for -1"),
+    ("multilabel_soft_margin_loss", multilabel_soft_margin_loss, "per-class logistic loss"),
+):
+    register(
+        _name,
+        _fn,
+        function=_name in ("hinge_embedding_loss",),
+        functional=True,
+        scenario=Scenario(
+            inputs=("input", "target"), args=(("reduction", Reduction, "mean", ""),), doc=_doc
+        ),
+    )
+register(
+    "multi_margin_loss",
+    multi_margin_loss,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "target"),
+        args=(
+            ("p", int, 1, "1 or 2"),
+            ("margin", float, 1.0, ""),
+            ("reduction", Reduction, "mean", ""),
+        ),
+        doc="multi-class hinge loss of scores [N, C] and class indices (int64)",
+    ),
+)
+register("multilabel_margin_loss", multilabel_margin_loss, function=False, functional=True)
+for _name, _fn, _doc in (
+    ("margin_ranking_loss", margin_ranking_loss, "max(0, -target (x1 - x2) + margin)"),
+    ("cosine_embedding_loss", cosine_embedding_loss, "1 - cos for target 1, max(0, cos) for -1"),
+):
+    register(
+        _name,
+        _fn,
+        functional=True,
+        scenario=Scenario(
+            inputs=("input1", "input2", "target"),
+            args=(("margin", float, 0.0, ""), ("reduction", Reduction, "mean", "")),
+            doc=_doc,
+        ),
+    )
+register(
+    "triplet_margin_loss",
+    triplet_margin_loss,
+    functional=True,
+    scenario=Scenario(
+        inputs=("anchor", "positive", "negative"),
+        args=(
+            ("margin", float, 1.0, ""),
+            ("p", float, 2.0, ""),
+            ("reduction", Reduction, "mean", ""),
+        ),
+        doc="max(0, margin + d(a, p) - d(a, n)), d pairwise_distance",
+    ),
+)
+register(
+    "triplet_margin_with_distance_loss",
+    triplet_margin_with_distance_loss,
+    function=False,
+    functional=True,
+)
+register(
+    "poisson_nll_loss",
+    poisson_nll_loss,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "target"),
+        args=(
+            ("log_input", bool, True, ""),
+            ("full", bool, False, ""),
+            ("reduction", Reduction, "mean", ""),
+        ),
+        doc="Poisson negative log likelihood",
+    ),
+)
+register(
+    "gaussian_nll_loss",
+    gaussian_nll_loss,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "target", "var"),
+        args=(("full", bool, False, ""), ("reduction", Reduction, "mean", "")),
+        doc="Gaussian negative log likelihood (var clamped to eps)",
+    ),
+)
+
 
 __all__ = [
     "linear",
@@ -408,4 +582,113 @@ __all__ = [
     "addcdiv_",
     "lerp",
     "lerp_",
+    "prelu",
+    "rrelu",
+    "alpha_dropout",
+    "feature_alpha_dropout",
+    "channel_shuffle",
+    "lp_pool1d",
+    "lp_pool2d",
+    "local_response_norm",
+]
+
+# 3-D convolution and pooling, transposed 1-D/3-D convolution, adaptive max pooling
+from engine.ops.nn.conv3d import conv3d, conv_transpose1d, conv_transpose3d  # noqa: E402
+from engine.ops.nn.pool3d import (  # noqa: E402
+    adaptive_avg_pool3d,
+    adaptive_max_pool1d,
+    adaptive_max_pool2d,
+    adaptive_max_pool3d,
+    avg_pool3d,
+    max_pool3d,
+)
+
+register(
+    "conv3d",
+    conv3d,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "weight"),
+        optional_inputs=("bias",),
+        args=(
+            ("stride", int, 1, ""),
+            ("padding", int | str, 0, "an int, 'same' or 'valid'"),
+            ("dilation", int, 1, ""),
+            ("groups", int, 1, ""),
+        ),
+        doc="3-D convolution (NCDHW); on cpu in float64 torch's column buffers are charged",
+    ),
+)
+register("conv_transpose1d", conv_transpose1d, functional=True)
+register("conv_transpose3d", conv_transpose3d, functional=True)
+register(
+    "max_pool3d",
+    max_pool3d,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("kernel_size", int, REQUIRED, ""),
+            ("stride", int | None, None, ""),
+            ("padding", int, 0, ""),
+        ),
+        doc="3-D max pooling (int64 indices kept for backward)",
+    ),
+)
+register(
+    "avg_pool3d",
+    avg_pool3d,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("kernel_size", int, REQUIRED, ""),
+            ("stride", int | None, None, ""),
+            ("padding", int, 0, ""),
+        ),
+        doc="3-D average pooling",
+    ),
+)
+register(
+    "adaptive_avg_pool3d",
+    adaptive_avg_pool3d,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        args=(("output_size", int, REQUIRED, ""),),
+        doc="3-D adaptive average pooling (1: torch's mean over D, H, W)",
+    ),
+)
+register("adaptive_max_pool1d", adaptive_max_pool1d, functional=True)
+register(
+    "adaptive_max_pool2d",
+    adaptive_max_pool2d,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        args=(("output_size", IntOrPair, REQUIRED, ""),),
+        doc="2-D adaptive max pooling (int64 indices kept for backward)",
+    ),
+)
+register("adaptive_max_pool3d", adaptive_max_pool3d, function=False, functional=True)
+__all__ += [  # noqa: PLE0604
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose3d",
+    "max_pool3d",
+    "avg_pool3d",
+    "adaptive_avg_pool3d",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
+    "adaptive_max_pool3d",
+    "soft_margin_loss",
+    "multi_margin_loss",
+    "multilabel_margin_loss",
+    "margin_ranking_loss",
+    "hinge_embedding_loss",
+    "cosine_embedding_loss",
+    "triplet_margin_loss",
+    "poisson_nll_loss",
+    "multilabel_soft_margin_loss",
+    "triplet_margin_with_distance_loss",
+    "gaussian_nll_loss",
 ]

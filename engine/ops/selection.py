@@ -1,0 +1,178 @@
+"""Selecting by a mask or by indices: nonzero (as_tuple), argwhere, masked_select,
+take_along_dim.
+
+nonzero's result has one row per true element, so its size comes from the values: on meta,
+where there are none, nonzero and masked_select refuse (torch's meta kernels refuse too).
+masked_select allocates what torch's CPU kernel does: the mask's count (an int64 copy of the
+mask, summed), the result, and, off its serial path, an int64 copy of the mask and its prefix
+sum. Its backward is torch's masked_select_backward: zeros of the broadcast shape with the
+gradient scattered in (masked_scatter_), summed back to the input's shape when broadcast.
+"""
+
+from __future__ import annotations
+
+import math
+
+from engine import dtypes, kernels
+from engine.autograd.function import Function, specialised_apply
+from engine.ops.common import sum_to
+from engine.ops.registry import register
+from engine.tensor import Tensor, _wrap_dim
+
+_GRAIN_SIZE = 32768  # at::internal::GRAIN_SIZE
+
+
+def _need_values(t: Tensor, opname: str) -> None:
+    if t._device.type == "meta":
+        raise NotImplementedError(
+            f"{opname}: the result's size depends on the values, which a meta tensor does not have"
+        )
+
+
+class Nonzero(Function):
+    """The [n, ndim] int64 coordinates of the nonzero elements, in row-major order."""
+
+    differentiable = False
+    apply = specialised_apply(1)  # one tensor argument
+
+    def forward(self, x, out=None):
+        _need_values(x, "nonzero")
+        xp = kernels.xp_of(x)
+        xd = x._data
+        coords = xp.nonzero(xd) if xd.ndim else xp.nonzero(xd.reshape(1))[:0]
+        n = int(coords[0].size) if xd.ndim else int(bool(xd))
+        y = kernels.empty((n, xd.ndim), dtypes.int64, x._device)
+        for k, c in enumerate(coords):
+            y._data[:, k] = c
+        return y
+
+
+def nonzero(input, *, out=None, as_tuple=False):
+    """Coordinates of the nonzero elements: [n, ndim] int64, or one 1-D tensor per dim."""
+    y = Nonzero.apply(input, out=None, op="nonzero")
+    if out is not None:
+        raise NotImplementedError("nonzero: out= is not supported")
+    if not as_tuple:
+        return y
+    if not input.ndim:  # torch: a 0-d input counts as a 1-element vector
+        return (kernels.zeros((y.shape[0],), dtypes.int64, input._device),)
+    return y.unbind(1)
+
+
+def argwhere(input):
+    """torch.argwhere: nonzero(input)."""
+    return Nonzero.apply(input, out=None, op="argwhere")
+
+
+# ---------------------------------------------------------------------------------------------
+# masked_select
+# ---------------------------------------------------------------------------------------------
+def _infer_size(a, b):
+    """torch's infer_size: the broadcast shape, or its error (naming the first dim that clashes
+    counted from the right)."""
+    n = max(len(a), len(b))
+    out = []
+    for i in range(n - 1, -1, -1):
+        da = a[i - n + len(a)] if i - n + len(a) >= 0 else 1
+        db = b[i - n + len(b)] if i - n + len(b) >= 0 else 1
+        if da != db and da != 1 and db != 1:
+            raise RuntimeError(
+                f"The size of tensor a ({da}) must match the size of tensor b ({db}) at "
+                f"non-singleton dimension {i}"
+            )
+        out.append(da if db == 1 else db)
+    return tuple(reversed(out))
+
+
+class MaskedSelect(Function):
+    """input[mask] as a 1-D tensor (mask bool, broadcast with input)."""
+
+    apply = specialised_apply(2)  # input, mask
+
+    def to_save(self, tensors):
+        return (1,)  # the mask
+
+    def forward(self, x, mask, out=None):
+        if mask._dtype is not dtypes.bool_:
+            raise RuntimeError("masked_select: expected BoolTensor for mask")
+        shape = _infer_size(mask.shape, x.shape)
+        self.in_shape = x.shape
+        _need_values(x, "masked_select")
+        xp = kernels.xp_of(x)
+        m = xp.broadcast_to(mask._data, shape)
+        copy = kernels.empty(shape, dtypes.int64, x._device)  # mask.sum(): its int64 copy
+        del copy
+        k = int(m.sum())
+        y = kernels.empty((k,), x._dtype, x._device)
+        serial = (
+            (math.prod(shape) < _GRAIN_SIZE or kernels.get_num_threads() == 1)
+            and x.shape == shape
+            and mask.shape == shape
+            and x.is_contiguous()
+            and mask.is_contiguous()
+        )
+        buffers = (
+            ()
+            if serial
+            else (
+                kernels.empty(shape, dtypes.int64, x._device),  # the mask as int64
+                kernels.empty(shape, dtypes.int64, x._device),  # its prefix sum
+            )
+        )
+        y._data[...] = xp.broadcast_to(x._data, shape)[m]
+        del buffers
+        return y
+
+    def backward(self, g, *_):
+        (mask,) = self.saved_tensors
+        shape = _infer_size(self.in_shape, mask.shape)
+        result = kernels.zeros(shape, g._dtype, g._device)
+        if g._device.type != "meta":
+            xp = kernels.xp_of(g)
+            m = xp.broadcast_to(mask._data, shape)
+            result._data[m] = g._data
+        return (sum_to(result, self.in_shape), None)
+
+    def name(self):
+        return "MaskedSelectBackward0"
+
+
+def masked_select(input, mask, *, out=None):
+    """The elements of input where mask (bool, broadcast) is True, as a 1-D tensor."""
+    if out is not None:
+        raise NotImplementedError("masked_select: out= is not supported")
+    return MaskedSelect.apply(input, mask, op="masked_select")
+
+
+# ---------------------------------------------------------------------------------------------
+# take_along_dim
+# ---------------------------------------------------------------------------------------------
+def take_along_dim(input, indices, dim=None, *, out=None):
+    """torch's composite: input and indices broadcast (but along dim; the index copied), then
+    gather; without dim the flattened input gathered at the flattened indices."""
+    if indices._dtype not in (dtypes.int64, dtypes.int32):
+        raise RuntimeError("gather(): Expected dtype int32/int64 for index")
+    if out is not None:
+        raise NotImplementedError("take_along_dim: out= is not supported")
+    if dim is None:
+        return input.view(-1).gather(0, indices.view(-1))
+    if input.ndim != indices.ndim:
+        raise RuntimeError(
+            "torch.take_along_dim(): input and indices should have the same number of "
+            f"dimensions, but got {input.ndim} dimensions for input, and {indices.ndim} "
+            "dimensions for indices"
+        )
+    d = _wrap_dim(dim, input.ndim)
+    self_sizes = list(input.shape)
+    self_sizes[d] = indices.shape[d]
+    broadcast = list(_infer_size(tuple(self_sizes), indices.shape))
+    idx = indices.expand(*broadcast).clone()  # torch's helper hands gather a copy of the index
+    broadcast[d] = input.shape[d]
+    src = input.expand(*broadcast)
+    return src.gather(d, idx)
+
+
+register("nonzero", nonzero, method=True)
+register("argwhere", argwhere, method=True)
+register("masked_select", masked_select, method=True)
+register("take_along_dim", take_along_dim, method=True)
