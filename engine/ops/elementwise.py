@@ -30,6 +30,33 @@ from engine.tensor import Tensor
 _new = object.__new__
 
 
+def _promoted(dev, dtype, operands) -> tuple[list, list]:
+    """torch's CPU TensorIterator promotes an input whose dtype is not the op's common dtype by
+    a temporary copy in that dtype, made before the output and freed, last first, when the op
+    returns (CUDA's kernels cast in their loop, and meta plans a GPU run: no copy there; nor for
+    a Python number, and a 0-d tensor's value is cast uncharged). Returns the operands as arrays
+    to compute on (the copies' in place of the promoted ones) and the copies, to hold until
+    then."""
+    arrays, copies = [], []
+    for t in operands:
+        if not isinstance(t, Tensor):
+            arrays.append(t)
+            continue
+        td = t._data
+        if dev.type == "cpu" and t._dtype is not dtype:
+            if td.ndim:
+                c = kernels.empty_for(td.shape, dtype, dev, td)
+                np.copyto(c._data, td, casting="unsafe")
+                if dtype.emulated:
+                    dtypes.round_to_bfloat16_(c._data)
+                copies.append(c)
+                td = c._data
+            else:  # a 0-d tensor: its value in the dtype (torch's wrapped scalar, uncharged)
+                td = td.astype(dtype.np)
+        arrays.append(td)
+    return arrays, copies
+
+
 # --------------------------------------------------------------------------------------------
 # unary
 # --------------------------------------------------------------------------------------------
@@ -44,12 +71,16 @@ class Unary(Function):
 
     def forward(self, x, out=None):
         dtype = x._dtype
+        xd = x._data
+        copies = None
         if not dtype.is_floating_point:
             if dtype is dtypes.bool_ and self.bool_error is not None:
                 raise RuntimeError(self.bool_error)
             if self.float_only:
                 dtype = dtypes.get_default_dtype()
-        xd = x._data
+                if out is not None:
+                    check_out(out, xd.shape, dtype, self.public_name)
+                (xd,), copies = _promoted(x._device, dtype, (x,))  # (cpu: a float copy)
         if out is None:
             shape = xd.shape
             if len(shape) < 2:  # one layout only (the check below is a call of its own)
@@ -57,7 +88,8 @@ class Unary(Function):
             else:
                 y = kernels.empty_for(shape, dtype, x._device, xd)
         else:
-            check_out(out, xd.shape, dtype, self.public_name)
+            if copies is None:
+                check_out(out, xd.shape, dtype, self.public_name)
             y = out
         kind = x._device.type
         if kind == "cpu":
@@ -516,6 +548,14 @@ class Binary(Function):
         if self.float_result and not dtype.is_floating_point:
             dtype = dtypes.get_default_dtype()
             cast = True
+        if out is not None:
+            if out is not a or shape is not sa or cast:  # (in place into a, a's dtype: it fits)
+                check_out(out, shape, dtype, self.opname, (sa, sb))
+            y = out
+        copies = None
+        if cast and dev.type == "cpu":  # inputs of another dtype: promoted by copies first
+            (ad, bd), copies = _promoted(dev, dtype, (a, b))
+            cast = False
         if out is None:
             if len(shape) < 2:  # one layout only (the check below is a call of its own)
                 y = kernels.empty(shape, dtype, dev)
@@ -525,10 +565,6 @@ class Binary(Function):
                 y = kernels.empty_for(shape, dtype, dev, bd)
             else:
                 y = kernels.empty_for(shape, dtype, dev, ad, bd)
-        else:
-            if out is not a or shape is not sa or cast:  # (in place into a, a's dtype: it fits)
-                check_out(out, shape, dtype, self.opname, (sa, sb))
-            y = out
         kind = dev.type
         if kind != "meta":
             # Mixed dtypes compute in the result dtype, as PyTorch does (uint8 + 0-d int32 stays
@@ -831,6 +867,7 @@ class Compare(Binary):
         self.b_t = isinstance(b, Tensor)
         dev = device_of(a, b)
         shape = broadcast_shape(a, b, self.opname)
+        (ad, bd), copies = _promoted(dev, result_type(a, b), (a, b))  # (the common dtype)
         if out is None:
             arrays = [t._data for t in (a, b) if isinstance(t, Tensor)]
             y = kernels.empty_for(shape, dtypes.bool_, dev, *arrays)
@@ -840,7 +877,8 @@ class Compare(Binary):
             check_out(out, shape, out._dtype, self.opname)
             y = out
         if dev.type != "meta":
-            _uf(kernels.xp_of_device(dev), self.ufunc, data(a), data(b), out=y._data)
+            _uf(kernels.xp_of_device(dev), self.ufunc, ad, bd, out=y._data)
+        del copies
         return y
 
 
@@ -871,11 +909,13 @@ class Where(Function):
         )
         dtype = result_type(x, y)
         self.shapes = (x.shape if self.x_t else None, y.shape if self.y_t else None)
+        (xd, yd), copies = _promoted(dev, dtype, (x, y))
         r = result_buffer(out, shape, dtype, dev, "where")
         if dev.type != "meta":
             xp = kernels.xp_of_device(dev)
-            xp.copyto(r._data, data(y), casting="unsafe")
-            xp.copyto(r._data, data(x), where=cond._data, casting="unsafe")
+            xp.copyto(r._data, yd, casting="unsafe")
+            xp.copyto(r._data, xd, where=cond._data, casting="unsafe")
+        del copies
         return r
 
     def to_save(self, tensors):
