@@ -55,6 +55,7 @@ CASES = {  # name -> (input, kwargs)
     "nearest_exact_3d": (X3, {"scale_factor": (1.5, 0.7, 2.2), "mode": "nearest-exact"}),
     "area_2d": (X2, {"size": (5, 7), "mode": "area"}),
     "area_1d": (X1, {"size": 20, "mode": "area"}),
+    "area_3d": (X3, {"size": (3, 4, 2), "mode": "area"}),
 }
 
 
