@@ -107,6 +107,7 @@ exp = _unary("exp", E.Exp)
 reciprocal = _unary("reciprocal", E.Reciprocal)
 log = _unary("log", E.Log)
 sqrt = _unary("sqrt", E.Sqrt)
+rsqrt = _unary("rsqrt", E.Rsqrt)
 sin = _unary("sin", E.Sin)
 cos = _unary("cos", E.Cos)
 tanh = _unary("tanh", E.Tanh, _f_tanh)
@@ -278,11 +279,6 @@ def pow_(input, exponent):
 @_export("square")
 def square(input, *, out=None):
     return pow(input, 2, out=out)
-
-
-@_export("rsqrt")
-def rsqrt(input, *, out=None):
-    return pow(input, -0.5, out=out)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -204,6 +204,24 @@ class Sqrt(Unary):
         return (g / (y * 2),)
 
 
+class Rsqrt(Unary):
+    """1 / sqrt(x); keeps its result (derivatives.yaml: -0.5 * grad * result.pow(3))."""
+
+    retain_output = True
+
+    def kernel(self, xp, x, y):
+        _uf(xp, np.sqrt, x, out=y)
+        _uf(xp, np.reciprocal, y, out=y)
+
+    def backward(self, g):
+        (y,) = self.saved_tensors
+        cube = y**3  # (C++ makes the right operand first; both die at the statement's end)
+        half = g * -0.5
+        r = half * cube
+        del half, cube
+        return (r,)
+
+
 class Sin(Unary):
     retain_inputs = (0,)
 

@@ -909,13 +909,6 @@ def square_(input):
     return pow_(input, 2)
 
 
-def rsqrt_(input):
-    """In place, as the engine's rsqrt (pow(-0.5))."""
-    from engine.ops import pow_
-
-    return pow_(input, -0.5)
-
-
 for _n, _f in (
     ("is_complex", is_complex),
     ("is_signed", is_signed),
@@ -923,7 +916,6 @@ for _n, _f in (
     ("is_same_size", is_same_size),
     ("positive", positive),
     ("square_", square_),
-    ("rsqrt_", rsqrt_),
 ):
     register(_n, _f, method=True)
 register("ndimension", ndimension, function=False, method=True)

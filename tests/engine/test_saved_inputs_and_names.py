@@ -1,7 +1,7 @@
 """What torch's nodes keep and what they are called, where the engine once differed: pooling and
-convolution nodes keep their input until backward (a frozen layer's input too), copy-free
-sign has SignBackward0 (a zero gradient), and number - tensor, pow and where have torch's node
-names. Against torch 2.13's CPU profiler and its graph."""
+convolution nodes keep their input until backward (a frozen layer's input too), sign has
+SignBackward0 (a zero gradient), rsqrt is its own node keeping its result, and number - tensor,
+pow and where have torch's node names. Against torch 2.13's CPU profiler and its graph."""
 
 from __future__ import annotations
 
@@ -82,6 +82,8 @@ NAMES = {
     "number_pow_tensor": lambda m, x, y: 2.0**x,
     "where": lambda m, x, y: m.where(x > 0, x, y),
     "sign": lambda m, x, y: m.sign(x),
+    "rsqrt": lambda m, x, y: x.rsqrt(),
+    "rsqrt_in_place": lambda m, x, y: (x * 1.0).rsqrt_(),
 }
 
 
@@ -106,5 +108,13 @@ def test_signs_zero_gradient_is_a_block_of_its_own_as_torch():
     def make(m):
         x = m.tensor(X, requires_grad=True)
         return forward_backward(m, lambda: m.sign(x * 2.0) * x)
+
+    assert_steps_as_torch(make)
+
+
+def test_rsqrt_keeps_its_result_not_its_input_as_torch():
+    def make(m):
+        x = m.tensor(np.abs(X) + 0.5, requires_grad=True)
+        return forward_backward(m, lambda: (x * 2.0).rsqrt())
 
     assert_steps_as_torch(make)
