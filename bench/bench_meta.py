@@ -13,8 +13,10 @@ run, interleaved; medians), their ratio, and the target beside it:
 - a 70B-parameter decoder (80 layers, d 8192, 64 heads with 8 key/value heads, MLP 28672,
   vocabulary 32000; batch 1, sequence 2048; RMSNorm, SiLU-gated MLP, causal attention):
   forward, backward and an AdamW step with the caching model: target under 5 s;
-- GPT-2 small's training step (scenarios/gpt2_small.yaml, batch 1, fp32) with every allocation
-  event recorded by memprof's runner (bench/bench_zoo.py's measurement): target under 25 ms.
+- GPT-2 small's training step (scenarios/gpt2_small.yaml, batch 1, fp32: forward, backward,
+  AdamW) with every allocation event recorded by memprof's runner (bench/bench_zoo.py's
+  measurement: the program's steps; the whole run_variant, building the modules and the report
+  too, beside it): target under 25 ms.
 
 Without torch installed the reference columns are blank.
 """
@@ -228,8 +230,9 @@ def main() -> None:
 
     g = gpt_step(args.repeat)
     out["gpt2_step"] = g
-    row("GPT-2 small step, every event recorded", g["recorded_s"], None, TARGET_GPT2_MS, "ms")
+    row("GPT-2 small step, every event recorded", g["program_s"], None, TARGET_GPT2_MS, "ms")
     row("  the same, bare interpreter", g["bare_s"], None, TARGET_GPT2_MS, "ms")
+    row("  the whole run (build, step, report)", g["recorded_s"], None, None, "ms")
     print(f"  {'':42} {g['events']} allocation events")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
