@@ -38,6 +38,25 @@ def _accumulate(buffer: list, pos: int, grad: Tensor) -> None:
         buffer[pos] = kernels.add_new(old, grad)
 
 
+class _Transposed(Function):
+    """The TBackward0 PyTorch's node reaches an input through (Function.t_edges) and the engine's
+    does not record: it runs right after that node (its sequence number just below), takes the
+    gradient over and hands it on, so that a gradient summed into its input's buffer is summed
+    there, after the node's other gradients were freed, as in torch. The gradient arrives in the
+    input's own layout: handed on as it is."""
+
+    def __init__(self, edge, sequence_nr):
+        self.next_functions = (edge,)
+        self.sequence_nr = sequence_nr
+        self.saved = []
+
+    def backward(self, grad):
+        return (grad,)
+
+    def name(self):
+        return "TBackward0"
+
+
 def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None):
     """Run the backward pass from `tensors` with their incoming `grad_tensors`.
 
@@ -100,6 +119,9 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
         results = [None] * len(targets)
 
     buffers: dict[Function, list] = {}
+    # the TBackward0 nodes run for Function.t_edges, alive until the pass returns as the graph's
+    # own (observers tell one run of a node from another by its id)
+    transposed: list = []
     ready: list = []
     counter = 0
     for (node, nr), g in roots:
@@ -178,11 +200,19 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
             n_out = len(out)
             # edge_order: the order PyTorch's node lists its inputs in, when the engine's
             # arguments come in another (Linear: AddmmBackward0's self=bias, mat1, mat2)
+            t_edges = node.t_edges
             for i in node.edge_order or range(len(edges)):
                 edge = edges[i]
                 if edge is None:
                     continue
                 nxt, nr = edge
+                if i in t_edges and i < n_out and out[i] is not None:
+                    # torch's TBackward0 between: a node of its own, made ready here
+                    nxt, nr = _Transposed(edge, node.sequence_nr - 0.5), 0
+                    transposed.append(nxt)
+                    deps[nxt] = 1
+                    if needed is not None:
+                        needed.add(nxt)
                 buf = buffers.get(nxt)
                 if buf is None:
                     buf = buffers[nxt] = [None] * nxt.num_outputs
@@ -200,6 +230,10 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                     if buf[nr] is None:  # the first gradient to arrive: nothing to sum
                         buf[nr] = gi
                     else:
+                        # torch's InputBuffer::add moves only a first gradient into the buffer:
+                        # one summed in is read, left in evaluate_function's outputs, and freed
+                        # with them once every edge is served (after the next sums' blocks)
+                        out[i] = gi
                         _accumulate(buf, nr, gi)
                 del gi
                 left = deps[nxt] - 1
@@ -214,6 +248,11 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                             direct = None
                         push(ready, (-nxt.sequence_nr, counter, nxt))
                         counter += 1
+            # The gradients summed into a buffer die now, first to last as torch's outputs vector
+            # (a list's del frees its items last to first).
+            for i in node.edge_order or range(n_out):
+                if i < n_out:
+                    out[i] = None
             # `buf` is the last edge's gradient list: left bound it would pin that gradient, and
             # AccumulateGrad would copy it instead of taking it over (the bias of every Linear).
             del out

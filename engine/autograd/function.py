@@ -202,6 +202,9 @@ class Function:
     tensor_hooks: dict | None = None  # register_hook on a non-leaf: {output_nr: {id: fn}}
     retained: list | None = None  # retain_grad(): [(weakref to the tensor, output_nr)]
     edge_order: tuple | None = None  # the order PyTorch's node lists its inputs in
+    # edges PyTorch's node reaches through TBackward0 (the w.t() of at::linear), which the engine's
+    # node does not record: the backward walk runs one for them (engine/autograd/engine.py)
+    t_edges: tuple[int, ...] = ()
     inplace_view = False  # an in-place op that changes only metadata (t_, transpose_)
     writes_overlap = False  # may write into an expanded tensor (fill_ / zero_, as PyTorch)
 

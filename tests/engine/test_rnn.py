@@ -222,9 +222,12 @@ def _steps(m, mod, name, grad=True):
     return forward, backward
 
 
-# Backward cases whose blocks are torch's and whose peak is torch's, but where some gradient is
-# freed just before the next block is made rather than just after it (a multi-step LSTM or GRU:
-# found, not yet explained; tests below pin it)
+# Backward cases where a gradient is summed into one that arrived before it (a multi-step LSTM or
+# GRU: the hidden state's, the shared weights' and biases'): torch's InputBuffer::add moves only
+# the first gradient into the buffer; one summed in stays in the node's outputs until every edge
+# is served, and the hidden-to-hidden weight's goes through TBackward0, a node of its own, after
+# the step's other gradients are freed. Their full sequence is checked below, after forwards that
+# ran under the profilers (a free is reported only of a block torch's profiler saw made).
 _BACKWARD_INTERLEAVED = {
     "gru",
     "gru_bidir_batch_first",
@@ -262,7 +265,6 @@ def test_blocks_forward_and_backward_as_torch(name):
         assert engine_sequence(e_bwd) == torch_sequence(t_bwd)
 
 
-@pytest.mark.xfail(strict=True, reason="a gradient freed before the next block, not after")
 @pytest.mark.parametrize("name", sorted(_BACKWARD_INTERLEAVED))
 def test_backward_blocks_interleaved_as_torch(name):
     _, (e_bwd, t_bwd) = _forward_profiled(name)
@@ -294,14 +296,7 @@ def test_dropout_between_layers_in_training(cls):
     e_fwd, e_bwd = _fb(engine, e, x)
     t_fwd, t_bwd = _fb(torch, t, x)
     assert engine_sequence(e_fwd) == torch_sequence(t_fwd)
-    if cls == "RNN":
-        assert engine_sequence(e_bwd) == torch_sequence(t_bwd)
-    else:  # see _BACKWARD_INTERLEAVED
-        e_fwd, e_bwd = _fb(engine, e, x)
-        t_fwd, t_bwd = _fb(torch, t, x)
-        e_fwd()
-        t_fwd()
-        assert engine_peak(e_bwd) == torch_peak(t_bwd)
+    assert engine_sequence(e_bwd) == torch_sequence(t_bwd)
     engine.manual_seed(5)
     y1 = e(engine.tensor(x))[0].detach().numpy()
     engine.manual_seed(5)

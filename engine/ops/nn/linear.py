@@ -99,6 +99,8 @@ class Linear(Function):
     def edge_order(self):
         return (2, 0, 1) if self.has_bias else None  # addmm(bias, input, weight.t())
 
+    t_edges = (1,)  # the weight: torch's node reaches it through weight.t()'s TBackward0
+
     def name(self):
         return "AddmmBackward0" if len(self.x_shape) == 2 else "LinearBackward0"
 
