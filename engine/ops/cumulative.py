@@ -19,7 +19,7 @@ import numpy as np
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
 from engine.autograd.grad_mode import is_grad_enabled
-from engine.ops.reduce import norm_dims, reduced_shape
+from engine.ops.reduce import cast_copy, norm_dims, reduced_shape
 from engine.ops.registry import REQUIRED, Scenario, register
 from engine.tensor import Tensor, _wrap_dim
 
@@ -81,8 +81,10 @@ class Cumprod(Function):
             xp = kernels.xp_of(x)
             if not x.ndim:
                 y._data[...] = x._data
-            else:
-                xp.cumprod(x._data, axis=d, dtype=y._data.dtype, out=y._data)
+            else:  # (another dtype on cpu: torch's temporary copy of the input, made after y)
+                xd, copy = cast_copy(x, rdt)
+                xp.cumprod(xd, axis=d, dtype=y._data.dtype, out=y._data)
+                del copy
             if rdt.emulated:
                 dtypes.round_to_bfloat16_(y._data)
         return y
@@ -354,7 +356,9 @@ class Prod(Function):
             xp = kernels.xp_of(x)
             axis = None if self.whole or not x.ndim else self.dim
             kd = keepdim and not self.whole and x.ndim
-            y._data[...] = xp.prod(x._data, axis=axis, keepdims=bool(kd), dtype=rdt.np)
+            xd, copy = cast_copy(x, rdt)  # (another dtype on cpu: torch's temporary copy)
+            y._data[...] = xp.prod(xd, axis=axis, keepdims=bool(kd), dtype=rdt.np)
+            del copy
             if rdt.emulated:
                 dtypes.round_to_bfloat16_(y._data)
         return y

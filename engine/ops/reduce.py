@@ -48,6 +48,23 @@ def _expand_back(g: Tensor, shape, dims, keepdim):
 _ALL_DIMS = [tuple(range(n)) for n in range(33)]
 
 
+def cast_copy(x: Tensor, dtype):
+    """torch's CPU TensorIterator runs a reduction or scan whose input's dtype is not the one
+    it computes in (bool.sum() in int64, float32.sum(dtype=float64), int32.cumsum()) on a
+    temporary copy of the whole input in that dtype, made after the result and freed when the
+    op returns (a 0-d input too: unlike a binary op's scalar operand, it is copied). CUDA's
+    kernels cast as they load, and meta plans a GPU run: no copy there. Returns the array to
+    compute on and the copy (None when there is none), to hold until the op returns."""
+    xd = x._data
+    if x._dtype is dtype or x._device.type != "cpu":
+        return xd, None
+    c = kernels.empty(xd.shape, dtype, x._device)
+    np.copyto(c._data, xd, casting="unsafe")
+    if dtype.emulated:
+        dtypes.round_to_bfloat16_(c._data)
+    return c._data, c
+
+
 class Sum(Function):
     apply = specialised_apply(1)  # one tensor argument
 
@@ -73,10 +90,14 @@ class Sum(Function):
         if kind == "cpu":  # np.add.reduce is np.sum without its Python wrapper; positional
             # arguments (array, axis, dtype, out, keepdims) and axis=None for a full reduction
             # are its quickest call
+            xd, copy = cast_copy(x, rdt)  # (another dtype: torch's temporary copy)
             if xd.size < kernels.PARALLEL_MIN_ELEMS:
                 _add_reduce(xd, None if full else dims, rdt.np, y._data, keepdim)
             else:  # large: on the pool
                 kernels.add_reduce(xd, None if full else dims, rdt.np, y._data, keepdim)
+            if rdt.emulated:
+                dtypes.round_to_bfloat16_(y._data)
+            del copy
         else:
             if kind != "meta":
                 xp = kernels.xp_of(x)
@@ -91,6 +112,9 @@ class Sum(Function):
 
     def name(self):
         return "SumBackward1" if self.dims != tuple(range(len(self.in_shape))) else "SumBackward0"
+
+
+_HALF = (dtypes.float16, dtypes.bfloat16)
 
 
 class Mean(Function):
@@ -111,12 +135,24 @@ class Mean(Function):
         y = result_buffer(out, reduced_shape(shape, dims, keepdim), rdt, x._device, "mean")
         kind = x._device.type
         if kind == "cpu":  # what np.mean does with a dtype, without its Python wrapper
+            # torch's CPU mean is sum_out(result, self, dtype).div_(count); a half or bfloat16
+            # result is summed into a float32 temporary (made after it), divided, copied in
+            half = rdt in _HALF
+            acc = kernels.empty(y.shape, dtypes.float32, x._device) if half else y
+            sdt = acc._dtype
+            xd, copy = cast_copy(x, sdt)  # (another dtype: sum's temporary copy)
             if xd.size < kernels.PARALLEL_MIN_ELEMS:  # as Sum: small work is one numpy call
-                _add_reduce(xd, dims, rdt.np, y._data, keepdim)
+                _add_reduce(xd, dims, sdt.np, acc._data, keepdim)
             else:  # large: on the pool
                 whole = not keepdim and len(dims) == xd.ndim
-                kernels.add_reduce(xd, None if whole else dims, rdt.np, y._data, keepdim)
-            np.true_divide(y._data, count, out=y._data, casting="unsafe")
+                kernels.add_reduce(xd, None if whole else dims, sdt.np, acc._data, keepdim)
+            del copy
+            np.true_divide(acc._data, count, out=acc._data, casting="unsafe")
+            if half:
+                np.copyto(y._data, acc._data, casting="unsafe")
+                del acc
+            if rdt.emulated:
+                dtypes.round_to_bfloat16_(y._data)
         else:
             if kind != "meta":
                 kernels.xp_of(x).mean(xd, axis=dims, keepdims=keepdim, out=y._data, dtype=rdt.np)
@@ -131,7 +167,9 @@ class Mean(Function):
 
 
 class Amax(Function):
-    """amax/amin over dims; the gradient is split evenly between ties (as PyTorch)."""
+    """amax/amin over dims, and max()/min() of the whole tensor (dim None); the gradient is
+    split evenly between ties, by torch's formulas (derivatives.yaml): amax/amin's
+    scale_grad_by_count, max()/min()'s evenly_distribute_backward."""
 
     apply = specialised_apply(1)  # one tensor argument
 
@@ -140,6 +178,7 @@ class Amax(Function):
     reducer = "max"
 
     def forward(self, x, out=None, dim=None, keepdim=False):
+        self.whole = dim is None  # max() / min(): amax / amin pass their dims, () for all
         dims = norm_dims(dim, x.ndim)
         if x.numel() == 0:
             raise RuntimeError(
@@ -160,11 +199,55 @@ class Amax(Function):
 
     def backward(self, g):
         x, y = self.saved_tensors
-        yk = _expand_back(y, self.in_shape, self.dims, self.keepdim)
-        mask = x == yk
+        if self.whole:
+            return (_evenly_distribute(g, x, y),)
+        # scale_grad_by_count(restore_reduced_dims(grad), restore_reduced_dims(result) == self,
+        # dim) = (grad / mask.sum(dim, true)) * mask: the share is reduced-sized
+        gk, yk = _restore_dims(g, self), _restore_dims(y, self)
+        mask = yk == x
         count = mask.sum(dim=self.dims, keepdim=True)
-        gk = _expand_back(g, self.in_shape, self.dims, self.keepdim)
-        return (gk * mask / count,)
+        share = gk / count
+        gx = share * mask
+        del share, count, mask  # last made first, as the C++ statement's temporaries
+        return (gx,)
+
+    def name(self):
+        if self.whole:
+            return self.reducer.capitalize() + "Backward1"
+        return "A" + self.reducer + "Backward0"
+
+
+def _restore_dims(t: Tensor, node) -> Tensor:
+    """torch's restore_reduced_dims: t reshaped (a view) with the reduced dims back as size 1."""
+    if node.keepdim or not node.dims:
+        return t
+    return t.reshape(reduced_shape(node.in_shape, node.dims, True))
+
+
+def _evenly_distribute(g: Tensor, x: Tensor, y: Tensor) -> Tensor:
+    """torch's evenly_distribute_backward(grad, input, value): on cpu, input-sized zeros with
+    grad / mask.sum() filled in where input == value (input.isnan() when value is NaN); CUDA's
+    (meta's plan) takes its other branch, mask * (grad / mask.sum()) with the NaN mask
+    or-ed in."""
+    if x._device.type == "cpu":
+        nan = y.isnan()
+        mask = x.isnan() if bool(nan._data) else x == y  # value.isnan().item()
+        del nan
+        zeros = kernels.zeros(x.shape, x._dtype, x._device)
+        count = mask.sum()
+        share = g / count
+        zeros.masked_fill_(mask, share)
+        del share, count, mask
+        return zeros
+    input_isnan = x.isnan()
+    value_isnan = y.isnan()
+    input_isnan.logical_and_(value_isnan)
+    mask = (x == y).logical_or_(input_isnan)
+    count = mask.sum()
+    share = g / count
+    gx = mask * share
+    del share, count, mask, value_isnan, input_isnan
+    return gx
 
 
 class Amin(Amax):
@@ -220,6 +303,9 @@ class MaxDim(Function):
 
     def backward(self, g, g_idx=None):
         return (scatter_back(g, self.kept("indices"), self.in_shape, self.dim, self.keepdim),)
+
+    def name(self):
+        return self.reducer.capitalize() + "Backward0"  # max.dim / min.dim
 
 
 class MinDim(MaxDim):

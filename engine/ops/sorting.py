@@ -12,7 +12,7 @@ from collections import namedtuple
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
 from engine.autograd.grad_mode import no_grad
-from engine.ops.reduce import norm_dims, reduced_shape, scatter_back
+from engine.ops.reduce import cast_copy, norm_dims, reduced_shape, scatter_back
 from engine.tensor import _wrap_dim
 
 SortResult = namedtuple("SortResult", ["values", "indices"])
@@ -84,8 +84,10 @@ class Cumsum(Function):
             xp = kernels.xp_of(x)
             if not x.ndim:
                 y._data[...] = x._data
-            else:
-                xp.cumsum(x._data, axis=d, dtype=y._data.dtype, out=y._data)
+            else:  # (another dtype on cpu: torch's temporary copy of the input, made after y)
+                xd, copy = cast_copy(x, dtype)
+                xp.cumsum(xd, axis=d, dtype=y._data.dtype, out=y._data)
+                del copy
             if dtype.emulated:
                 dtypes.round_to_bfloat16_(y._data)
         return y
@@ -100,7 +102,9 @@ class Cumsum(Function):
             return (g,)
         flipped = g.flip(self.dim)
         scanned = flipped.cumsum(self.dim)
-        return (scanned.flip(self.dim),)
+        gx = scanned.flip(self.dim)
+        del scanned, flipped, g  # last made first, as the C++ statement's temporaries
+        return (gx,)
 
     def name(self):
         return "CumsumBackward0"
@@ -124,8 +128,10 @@ class AllAny(Function):
             xp = kernels.xp_of(x)
             if reducer == "count_nonzero":
                 y._data[...] = xp.count_nonzero(x._data)
-            else:
-                y._data[...] = getattr(xp, reducer)(x._data, axis=dims, keepdims=keepdim)
+            else:  # (a non-bool input on cpu: torch's temporary bool copy, made after y)
+                xd, copy = cast_copy(x, dtype)
+                y._data[...] = getattr(xp, reducer)(xd, axis=dims, keepdims=keepdim)
+                del copy
         return y
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
 from engine.ops.cumulative import count_true, int64_copy
-from engine.ops.reduce import _expand_back, norm_dims, reduced_shape, scatter_back
+from engine.ops.reduce import _expand_back, cast_copy, norm_dims, reduced_shape, scatter_back
 from engine.ops.registry import Dims, Scenario, register
 from engine.tensor import Tensor, _wrap_dim
 
@@ -63,16 +63,19 @@ class Nansum(Function):
             raise NotImplementedError("nansum: out= is not supported")
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
-            xd = x._data
+            xd, copy = cast_copy(x, rdt)  # (another dtype on cpu: torch's temporary copy)
             if x._dtype.is_floating_point:
                 xd = xp.where(xp.isnan(xd), 0, xd)
             y._data[...] = xp.sum(xd, axis=dims, keepdims=keepdim, dtype=rdt.np)
+            del copy
             if rdt.emulated:
                 dtypes.round_to_bfloat16_(y._data)
         return y
 
     def backward(self, g):
         (x,) = self.saved_tensors
+        if g._dtype is not x._dtype:  # nansum_backward(grad.to(self.scalar_type()), ...)
+            g = g.to(x._dtype)
         expanded = _expand_back(g, self.in_shape, self.dims, self.keepdim)
         isnan = x.isnan()
         keep = isnan.logical_not()
