@@ -1201,7 +1201,14 @@ def _unfold(input, dimension, size, step):
     return V.Unfold.apply(input, op="unfold", dim=dimension, size=size, step=step)
 
 
-register("unfold", _unfold, function=False, method=True)
+def _f_unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """F.unfold: im2col (engine/ops/nn/fold.py), a different op from Tensor.unfold."""
+    from engine.ops.nn.fold import unfold as im2col
+
+    return im2col(input, kernel_size, dilation, padding, stride)
+
+
+register("unfold", _unfold, function=False, method=True, functional=_f_unfold)
 
 
 @_export("unflatten")

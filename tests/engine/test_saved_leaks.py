@@ -129,6 +129,7 @@ CALLS = {
     "avg_pool1d": lambda L: engine.avg_pool1d(L(2, 3, 6), 2),
     "adaptive_avg_pool1d": lambda L: engine.adaptive_avg_pool1d(L(2, 3, 6), 4),
     "pixel_shuffle": lambda L: engine.pixel_shuffle(L(1, 4, 2, 3), 2),
+    "fold": lambda L: engine.nn.functional.fold(L(1, 4, 6), (3, 4), 2),
     "pixel_unshuffle": lambda L: engine.pixel_unshuffle(L(1, 1, 4, 2), 2),
     "meshgrid": lambda L: engine.meshgrid(L(4), L(3), indexing="xy"),
     "broadcast_tensors": lambda L: engine.broadcast_tensors(L(3, 1), L(4)),
@@ -228,6 +229,9 @@ CALLS = {
     "take_along_dim": lambda L: engine.take_along_dim(L(), _idx(0, 2, 1).reshape(3, 1), 1),
     "dsplit": lambda L: engine.dsplit(L(2, 3, 4), 2),
     "split_with_sizes": lambda L: engine.split_with_sizes(L(), [1, 2]),
+    "embedding_bag": lambda L: engine.nn.functional.embedding_bag(
+        _idx(0, 2, 1, 2), L(), _idx(0, 1), mode="mean", per_sample_weights=None
+    ),
 }
 
 

@@ -42,6 +42,7 @@ INPUTS = {
     "k3": {"shape": [3, 2, 2, 2, 2]},
     "c4": {"shape": [4], "init": "rand"},
     "t2": {"shape": [2], "init": "rand"},
+    "blocks": {"shape": [1, 8, 6]},  # Fold: 2 channels of 2x2 blocks, 2 x 3 of them
 }
 
 # op -> (tensor inputs, args, expected result shape)
@@ -204,6 +205,7 @@ OP_CALLS = {
     "logcumsumexp": (["x"], {"dim": 1}, [2, 4]),
     "nansum": (["x"], {"dim": 1}, [2]),
     "nanmean": (["x"], {}, []),
+    "embedding_bag": (["gidx", "m"], {"mode": "max"}, [2, 4]),
 }
 
 # module type -> (spec, tensor inputs)
@@ -240,6 +242,8 @@ MODULE_CALLS = {
     "ConstantPad2d": ({"padding": 1, "value": 0.5}, ["img"]),
     "ConstantPad3d": ({"padding": 1, "value": 0.5}, ["img"]),
     "PixelShuffle": ({"upscale_factor": 1}, ["img"]),
+    "Unfold": ({"kernel_size": 2}, ["img"]),
+    "Fold": ({"output_size": [3, 4], "kernel_size": 2}, ["blocks"]),
     "PixelUnshuffle": ({"downscale_factor": 2}, ["img"]),
     "InstanceNorm1d": ({"num_features": 3}, ["seq"]),
     "InstanceNorm2d": ({"num_features": 2, "affine": True}, ["img"]),
@@ -387,6 +391,7 @@ MODULE_CALLS = {
     "RNNCell": ({"input_size": 4, "hidden_size": 3}, ["x"]),
     "GRUCell": ({"input_size": 4, "hidden_size": 3}, ["x"]),
     "LSTMCell": ({"input_size": 4, "hidden_size": 3}, ["x"], {"out": ["h", "c"]}),
+    "EmbeddingBag": ({"num_embeddings": 4, "embedding_dim": 3, "mode": "sum"}, ["gidx"]),
 }
 
 

@@ -43,6 +43,7 @@ from engine.nn.modules.dropout import (
     FeatureAlphaDropout,
 )
 from engine.nn.modules.flatten import Flatten, Unflatten
+from engine.nn.modules.fold import Fold, Unfold
 from engine.nn.modules.linear import Identity, Linear
 from engine.nn.modules.loss import (
     BCELoss,
@@ -176,6 +177,8 @@ __all__ = [
     "Unflatten",
     "PixelShuffle",
     "PixelUnshuffle",
+    "Fold",
+    "Unfold",
     "Hardshrink",
     "Softshrink",
     "Upsample",
@@ -237,3 +240,8 @@ __all__ += [
     "AdaptiveMaxPool2d",
     "AdaptiveMaxPool3d",
 ]
+
+# EmbeddingBag
+from engine.nn.modules.sparse import EmbeddingBag  # noqa: E402
+
+__all__ += ["EmbeddingBag"]

@@ -33,6 +33,7 @@ from engine.ops.nn.dropout import (
     dropout_,
     feature_dropout,
 )
+from engine.ops.nn.fold import fold
 from engine.ops.nn.indexing import embedding, gather, index_select
 from engine.ops.nn.linear import linear
 from engine.ops.nn.loss import cross_entropy, mse_loss, nll_loss
@@ -191,6 +192,7 @@ register(
         doc="F.interpolate: up/down-sampling (on cpu torch's kernel works channels last)",
     ),
 )
+register("fold", fold, function=False, functional=True)
 register(
     "pixel_shuffle",
     pixel_shuffle,
@@ -692,3 +694,25 @@ __all__ += [  # noqa: PLE0604
     "triplet_margin_with_distance_loss",
     "gaussian_nll_loss",
 ]
+
+# embedding_bag
+from engine.ops.nn.embedding_bag import embedding_bag  # noqa: E402
+
+register(
+    "embedding_bag",
+    embedding_bag,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "weight"),
+        optional_inputs=("offsets",),
+        args=(
+            ("mode", str, "mean", "sum, mean or max"),
+            ("include_last_offset", bool, False, ""),
+            ("padding_idx", int | None, None, ""),
+        ),
+        doc="F.embedding_bag: sums, means or maxima of bags of rows (offset2bag, bag_size and "
+        "max_indices kept for backward)",
+    ),
+)
+__all__ += ["embedding_bag"]  # noqa: PLE0604
