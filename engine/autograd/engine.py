@@ -201,6 +201,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
             # edge_order: the order PyTorch's node lists its inputs in, when the engine's
             # arguments come in another (Linear: AddmmBackward0's self=bias, mat1, mat2)
             t_edges = node.t_edges
+            summed = False  # a gradient left in `out` after being summed into a buffer
             for i in node.edge_order or range(len(edges)):
                 edge = edges[i]
                 if edge is None:
@@ -234,6 +235,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                         # one summed in is read, left in evaluate_function's outputs, and freed
                         # with them once every edge is served (after the next sums' blocks)
                         out[i] = gi
+                        summed = True
                         _accumulate(buf, nr, gi)
                 del gi
                 left = deps[nxt] - 1
@@ -250,9 +252,10 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                         counter += 1
             # The gradients summed into a buffer die now, first to last as torch's outputs vector
             # (a list's del frees its items last to first).
-            for i in node.edge_order or range(n_out):
-                if i < n_out:
-                    out[i] = None
+            if summed:
+                for i in node.edge_order or range(n_out):
+                    if i < n_out:
+                        out[i] = None
             # `buf` is the last edge's gradient list: left bound it would pin that gradient, and
             # AccumulateGrad would copy it instead of taking it over (the bias of every Linear).
             del out
