@@ -101,8 +101,16 @@ class Watched:
         self.offsite: list[str] = []
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
-        self.page.on("requestfailed", lambda r: self.errors.append(f"failed: {r.url}"))
+        self.page.on("requestfailed", self._failed)
         self.page.route("**/*", self._route)
+
+    def _failed(self, request):
+        # A subresource the page dropped because it navigated on (the run form's submit leaving
+        # the page while its favicon still loads: net::ERR_ABORTED) is no failure a user sees;
+        # any other failed request is.
+        if request.failure == "net::ERR_ABORTED" and not request.is_navigation_request():
+            return
+        self.errors.append(f"failed: {request.url}")
 
     def _route(self, route):
         url = route.request.url
