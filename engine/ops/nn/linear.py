@@ -10,6 +10,8 @@ from engine.backends import cuda_reduce
 from engine.ops.common import device_of, result_buffer, result_type
 from engine.ops.nn.common import _dense, _live, _needs, _reshaped, _same_dtype
 from engine.ops.views import view_array
+from engine.storage import alias_storage
+from engine.tensor import Tensor
 
 
 class Linear(Function):
@@ -105,23 +107,113 @@ class Linear(Function):
         return "AddmmBackward0" if len(self.x_shape) == 2 else "LinearBackward0"
 
 
+class MmTransposed(Function):
+    """x.mm(w.t()) for a 2-D x, as at::matmul runs it: MmBackward0, whose second input is the
+    transposed weight (TBackward0). Backward makes the weight's gradient first, in the weight's
+    own layout (torch's mm_mat2_backward), so that TBackward0 hands AccumulateGrad a buffer it
+    takes over; then x's."""
+
+    def to_save(self, tensors):
+        x, wt = tensors
+        idx = []
+        if wt.requires_grad:
+            idx.append(0)  # grad_w = g.T @ x
+        if x.requires_grad:
+            idx.append(1)  # grad_x = g @ w
+        self._save_idx = tuple(idx)
+        return self._save_idx
+
+    def forward(self, x, wt, out=None):
+        self.shapes = (x.shape, wt.shape)
+        dev = device_of(x, wt)
+        y = kernels.empty((x.shape[0], wt.shape[1]), result_type(x, wt), dev)
+        if _live(dev):
+            kernels.matmul_into(kernels.xp_of_device(dev), x._data, wt._data, y._data)
+        return y
+
+    def backward(self, g):
+        saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
+        needs = _needs(self)
+        (rows, n_in), (_, n_out) = self.shapes
+        dev, dt = g._device, g._dtype
+        g2, gkeep = _dense(g, (rows, n_out))
+        xp = kernels.xp_of(g)
+        gx = gwt = None
+        if needs[1]:
+            x = saved[0]
+            gw = kernels.empty((n_out, n_in), dt, dev)
+            if _live(dev):
+                kernels.matmul_into(xp, g2.T, x._data, gw._data)
+            del x
+            gwt = gw.t()
+            del gw
+        if needs[0]:
+            wt = saved[1]
+            gx = kernels.empty((rows, n_in), dt, dev)
+            if _live(dev):
+                kernels.matmul_into(xp, g2, wt._data.T, gx._data)
+            del wt
+        del saved, gkeep
+        return gx, gwt
+
+    def name(self):
+        return "MmBackward0"
+
+
+class UnsafeView(Function):
+    """at::_unsafe_view: the same memory reshaped, no view for autograd (an in-place add on it
+    is a plain AddBackward0); backward reshapes the gradient back (UnsafeViewBackward0)."""
+
+    def forward(self, x, out=None, shape=()):
+        self.in_shape = x.shape
+        data = view_array(
+            x, tuple(math.prod(x.shape) // -math.prod(shape) if d == -1 else d for d in shape)
+        )
+        return Tensor._make(data, alias_storage(x._storage), x._dtype, x._device)
+
+    def backward(self, g):
+        return (g.reshape(self.in_shape),)
+
+    def name(self):
+        return "UnsafeViewBackward0"
+
+
+def mm_weight(x, w):
+    """x.mm(w.t()) for a 2-D x: MmBackward0 through w.t()'s TBackward0."""
+    return MmTransposed.apply(x, w.t(), op="mm")
+
+
 def linear(input, weight, bias=None):
-    """y = input @ weight.T + bias (weight [out_features, in_features])."""
-    if input.ndim > 2 and weight.ndim == 2 and input.shape[-1] == weight.shape[1]:
-        rows = math.prod(input.shape[:-1])
-        if rows and view_array(input, (rows, input.shape[-1])) is None:
-            # PyTorch's at::linear on an input that cannot be viewed as 2-D (a transposed batch):
-            # matmul folds it with a copy, and that copy is what mm keeps for backward.
-            flat = input.reshape(rows, input.shape[-1])
-            y = linear(flat, weight, bias)
-            return y.view(input.shape[:-1] + (weight.shape[0],))
-        if rows and bias is not None and bias.ndim == 1 and input.is_contiguous():
-            # _flatten_nd_linear: a contiguous N-d input with a bias is addmm over its 2-D view,
-            # and the result is a view of addmm's (an in-place write to it goes through
-            # CopySlices, with the memory of torch's).
-            flat = input.view(rows, input.shape[-1])
-            y = Linear.apply(flat, weight, bias, op="linear")
-            return y.view(input.shape[:-1] + (weight.shape[0],))
-    if bias is None:
-        return Linear.apply(input, weight, op="linear")
-    return Linear.apply(input, weight, bias, op="linear")
+    """y = input @ weight.T + bias (weight [out_features, in_features]), dispatched as torch's
+    at::linear: addmm for a 2-D input with a bias, and for a contiguous N-d one viewed as 2-D
+    (_flatten_nd_linear, the result a view of addmm's); otherwise at::matmul(input, weight.t())
+    (one mm through w.t()'s TBackward0; an N-d input folded by reshape, which copies one that
+    cannot be viewed, and _unsafe_view back) and the bias added in place."""
+    if weight.ndim != 2 or input.ndim == 0 or input.shape[-1] != weight.shape[1]:
+        return Linear.apply(input, weight, *([] if bias is None else [bias]), op="linear")
+    if bias is not None and input.ndim == 2:
+        return Linear.apply(input, weight, bias, op="linear")
+    rows = math.prod(input.shape[:-1])
+    if input.ndim == 1 or not rows:  # (a vector, an empty batch: the one-node form)
+        return Linear.apply(input, weight, *([] if bias is None else [bias]), op="linear")
+    if bias is not None and bias.ndim == 1 and input.is_contiguous():
+        # _flatten_nd_linear: addmm over the 2-D view, the result a view of addmm's (an in-place
+        # write to it goes through CopySlices, with the memory of torch's)
+        flat = input.view(rows, input.shape[-1])
+        y = Linear.apply(flat, weight, bias, op="linear")
+        return y.view(input.shape[:-1] + (weight.shape[0],))
+    if input.ndim == 2:
+        y = mm_weight(input, weight)
+    else:
+        flat = (rows, input.shape[-1])
+        if view_array(input, flat) is not None:
+            folded = mm_weight(input.reshape(flat), weight)
+        else:  # reshape's copy: _unsafe_view(clone(contiguous)), as torch's
+            folded = mm_weight(
+                UnsafeView.apply(input.contiguous(), op="_unsafe_view", shape=flat), weight
+            )
+        y = UnsafeView.apply(folded, op="_unsafe_view", shape=input.shape[:-1] + (weight.shape[0],))
+        del folded
+    if bias is not None:
+        y.add_(bias)
+    return y

@@ -17,14 +17,9 @@ or proj_size > 0), which is what torch runs for GRU and RNN in every dtype.
 
 from __future__ import annotations
 
-import math
-
-from engine import kernels
-from engine.autograd.function import Function
-from engine.ops.common import device_of, result_type
-from engine.ops.nn.common import _dense, _live, _needs
+from engine.ops.nn.linear import linear, mm_weight
 from engine.ops.shape import cat, stack
-from engine.ops.views import SplitViews, view_array
+from engine.ops.views import SplitViews
 from engine.storage import alias_storage
 from engine.tensor import Tensor
 
@@ -78,113 +73,15 @@ class CellParams:
         self.w_ih, self.w_hh, self.b_ih, self.b_hh, self.w_hr = w_ih, w_hh, b_ih, b_hh, w_hr
 
     def linear_ih(self, x):
-        return _linear(x, self.w_ih, self.b_ih)
+        return linear(x, self.w_ih, self.b_ih)
 
     def linear_hh(self, h):
-        return _linear(h, self.w_hh, self.b_hh)
+        return linear(h, self.w_hh, self.b_hh)
 
     def matmul_hr(self, h):
         if self.w_hr is None:
             return h
-        return _mm_weight(h, self.w_hr)  # at::matmul(h, w_hr.t()): one mm
-
-
-class _MmTransposed(Function):
-    """x.mm(w.t()) for a 2-D x, as at::matmul runs it: MmBackward0, whose second input is the
-    transposed weight (TBackward0). Backward makes the weight's gradient first, in the weight's
-    own layout (torch's mm_mat2_backward), so that TBackward0 hands AccumulateGrad a buffer it
-    takes over; then x's."""
-
-    def to_save(self, tensors):
-        x, wt = tensors
-        idx = []
-        if wt.requires_grad:
-            idx.append(0)  # grad_w = g.T @ x
-        if x.requires_grad:
-            idx.append(1)  # grad_x = g @ w
-        self._save_idx = tuple(idx)
-        return self._save_idx
-
-    def forward(self, x, wt, out=None):
-        self.shapes = (x.shape, wt.shape)
-        dev = device_of(x, wt)
-        y = kernels.empty((x.shape[0], wt.shape[1]), result_type(x, wt), dev)
-        if _live(dev):
-            kernels.matmul_into(kernels.xp_of_device(dev), x._data, wt._data, y._data)
-        return y
-
-    def backward(self, g):
-        saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
-        needs = _needs(self)
-        (rows, n_in), (_, n_out) = self.shapes
-        dev, dt = g._device, g._dtype
-        g2, gkeep = _dense(g, (rows, n_out))
-        xp = kernels.xp_of(g)
-        gx = gwt = None
-        if needs[1]:
-            x = saved[0]
-            gw = kernels.empty((n_out, n_in), dt, dev)
-            if _live(dev):
-                kernels.matmul_into(xp, g2.T, x._data, gw._data)
-            del x
-            gwt = gw.t()
-            del gw
-        if needs[0]:
-            wt = saved[1]
-            gx = kernels.empty((rows, n_in), dt, dev)
-            if _live(dev):
-                kernels.matmul_into(xp, g2, wt._data.T, gx._data)
-            del wt
-        del saved, gkeep
-        return gx, gwt
-
-    def name(self):
-        return "MmBackward0"
-
-
-class _UnsafeView(Function):
-    """at::_unsafe_view: the same memory reshaped, no view for autograd (an in-place add on it
-    is a plain AddBackward0); backward reshapes the gradient back (UnsafeViewBackward0)."""
-
-    def forward(self, x, out=None, shape=()):
-        self.in_shape = x.shape
-        data = view_array(
-            x, tuple(math.prod(x.shape) // -math.prod(shape) if d == -1 else d for d in shape)
-        )
-        return Tensor._make(data, alias_storage(x._storage), x._dtype, x._device)
-
-    def backward(self, g):
-        return (g.reshape(self.in_shape),)
-
-    def name(self):
-        return "UnsafeViewBackward0"
-
-
-def _mm_weight(x, w):
-    return _MmTransposed.apply(x, w.t(), op="mm")
-
-
-def _linear(x, w, b):
-    """at::linear: addmm for a 2-D input with a bias, or for a contiguous 3-D one viewed as 2-D
-    (F.linear); otherwise at::matmul (a 3-D input folded into one mm through reshape, which
-    copies a transposed batch, and _unsafe_view back), the bias added in place."""
-    from engine.nn import functional as F
-
-    if b is not None and (x.ndim == 2 or x.is_contiguous()):
-        return F.linear(x, w, b)
-    if x.ndim == 2:
-        y = _mm_weight(x, w)
-    else:
-        flat = (-1, x.shape[-1])
-        if x.is_contiguous():
-            folded = _mm_weight(x.reshape(flat), w)
-        else:  # reshape's copy: _unsafe_view(clone(contiguous)), as torch's
-            folded = _mm_weight(_UnsafeView.apply(x.contiguous(), op="_unsafe_view", shape=flat), w)
-        y = _UnsafeView.apply(folded, op="_unsafe_view", shape=x.shape[:-1] + (w.shape[0],))
-        del folded
-    if b is not None:
-        y.add_(b)
-    return y
+        return mm_weight(h, self.w_hr)  # at::matmul(h, w_hr.t()): one mm
 
 
 def gather_params(params, has_biases: bool, has_projections: bool = False) -> list[CellParams]:
