@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from engine import kernels
+from engine.amp.autocast_mode import STATE as _AUTOCAST
 from engine.autograd.function import Function
 from engine.backends import cuda_reduce
 from engine.ops.common import device_of, result_buffer, result_type
@@ -189,19 +190,28 @@ def linear(input, weight, bias=None):
     (_flatten_nd_linear, the result a view of addmm's); otherwise at::matmul(input, weight.t())
     (one mm through w.t()'s TBackward0; an N-d input folded by reshape, which copies one that
     cannot be viewed, and _unsafe_view back) and the bias added in place."""
+    args = (input, weight) if bias is None else (input, weight, bias)
     if weight.ndim != 2 or input.ndim == 0 or input.shape[-1] != weight.shape[1]:
-        return Linear.apply(input, weight, *([] if bias is None else [bias]), op="linear")
+        return Linear.apply(*args, op="linear")  # (its refusals)
     if bias is not None and input.ndim == 2:
         return Linear.apply(input, weight, bias, op="linear")
     rows = math.prod(input.shape[:-1])
     if input.ndim == 1 or not rows:  # (a vector, an empty batch: the one-node form)
-        return Linear.apply(input, weight, *([] if bias is None else [bias]), op="linear")
+        return Linear.apply(*args, op="linear")
     if bias is not None and bias.ndim == 1 and input.is_contiguous():
         # _flatten_nd_linear: addmm over the 2-D view, the result a view of addmm's (an in-place
         # write to it goes through CopySlices, with the memory of torch's)
         flat = input.view(rows, input.shape[-1])
         y = Linear.apply(flat, weight, bias, op="linear")
         return y.view(input.shape[:-1] + (weight.shape[0],))
+    if _AUTOCAST.active:
+        # autocast's casting policy and parameter cache are linear's: one node (an input that
+        # cannot be viewed as 2-D folded by a copy first)
+        if input.ndim > 2 and view_array(input, (rows, input.shape[-1])) is None:
+            y = linear(input.reshape(rows, input.shape[-1]), weight, bias)
+            return y.view(input.shape[:-1] + (weight.shape[0],))
+        return Linear.apply(*args, op="linear")
+    _same_dtype("linear", input, weight, bias)
     if input.ndim == 2:
         y = mm_weight(input, weight)
     else:
