@@ -130,6 +130,12 @@ CALLS = {
     "adaptive_avg_pool1d": lambda L: engine.adaptive_avg_pool1d(L(2, 3, 6), 4),
     "pixel_shuffle": lambda L: engine.pixel_shuffle(L(1, 4, 2, 3), 2),
     "fold": lambda L: engine.nn.functional.fold(L(1, 4, 6), (3, 4), 2),
+    "max_unpool2d": lambda L: engine.nn.functional.max_unpool2d(
+        L(1, 1, 2, 2), engine.tensor([[[[0, 3], [9, 14]]]]), 2
+    ),
+    "max_unpool1d": lambda L: engine.nn.functional.max_unpool1d(
+        L(1, 1, 2), engine.tensor([[[1, 2]]]), 2
+    ),
     "pixel_unshuffle": lambda L: engine.pixel_unshuffle(L(1, 1, 4, 2), 2),
     "meshgrid": lambda L: engine.meshgrid(L(4), L(3), indexing="xy"),
     "broadcast_tensors": lambda L: engine.broadcast_tensors(L(3, 1), L(4)),

@@ -43,6 +43,10 @@ INPUTS = {
     "c4": {"shape": [4], "init": "rand"},
     "t2": {"shape": [2], "init": "rand"},
     "blocks": {"shape": [1, 8, 6]},  # Fold: 2 channels of 2x2 blocks, 2 x 3 of them
+    "upv": {"shape": [1, 2, 2, 2]},  # MaxUnpool: pooled values and their indices
+    "upi": {"shape": [1, 2, 2, 2], "init": "randint", "high": 16, "dtype": "int64"},
+    "upv1": {"shape": [1, 2, 3]},
+    "upi1": {"shape": [1, 2, 3], "init": "randint", "high": 6, "dtype": "int64"},
 }
 
 # op -> (tensor inputs, args, expected result shape)
@@ -244,6 +248,8 @@ MODULE_CALLS = {
     "PixelShuffle": ({"upscale_factor": 1}, ["img"]),
     "Unfold": ({"kernel_size": 2}, ["img"]),
     "Fold": ({"output_size": [3, 4], "kernel_size": 2}, ["blocks"]),
+    "MaxUnpool2d": ({"kernel_size": 2}, ["upv", "upi"]),
+    "MaxUnpool1d": ({"kernel_size": 2}, ["upv1", "upi1"]),
     "PixelUnshuffle": ({"downscale_factor": 2}, ["img"]),
     "InstanceNorm1d": ({"num_features": 3}, ["seq"]),
     "InstanceNorm2d": ({"num_features": 2, "affine": True}, ["img"]),

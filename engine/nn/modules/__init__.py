@@ -106,6 +106,7 @@ from engine.nn.modules.transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from engine.nn.modules.unpool import MaxUnpool1d, MaxUnpool2d
 from engine.nn.modules.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
 __all__ = [
@@ -179,6 +180,8 @@ __all__ = [
     "PixelUnshuffle",
     "Fold",
     "Unfold",
+    "MaxUnpool1d",
+    "MaxUnpool2d",
     "Hardshrink",
     "Softshrink",
     "Upsample",

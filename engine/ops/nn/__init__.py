@@ -72,6 +72,7 @@ from engine.ops.nn.pool import (
 from engine.ops.nn.prelu import prelu, rrelu
 from engine.ops.nn.similarity import cosine_similarity, normalize, pairwise_distance
 from engine.ops.nn.ternary import addcdiv, addcdiv_, addcmul, addcmul_, lerp, lerp_
+from engine.ops.nn.unpool import max_unpool1d, max_unpool2d
 from engine.ops.nn.upsample import interpolate
 from engine.ops.registry import REQUIRED, IntOrPair, Reduction, Scenario, register
 
@@ -193,6 +194,8 @@ register(
     ),
 )
 register("fold", fold, function=False, functional=True)
+register("max_unpool1d", max_unpool1d, function=False, functional=True)
+register("max_unpool2d", max_unpool2d, function=False, functional=True)
 register(
     "pixel_shuffle",
     pixel_shuffle,
