@@ -154,3 +154,37 @@ def sum_to(g: Tensor, shape) -> Tensor:
         xp.sum(g._data, axis=axes, out=out._data.reshape(reduced))
     cuda_reduce.charge(g._device, g._data, axes)  # torch's global-reduce staging on a GPU
     return out
+
+
+def cast_copy(x: Tensor, dtype):
+    """torch's CPU TensorIterator computes on a temporary copy, in its dtype, of an input whose
+    dtype is not the one the op computes in (`op.tensor().to(common_dtype)`, laid out as the
+    input): elementwise ops make it before their result (elementwise._promoted), reductions and
+    scans after theirs (bool.sum() in int64, float32.sum(dtype=float64), int32.cumsum()); freed
+    when the op returns. CUDA's kernels cast as they load, and meta plans a GPU run: no copy
+    there. Returns the array to compute on and the copy (None when there is none), to hold
+    until the op returns."""
+    xd = x._data
+    if x._dtype is dtype or x._device.type != "cpu":
+        return xd, None
+    c = kernels.empty_for(xd.shape, dtype, x._device, xd)
+    np.copyto(c._data, xd, casting="unsafe")
+    if dtype.emulated:
+        dtypes.round_to_bfloat16_(c._data)
+    return c._data, c
+
+
+def scan_into(x: Tensor, y: Tensor, dim: int, dtype, name: str) -> None:
+    """y = the running `name` ("cumsum", "cumprod") of x along dim, in y's dtype: a 0-d x
+    copied as it is; an input of another dtype through its cast_copy (made after y); bfloat16
+    rounded. Nothing on meta."""
+    if x._device.type == "meta":
+        return
+    if not x.ndim:
+        y._data[...] = x._data
+    else:
+        xd, copy = cast_copy(x, dtype)
+        getattr(kernels.xp_of(x), name)(xd, axis=dim, dtype=y._data.dtype, out=y._data)
+        del copy
+    if dtype.emulated:
+        dtypes.round_to_bfloat16_(y._data)

@@ -19,7 +19,8 @@ import numpy as np
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
 from engine.autograd.grad_mode import is_grad_enabled
-from engine.ops.reduce import cast_copy, norm_dims, reduced_shape
+from engine.ops.common import cast_copy, scan_into
+from engine.ops.reduce import norm_dims, reduced_shape
 from engine.ops.registry import REQUIRED, Scenario, register
 from engine.tensor import Tensor, _wrap_dim
 
@@ -77,16 +78,7 @@ class Cumprod(Function):
         rdt = _scan_dtype(x, dtype)
         self.dim, self.in_dtype = d, x._dtype
         y = kernels.empty(x.shape, rdt, x._device) if out is None else out
-        if x._device.type != "meta":
-            xp = kernels.xp_of(x)
-            if not x.ndim:
-                y._data[...] = x._data
-            else:  # (another dtype on cpu: torch's temporary copy of the input, made after y)
-                xd, copy = cast_copy(x, rdt)
-                xp.cumprod(xd, axis=d, dtype=y._data.dtype, out=y._data)
-                del copy
-            if rdt.emulated:
-                dtypes.round_to_bfloat16_(y._data)
+        scan_into(x, y, d, rdt, "cumprod")
         return y
 
     def backward(self, g):

@@ -17,6 +17,7 @@ from engine.kernels import PARALLEL_MIN_ELEMS
 from engine.ops.common import (
     broadcast_shape,
     broadcast_shapes,
+    cast_copy,
     check_out,
     data,
     device_of,
@@ -45,12 +46,8 @@ def _promoted(dev, dtype, operands) -> tuple[list, list]:
         td = t._data
         if dev.type == "cpu" and t._dtype is not dtype:
             if td.ndim:
-                c = kernels.empty_for(td.shape, dtype, dev, td)
-                np.copyto(c._data, td, casting="unsafe")
-                if dtype.emulated:
-                    dtypes.round_to_bfloat16_(c._data)
+                td, c = cast_copy(t, dtype)
                 copies.append(c)
-                td = c._data
             else:  # a 0-d tensor: its value in the dtype (torch's wrapped scalar, uncharged)
                 td = td.astype(dtype.np)
         arrays.append(td)

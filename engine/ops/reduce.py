@@ -10,7 +10,7 @@ import numpy as np
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
 from engine.backends import cuda_reduce
-from engine.ops.common import result_buffer
+from engine.ops.common import cast_copy, result_buffer
 from engine.tensor import Tensor, _wrap_dim
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
@@ -46,23 +46,6 @@ def _expand_back(g: Tensor, shape, dims, keepdim):
 
 
 _ALL_DIMS = [tuple(range(n)) for n in range(33)]
-
-
-def cast_copy(x: Tensor, dtype):
-    """torch's CPU TensorIterator runs a reduction or scan whose input's dtype is not the one
-    it computes in (bool.sum() in int64, float32.sum(dtype=float64), int32.cumsum()) on a
-    temporary copy of the whole input in that dtype, made after the result and freed when the
-    op returns (a 0-d input too: unlike a binary op's scalar operand, it is copied). CUDA's
-    kernels cast as they load, and meta plans a GPU run: no copy there. Returns the array to
-    compute on and the copy (None when there is none), to hold until the op returns."""
-    xd = x._data
-    if x._dtype is dtype or x._device.type != "cpu":
-        return xd, None
-    c = kernels.empty(xd.shape, dtype, x._device)
-    np.copyto(c._data, xd, casting="unsafe")
-    if dtype.emulated:
-        dtypes.round_to_bfloat16_(c._data)
-    return c._data, c
 
 
 class Sum(Function):

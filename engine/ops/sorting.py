@@ -12,7 +12,8 @@ from collections import namedtuple
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
 from engine.autograd.grad_mode import no_grad
-from engine.ops.reduce import cast_copy, norm_dims, reduced_shape, scatter_back
+from engine.ops.common import cast_copy, scan_into
+from engine.ops.reduce import norm_dims, reduced_shape, scatter_back
 from engine.tensor import _wrap_dim
 
 SortResult = namedtuple("SortResult", ["values", "indices"])
@@ -80,16 +81,7 @@ class Cumsum(Function):
             dtype = x._dtype if x._dtype.is_floating_point else dtypes.int64
         self.dim, self.in_dtype = d, x._dtype
         y = kernels.empty(x.shape, dtype, x._device) if out is None else out
-        if x._device.type != "meta":
-            xp = kernels.xp_of(x)
-            if not x.ndim:
-                y._data[...] = x._data
-            else:  # (another dtype on cpu: torch's temporary copy of the input, made after y)
-                xd, copy = cast_copy(x, dtype)
-                xp.cumsum(xd, axis=d, dtype=y._data.dtype, out=y._data)
-                del copy
-            if dtype.emulated:
-                dtypes.round_to_bfloat16_(y._data)
+        scan_into(x, y, d, dtype, "cumsum")
         return y
 
     def backward(self, g):

@@ -23,8 +23,9 @@ import numpy as np
 
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
+from engine.ops.common import cast_copy
 from engine.ops.cumulative import count_true, int64_copy
-from engine.ops.reduce import _expand_back, cast_copy, norm_dims, reduced_shape, scatter_back
+from engine.ops.reduce import _expand_back, norm_dims, reduced_shape, scatter_back
 from engine.ops.registry import Dims, Scenario, register
 from engine.tensor import Tensor, _wrap_dim
 

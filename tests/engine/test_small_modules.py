@@ -44,6 +44,7 @@ CASES = {
     "channel_shuffle": ((X4,), lambda m, x: m.nn.ChannelShuffle(4)(x)),
     "channel_shuffle_3d": ((X3,), lambda m, x: m.nn.functional.channel_shuffle(x, 3)),
     "local_response_norm_3d": ((X3,), lambda m, x: m.nn.LocalResponseNorm(3, 0.1, 0.6, 2.0)(x)),
+    "local_response_norm_4d": ((X4,), lambda m, x: m.nn.LocalResponseNorm(2, 0.1, 0.6, 2.0)(x)),
     "lp_pool1d": ((X3,), lambda m, x: m.nn.LPPool1d(2, 3)(x)),
     "lp_pool1d_p3_stride": ((X3,), lambda m, x: m.nn.functional.lp_pool1d(x, 3, 2, 1)),
     "lp_pool1d_inf": ((X3,), lambda m, x: m.nn.functional.lp_pool1d(x, float("inf"), 2)),

@@ -25,6 +25,12 @@ def _needs(node: Function) -> tuple[bool, ...]:
     return tuple(e is not None for e in node.next_functions)
 
 
+def _batched(arr, ndim: int):
+    """An unbatched array (one dim short of `ndim`) as a batch of one (a view); a batched one
+    as it is."""
+    return arr if arr.ndim == ndim else arr[None]
+
+
 def _reshaped(t: Tensor, shape):
     """t's array viewed as `shape`; a charged contiguous copy when the strides forbid a view.
 

@@ -16,7 +16,7 @@ import math
 from engine import kernels
 from engine.autograd.function import Function
 from engine.backends.meta import MetaArray
-from engine.ops.nn.common import _live
+from engine.ops.nn.common import _batched, _live
 from engine.tensor import Tensor
 
 
@@ -108,10 +108,6 @@ def _col2im(xp, cols, out, geo, dtype, dev) -> None:
         xp.add(region, c6[:, :, i, j], out=region)
     xp.copyto(out, pd[:, :, ph : ph + h, pw : pw + w])
     padded.release()
-
-
-def _batched(arr, ndim):
-    return arr if arr.ndim == ndim else arr[None]
 
 
 def _to_cols(x: Tensor, geo, image_shape) -> Tensor:

@@ -40,8 +40,8 @@ def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
 
 def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
     """input / (k + alpha * mean of x^2 over `size` neighbouring channels)^beta."""
-    from engine.ops import registry
     from engine.ops.nn import pool
+    from engine.ops.nn.pool3d import avg_pool3d
     from engine.ops.shape import pad
 
     dim = input.ndim
@@ -58,12 +58,6 @@ def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
         div = pad(div, (0, 0, size // 2, (size - 1) // 2))
         div = pool.avg_pool2d(div, (size, 1), stride=1).squeeze(1)
     else:
-        avg_pool3d = registry.functional().get("avg_pool3d")
-        if avg_pool3d is None:
-            raise NotImplementedError(
-                "local_response_norm: inputs of 4 or more dimensions need avg_pool3d, which "
-                "the engine does not have yet; 3-D inputs [N, C, L] are supported"
-            )
         sizes = tuple(input.shape)
         div = div.view(sizes[0], 1, sizes[1], sizes[2], -1)
         div = pad(div, (0, 0, 0, 0, size // 2, (size - 1) // 2))

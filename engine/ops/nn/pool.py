@@ -10,7 +10,7 @@ import numpy as np
 from engine import dtypes, kernels
 from engine.autograd.function import Function
 from engine.ops.common import result_buffer
-from engine.ops.nn.common import _live, _pair, _reshaped, _sl, _span
+from engine.ops.nn.common import _batched, _live, _pair, _reshaped, _sl, _span
 
 
 def pool_out_size(size, k, s, p, d, ceil_mode):
@@ -19,11 +19,6 @@ def pool_out_size(size, k, s, p, d, ceil_mode):
     if ceil_mode and (out - 1) * s >= size + p:
         out -= 1
     return out
-
-
-def _batched(arr):
-    """A [C, H, W] array as [1, C, H, W] (a view); a batched one as it is."""
-    return arr if arr.ndim == 4 else arr[None]
 
 
 def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, opname):
@@ -321,7 +316,7 @@ class AvgPool2d(Function):
         y = result_buffer(out, out_shape, dtype, dev, "avg_pool2d")
         if _live(dev):
             xp = kernels.xp_of(x)
-            yd, xd = _batched(y._data), _batched(x._data)
+            yd, xd = _batched(y._data, 4), _batched(x._data, 4)
             yd.fill(0)
             for lh, hh, lw, hw, hsl, wsl in _offsets(geo):
                 yr = yd[:, :, lh:hh, lw:hw]
@@ -336,7 +331,7 @@ class AvgPool2d(Function):
         gx = kernels.zeros(self.x_shape, g._dtype, dev)
         if _live(dev):
             xp = kernels.xp_of(g)
-            gxd, gd4 = _batched(gx._data), _batched(g._data)
+            gxd, gd4 = _batched(gx._data, 4), _batched(g._data, 4)
             if isinstance(self.div, float):
                 # one divisor for every window: scatter g, then scale (no temporary)
                 for lh, hh, lw, hw, hsl, wsl in _offsets(self.geom):
@@ -394,7 +389,7 @@ class AdaptiveAvgPool2d(Function):
         y = result_buffer(out, out_shape, x._dtype, dev, "adaptive_avg_pool2d")
         if _live(dev):
             xp = kernels.xp_of(x)
-            xd, yd = _batched(x._data), _batched(y._data)
+            xd, yd = _batched(x._data, 4), _batched(y._data, 4)
             if (oh, ow) == (1, 1):
                 xp.mean(xd, axis=(2, 3), keepdims=True, out=yd)
             else:
@@ -417,7 +412,7 @@ class AdaptiveAvgPool2d(Function):
         gx = kernels.zeros(self.x_shape, g._dtype, dev)
         if _live(dev):
             xp = kernels.xp_of(g)
-            gxd, gd4 = _batched(gx._data), _batched(g._data)
+            gxd, gd4 = _batched(gx._data, 4), _batched(g._data, 4)
             for a, (h0, h1) in enumerate(_adaptive_ranges(h, oh)):
                 for b, (w0, w1) in enumerate(_adaptive_ranges(w, ow)):
                     dst = gxd[:, :, h0:h1, w0:w1]

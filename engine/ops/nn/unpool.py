@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from engine import dtypes, kernels
 from engine.autograd.function import Function
 from engine.ops.nn.common import _live
-from engine.tensor import Tensor
 
 
 class MaxUnpool2d(Function):
     def forward(self, x, indices, out=None, output_size=()):
         if indices._dtype is not dtypes.int64:
             raise RuntimeError(
-                f"elements in indices should be type int64 but got: {_scalar_name(indices)}"
+                f"elements in indices should be type int64 but got: "
+                f"{indices._dtype.torch_tensor_name.removesuffix('Tensor')}"
             )
         if tuple(indices.shape) != tuple(x.shape):
             raise RuntimeError(
@@ -67,12 +65,6 @@ class MaxUnpool2d(Function):
 
     def name(self):
         return "MaxUnpool2DBackward0"
-
-
-def _scalar_name(t: Tensor) -> str:
-    return {np.dtype(np.int32): "Int", np.dtype(np.int16): "Short", np.dtype(np.int8): "Char"}.get(
-        np.dtype(t._dtype.np), t._dtype.name.capitalize()
-    )
 
 
 def _tuple(v, n: int) -> tuple:

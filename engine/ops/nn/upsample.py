@@ -341,15 +341,10 @@ def interpolate(
             "bicubic and trilinear without it are"
         )
     if mode == "area":
-        from engine.ops import nn as nn_ops
+        from engine.ops.nn import pool, pool3d
 
-        pooling = getattr(nn_ops, f"adaptive_avg_pool{k}d", None)
-        if pooling is None:
-            raise NotImplementedError(
-                f"interpolate: area mode on a {input.ndim}-D input needs "
-                f"adaptive_avg_pool{k}d, which the engine does not have"
-            )
-        return pooling(input, out)
+        pooling = (pool.adaptive_avg_pool1d, pool.adaptive_avg_pool2d, pool3d.adaptive_avg_pool3d)
+        return pooling[k - 1](input, out)
     return Upsample.apply(
         input,
         op="interpolate",
