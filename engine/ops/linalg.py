@@ -100,6 +100,13 @@ class Matmul(Function):
         dev = device_of(a, b)
         shape = matmul_shape(a.shape, b.shape)
         self.shapes = (a.shape, b.shape)
+        # torch's mm_mat1/mm_mat2_backward make a column-major operand's gradient transposed
+        # (so that its .t() comes back contiguous: w.t()'s weight gradient is then taken over
+        # by AccumulateGrad, not copied); the mm of a folded batch reads b as mat2
+        self.cols = (
+            a.ndim == 2 and b.ndim == 2 and _column_major(a._data),
+            a.ndim >= 2 and b.ndim == 2 and _column_major(b._data),
+        )
         y = result_buffer(out, shape, result_type(a, b), dev, "matmul")
         if dev.type != "meta":
             ad, bd = a._data, b._data
@@ -132,17 +139,34 @@ class Matmul(Function):
             g2 = g.reshape(-1, b2s[-1])
             if self.next_functions[1] is not None:
                 a2 = saved[0].reshape(-1, sa[-1])
-                gb = a2.transpose(0, 1).matmul(g2).reshape(sb)
+                if self.cols[1]:  # grad.t().mm(mat1).t()
+                    gb = g2.transpose(0, 1).matmul(a2).transpose(0, 1).reshape(sb)
+                else:
+                    gb = a2.transpose(0, 1).matmul(g2).reshape(sb)
             if self.next_functions[0] is not None:
                 ga = g2.matmul(saved[1].reshape(b2s).transpose(0, 1)).reshape(sa)
             return (ga, gb)
         g2 = g.reshape(matmul_shape(a2s, b2s))
+        if len(sa) == 2 and len(sb) == 2 and (self.cols[0] or self.cols[1]):
+            return self._mm_backward(saved, g2)
         if self.next_functions[1] is not None:
             a2 = saved[0].reshape(a2s)
             gb = sum_to(a2.transpose(-1, -2).matmul(g2), b2s).reshape(sb)
         if self.next_functions[0] is not None:
             b2 = saved[1].reshape(b2s)
             ga = sum_to(g2.matmul(b2.transpose(-1, -2)), a2s).reshape(sa)
+        return (ga, gb)
+
+    def _mm_backward(self, saved, g):
+        """MmBackward0 with a column-major operand (derivatives.yaml's mm_mat2_backward, then
+        mm_mat1_backward): its gradient computed transposed."""
+        ga = gb = None
+        if self.next_functions[1] is not None:
+            a = saved[0]
+            gb = g.t().matmul(a).t() if self.cols[1] else a.t().matmul(g)
+        if self.next_functions[0] is not None:
+            b = saved[1]
+            ga = b.matmul(g.t()).t() if self.cols[0] else g.matmul(b.t())
         return (ga, gb)
 
     def name(self):

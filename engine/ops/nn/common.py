@@ -52,6 +52,17 @@ def _dense(t: Tensor, shape):
     return arr, owner
 
 
+def _blas_operand(t: Tensor, arr):
+    """(array, owner): `arr` (a view of t) as a BLAS product reads it: a broadcast (zero-stride)
+    one copied first, as torch's CPU mm copies an operand BLAS cannot read, after allocating the
+    product's result and freed once it is made (each product its own copy). Keep `owner` alive
+    while using the array."""
+    if type(arr) is np.ndarray and 0 in arr.strides and arr.size > 1:
+        owner = kernels.copy_new(t)
+        return owner._data.reshape(arr.shape), owner
+    return arr, None
+
+
 def _first_element(arr):
     """A 0-d view of an array's first element (numpy, cupy and meta)."""
     return arr[(0,) * arr.ndim + (Ellipsis,)]

@@ -9,7 +9,7 @@ from engine.amp.autocast_mode import STATE as _AUTOCAST
 from engine.autograd.function import Function
 from engine.backends import cuda_reduce
 from engine.ops.common import device_of, result_buffer, result_type
-from engine.ops.nn.common import _dense, _live, _needs, _reshaped, _same_dtype
+from engine.ops.nn.common import _blas_operand, _live, _needs, _reshaped, _same_dtype
 from engine.ops.views import view_array
 from engine.storage import alias_storage
 from engine.tensor import Tensor
@@ -63,7 +63,7 @@ class Linear(Function):
         n_out, n_in = self.w_shape
         rows = math.prod(self.x_shape[:-1])
         dev, dt = g._device, g._dtype
-        g2, gkeep = _dense(g, (rows, n_out))
+        g2, gkeep = _reshaped(g, (rows, n_out))
         xp = kernels.xp_of(g)
         gx = gw = gb = None
         # PyTorch's gradients here are views (weight: mm(...).t() through TBackward0; bias:
@@ -74,15 +74,18 @@ class Linear(Function):
             w = saved[1]
             gx = kernels.empty((rows, n_in), dt, dev)
             if _live(dev):
-                kernels.matmul_into(xp, g2, w._data, gx._data)
+                ga, gcopy = _blas_operand(g, g2)
+                kernels.matmul_into(xp, ga, w._data, gx._data)
+                del ga, gcopy
             gx = gx.view(self.x_shape) if len(self.x_shape) != 2 else gx
         if needs[1]:
             x = saved[0]
             gw = kernels.empty(self.w_shape, dt, dev)
             if _live(dev):
                 x2, xkeep = _reshaped(x, (rows, n_in))
-                kernels.matmul_into(xp, g2.T, x2, gw._data)
-                del xkeep, x2
+                ga, gcopy = _blas_operand(g, g2)
+                kernels.matmul_into(xp, ga.T, x2, gw._data)
+                del xkeep, x2, ga, gcopy
             del x
             gw = gw.view(self.w_shape)
         # The bias's gradient is PyTorch's sum_to in validate_outputs, after AddmmBackward0's
@@ -137,14 +140,16 @@ class MmTransposed(Function):
         needs = _needs(self)
         (rows, n_in), (_, n_out) = self.shapes
         dev, dt = g._device, g._dtype
-        g2, gkeep = _dense(g, (rows, n_out))
+        g2, gkeep = _reshaped(g, (rows, n_out))
         xp = kernels.xp_of(g)
         gx = gwt = None
         if needs[1]:
             x = saved[0]
             gw = kernels.empty((n_out, n_in), dt, dev)
             if _live(dev):
-                kernels.matmul_into(xp, g2.T, x._data, gw._data)
+                ga, gcopy = _blas_operand(g, g2)
+                kernels.matmul_into(xp, ga.T, x._data, gw._data)
+                del ga, gcopy
             del x
             gwt = gw.t()
             del gw
@@ -152,7 +157,9 @@ class MmTransposed(Function):
             wt = saved[1]
             gx = kernels.empty((rows, n_in), dt, dev)
             if _live(dev):
-                kernels.matmul_into(xp, g2, wt._data.T, gx._data)
+                ga, gcopy = _blas_operand(g, g2)
+                kernels.matmul_into(xp, ga, wt._data.T, gx._data)
+                del ga, gcopy
             del wt
         del saved, gkeep
         return gx, gwt
