@@ -150,6 +150,23 @@ def register_hook(self: Tensor, hook) -> _HookHandle:
     return _HookHandle(hooks, key)
 
 
+def register_post_accumulate_grad_hook(self: Tensor, hook) -> _HookHandle:
+    """Call hook(tensor) once this leaf's gradient has been accumulated into its .grad, during
+    backward (under no_grad unless create_graph): e.g. an optimizer step per parameter inside
+    backward, which frees each gradient as soon as it is used (PyTorch's "optimizer step in
+    backward"). Not run by autograd.grad, which accumulates nothing."""
+    if not self.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    if self.grad_fn is not None:
+        raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+    hooks = self.__dict__.get("_post_accumulate_grad_hooks")
+    if hooks is None:
+        hooks = self.__dict__["_post_accumulate_grad_hooks"] = OrderedDict()
+    key = next(_hook_ids)
+    hooks[key] = hook
+    return _HookHandle(hooks, key)
+
+
 class _InferenceState:
     enabled = False
 

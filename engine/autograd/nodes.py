@@ -50,6 +50,17 @@ class AccumulateGrad(Function):
         else:
             kernels.add_into(var._grad, grad)
             var._grad._storage.version += 1
+        post = var.__dict__.get("_post_accumulate_grad_hooks")
+        if post:
+            del grad  # (torch's node no longer holds the incoming gradient when its hooks run)
+            for hook in tuple(post.values()):
+                ret = hook(var)
+                if ret is var:  # (p.add_(...) returns the leaf itself: torch lets it pass)
+                    continue
+                if isinstance(ret, Tensor):
+                    raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+                if ret is not None:
+                    raise TypeError(f"expected Variable, but hook returned '{type(ret).__name__}'")
         return ()
 
 
