@@ -20,6 +20,7 @@ from memprof.scenario.build import (
     make_input,
     make_optimizer,
     named_parameters,
+    optimizers_in_backward,
     resolve_device,
     results,
     run_forward,
@@ -114,6 +115,27 @@ class _Run(ProgramHooks):
         for pname, t in named_parameters(self.modules):
             self.rec.name_storage(storage_key(t), pname)
         self.current_node = None
+        self._optimizers_in_backward()
+
+    def _optimizers_in_backward(self) -> None:
+        """An optimizer phase with `in_backward: true`: its per-parameter optimizers and their
+        hooks are made before the first backward, which then steps them; what they allocate is
+        optimizer state, attributed to the AccumulateGrad node whose hook ran them."""
+        from contextlib import contextmanager
+
+        from engine.allocator import context
+
+        @contextmanager
+        def around(action: str):
+            with self.rec.inner_span(), context(category="optimizer_state", op=action):
+                yield
+
+        for i, phase in enumerate(self.spec.phases):
+            ospec = getattr(phase, "optimizer", None)
+            if ospec is not None and ospec.in_backward:
+                self.optimizers[i] = optimizers_in_backward(
+                    self.engine, ospec, self.modules, around
+                )
 
     def _setup_step(self, node: str, op: str, category: str, tensor: str):
         """Making one input or module: a step of its own, with no op row."""
@@ -211,6 +233,11 @@ class _Run(ProgramHooks):
 
         rec = self.rec
         self.current_node = "<optimizer>"
+        if ospec.in_backward:  # stepped by backward's hooks: only their state to name
+            for opt in self.optimizers[index].values():
+                self._name_optimizer_state(opt)
+            self.current_node = None
+            return
         opt = self.optimizers.get(index)
         if opt is None:
             with context(

@@ -128,6 +128,8 @@ class Recorder(MemoryObserver):
         self._live: dict[int, tuple[int, tuple | None]] = {}  # storage id -> (row, span)
         self._op_span = 0
         self._last_op: object = None
+        self._fixed_key: tuple | None = None  # inner_span's
+        self._inner = 0
         # cuda only: bytes CuPy's pool handed out that are not engine storages
         self.external = {
             "num_allocs": 0,
@@ -255,7 +257,20 @@ class Recorder(MemoryObserver):
             )
 
     # --- the observer ---------------------------------------------------------------------------
+    @contextmanager
+    def inner_span(self) -> Iterator[None]:
+        """Events inside are one span of their own (what they allocate and free there is
+        `temporary`), inside a per-op step: an optimizer step that a backward hook runs."""
+        self._inner += 1
+        saved, self._fixed_key = self._fixed_key, ("inner", self._inner)
+        try:
+            yield
+        finally:
+            self._fixed_key = saved
+
     def _span_key(self, op) -> tuple | None:
+        if self._fixed_key is not None:
+            return self._fixed_key
         if not self.per_op:
             return (self.span, 0)
         if op != self._last_op:

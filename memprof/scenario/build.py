@@ -112,14 +112,47 @@ def named_parameters(modules: dict) -> list[tuple[str, Any]]:
     return out
 
 
-def make_optimizer(engine, spec, modules: dict):
-    params = module_parameters(modules, spec.params)
-    kwargs = spec.model_dump(exclude={"type", "params", "zero_grad"})
+def _optimizer_kwargs(spec) -> dict:
+    kwargs = spec.model_dump(exclude={"type", "params", "zero_grad", "in_backward"})
     if "betas" in kwargs:
         kwargs["betas"] = tuple(kwargs["betas"])
     if not kwargs.get("amsgrad", True):
         kwargs.pop("amsgrad")
-    return getattr(engine.optim, spec.type)(params, **kwargs)
+    return kwargs
+
+
+def make_optimizer(engine, spec, modules: dict):
+    params = module_parameters(modules, spec.params)
+    return getattr(engine.optim, spec.type)(params, **_optimizer_kwargs(spec))
+
+
+def optimizers_in_backward(engine, spec, modules: dict, around=None) -> dict:
+    """PyTorch's "optimizer step in backward": one optimizer per parameter of `spec`, stepped
+    and (with spec.zero_grad) zeroed by a post-accumulate-grad hook on the parameter, so each
+    gradient is freed as soon as it is used. Returns {parameter: its optimizer}.
+
+    around(action): a context manager the hook runs "step" and "zero_grad" in (the runner's
+    attribution), or None."""
+    kind, kwargs = getattr(engine.optim, spec.type), _optimizer_kwargs(spec)
+    opts = {p: kind([p], **kwargs) for p in module_parameters(modules, spec.params)}
+    zero = spec.zero_grad
+
+    def hook(p) -> None:
+        opt = opts[p]
+        if around is None:
+            opt.step()
+            if zero:
+                opt.zero_grad(set_to_none=True)
+            return
+        with around("step"):
+            opt.step()
+        if zero:
+            with around("zero_grad"):
+                opt.zero_grad(set_to_none=True)
+
+    for p in opts:
+        p.register_post_accumulate_grad_hook(hook)
+    return opts
 
 
 def call_node(

@@ -310,6 +310,18 @@ def _optimizer_model(name: str, args: tuple[Arg, ...]) -> type[BaseModel]:
         bool,
         Field(True, description="zero_grad(set_to_none=True) right after each step"),
     )
+    fields["in_backward"] = (
+        bool,
+        Field(
+            False,
+            description=(
+                "PyTorch's optimizer step in backward: one optimizer per parameter, stepped "
+                "(and zeroed) in the parameter's post-accumulate-grad hook as soon as its "
+                "gradient is ready, so each gradient is freed during backward; the optimizer "
+                "phase itself then runs nothing"
+            ),
+        ),
+    )
     return create_model(f"{name}Spec", __base__=Strict, __doc__=f"optim.{name}", **fields)
 
 
