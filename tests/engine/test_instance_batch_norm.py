@@ -120,3 +120,37 @@ def test_refusals_as_torch(call):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert_raises_as_torch(call)
+
+
+# torch's cpu kernels take their channels-last path for a contiguous input whose image size is
+# 1: per-thread partial sums in a [threads, C] buffer for the statistics (when there are more
+# rows than threads) and a [2, threads, C] one in backward, plus backward's ones [C] for a
+# missing weight and, in eval, the invstd [C] it computes
+PER_THREAD = [
+    ((16, 64), "float32", True, True, True),
+    ((16, 64), "float64", False, True, True),
+    ((16, 64), "float32", True, False, True),
+    ((16, 64), "float32", False, False, True),
+    ((16, 64), "float32", True, True, False),
+    ((2, 64), "float32", True, True, True),  # no more rows than threads: no buffer forward
+    ((16, 64, 1, 1), "float32", True, True, True),
+    ((16, 64, 10), "float32", True, True, True),  # the contiguous path: none of them
+]
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "affine", "train", "track"),
+    PER_THREAD,
+    ids=[f"{s}-{d}-affine{a}-train{t}-track{k}" for s, d, a, t, k in PER_THREAD],
+)
+def test_per_thread_partial_sums_of_the_channels_last_kernels_as_torch(
+    shape, dtype, affine, train, track
+):
+    def make(m):
+        kind = m.nn.BatchNorm2d if len(shape) == 4 else m.nn.BatchNorm1d
+        bn = kind(64, affine=affine, track_running_stats=track).to(getattr(m, dtype))
+        bn.train(train)
+        x = m.tensor(np.random.default_rng(0).standard_normal(shape).astype(dtype))
+        return forward_backward(m, lambda: bn(x.requires_grad_()))
+
+    assert_steps_as_torch(make)

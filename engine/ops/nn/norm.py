@@ -84,6 +84,19 @@ def _temporary_pair(c, dt, dev) -> None:
     del b, a
 
 
+def _per_thread_stats(x) -> bool:
+    """Whether torch's cpu batch norm kernels take their channels-last path for x: a contiguous
+    input whose image size is 1 ((N, C), (N, C, 1, 1)), float32 or float64 (the reduced
+    precision kernels are others). Its statistics and gradient sums are per-thread partial sums
+    over C in a buffer of their own. (A channels-last 4-D input takes it too; the engine makes
+    batch norm's output contiguous, so that case is not modelled.)"""
+    return (
+        x._dtype.name in ("float32", "float64")
+        and math.prod(x.shape[2:]) == 1
+        and x.is_contiguous()
+    )
+
+
 def _dense(t) -> bool:
     from engine.backends.strided import is_dense
 
@@ -136,7 +149,15 @@ class BatchNorm(Function):
             mean = kernels.empty((c,), dt, dev)
             invstd = kernels.empty((c,), dt, dev)
             if cpu_kernel:
-                _temporary_pair(c, dt, dev)
+                if _per_thread_stats(x) and n * length > kernels.get_num_threads():
+                    # the channels-last collect_stats: mean and var_sum [C], and while they
+                    # live a [threads, C] buffer of per-thread partial sums
+                    a = kernels.empty((c,), dt, dev)
+                    b = kernels.empty((c,), dt, dev)
+                    partials = kernels.empty((kernels.get_num_threads(), c), dt, dev)
+                    del partials, b, a
+                else:
+                    _temporary_pair(c, dt, dev)
         else:
             mean = kernels.Scratch((c,), dt, dev)
             invstd = kernels.Scratch((c,), dt, dev)
@@ -217,6 +238,14 @@ class BatchNorm(Function):
                 del first
             else:
                 gx, first = first, None
+        if dev.type == "cpu" and _per_thread_stats(x):
+            # the channels-last backward kernel: ones [C] standing in for a missing weight, in
+            # eval the invstd [C] it computes, and a [2, threads, C] buffer of per-thread sums
+            # (sum and dot), freed together when it returns
+            ones = None if weight is not None else kernels.empty((c,), dt, dev)
+            inv_eval = None if self.training else kernels.empty((c,), dt, dev)
+            partials = kernels.empty((2, kernels.get_num_threads(), c), dt, dev)
+            del partials, inv_eval, ones
         if _live(dev):
             xp = kernels.xp_of(g)
             g3, gkeep = _reshaped(g, (n, c, length))
