@@ -75,7 +75,7 @@ def test_mlp_snapshot_loads_in_torch_memory_viz_and_totals_match(mlp_report, tmp
     assert "cudaMalloc(" in viz.trace(snap)
     # and its totals are the report's, variant by variant (variant i is device i)
     variants = mlp_report["variants"]
-    assert len(snap["device_traces"]) == len(variants) == 2
+    assert len(snap["device_traces"]) == len(variants) == 3
     for i, v in enumerate(variants):
         final, peak, peak_reserved = _running_totals(snap["device_traces"][i])
         assert final == v["final_allocated_bytes"]
