@@ -1587,6 +1587,7 @@ _register_methods()
 # issue 10's ops (activations; shaping and joining; indexing writes) register theirs too
 from engine.ops import activations as _activations  # noqa: E402, F401
 from engine.ops import attention as _attention  # noqa: E402, F401
+from engine.ops import blas_inplace as _blas_inplace  # noqa: E402, F401
 from engine.ops import composites as _composites  # noqa: E402, F401
 from engine.ops import contract as _contract  # noqa: E402, F401
 from engine.ops import conv1d as _conv1d  # noqa: E402, F401
@@ -1595,9 +1596,11 @@ from engine.ops import cumulative as _cumulative  # noqa: E402, F401
 from engine.ops import factory as _factory  # noqa: E402, F401
 from engine.ops import group_norm as _group_norm  # noqa: E402, F401
 from engine.ops import mathops as _mathops  # noqa: E402, F401
+from engine.ops import methods_extra as _methods_extra  # noqa: E402, F401
 from engine.ops import nn as _nn  # noqa: E402, F401
 from engine.ops import registry as _registry  # noqa: E402
 from engine.ops import scatter as _scatter  # noqa: E402, F401
+from engine.ops import scatter_views as _scatter_views  # noqa: E402, F401
 from engine.ops import selection as _selection  # noqa: E402, F401
 from engine.ops import setops as _setops  # noqa: E402, F401
 from engine.ops import shape as _shape  # noqa: E402, F401

@@ -126,6 +126,29 @@ CALLS = {
     "adaptive_max_pool1d": lambda L: engine.adaptive_max_pool1d(L(2, 3, 6), 4),
     "adaptive_max_pool2d": lambda L: engine.nn.functional.adaptive_max_pool2d(L(1, 2, 4, 4), 3),
     "adaptive_max_pool3d": lambda L: engine.nn.functional.adaptive_max_pool3d(L(1, 2, 4, 4, 4), 3),
+    "max_pool1d_with_indices": lambda L: engine.nn.functional.max_pool1d_with_indices(
+        L(2, 3, 6), 2
+    )[0],
+    "max_pool2d_with_indices": lambda L: engine.nn.functional.max_pool2d_with_indices(
+        L(1, 2, 4, 4), 2
+    )[0],
+    "max_pool3d_with_indices": lambda L: engine.nn.functional.max_pool3d_with_indices(
+        L(1, 2, 4, 4, 4), 2
+    )[0],
+    "adaptive_max_pool1d_with_indices": (
+        lambda L: engine.nn.functional.adaptive_max_pool1d_with_indices(L(2, 3, 6), 4)[0]
+    ),
+    "adaptive_max_pool2d_with_indices": (
+        lambda L: engine.nn.functional.adaptive_max_pool2d_with_indices(L(1, 2, 4, 4), 3)[0]
+    ),
+    "adaptive_max_pool3d_with_indices": (
+        lambda L: engine.nn.functional.adaptive_max_pool3d_with_indices(L(1, 2, 4, 4, 4), 3)[0]
+    ),
+    "upsample": lambda L: engine.nn.functional.upsample(L(1, 2, 3, 4), scale_factor=2),
+    "upsample_nearest": lambda L: engine.nn.functional.upsample_nearest(L(1, 2, 3, 4), size=5),
+    "upsample_bilinear": lambda L: engine.nn.functional.upsample_bilinear(
+        L(1, 2, 3, 4), scale_factor=2
+    ),
     "avg_pool1d": lambda L: engine.avg_pool1d(L(2, 3, 6), 2),
     "adaptive_avg_pool1d": lambda L: engine.adaptive_avg_pool1d(L(2, 3, 6), 4),
     "pixel_shuffle": lambda L: engine.pixel_shuffle(L(1, 4, 2, 3), 2),
@@ -238,6 +261,30 @@ CALLS = {
     "embedding_bag": lambda L: engine.nn.functional.embedding_bag(
         _idx(0, 2, 1, 2), L(), _idx(0, 1), mode="mean", per_sample_weights=None
     ),
+    "bilinear": lambda L: engine.bilinear(L(2, 3), L(2, 4), L(5, 3, 4), L(5)),
+    "affine_grid": lambda L: engine.nn.functional.affine_grid(
+        L(2, 2, 3), (2, 1, 3, 4), align_corners=False
+    ),
+    "grid_sample": lambda L: engine.nn.functional.grid_sample(
+        L(1, 2, 3, 4), L(1, 2, 2, 2) - 1.0, align_corners=False
+    ),
+    "pdist": lambda L: engine.pdist(L(4, 3)),
+    "cdist": lambda L: engine.cdist(L(2, 3, 4), L(1, 2, 4), 1.5),
+    "index_put": lambda L: engine.index_put(L(), (_idx(0, 2, 0),), L(3, 4), accumulate=True),
+    "index_put_": lambda L: (L() * 1.0).index_put_((_idx(1, 2),), L(2, 4)),
+    "select_scatter": lambda L: engine.select_scatter(L(), L(4), 0, 1),
+    "slice_scatter": lambda L: engine.slice_scatter(L(), L(3, 2), 1, 0, 4, 2),
+    "diagonal_scatter": lambda L: engine.diagonal_scatter(L(), L(3)),
+    "as_strided_scatter": lambda L: engine.as_strided_scatter(L(), L(2, 2), (2, 2), (1, 4)),
+    "as_strided": lambda L: engine.as_strided(L(), (3, 3), (1, 1)),
+    "addmv": lambda L: engine.addmv(L(3), L(3, 4), L(4), beta=0.5, alpha=2),
+    "addmv_": lambda L: (L(3) * 1.0).addmv_(L(3, 4), L(4)),
+    "addr": lambda L: engine.addr(L(), L(3), L(4), beta=0.5, alpha=2),
+    "addr_": lambda L: (L() * 1.0).addr_(L(3), L(4)),
+    "addbmm": lambda L: engine.addbmm(L(), L(2, 3, 5), L(2, 5, 4), beta=0.5, alpha=2),
+    "addbmm_": lambda L: (L() * 1.0).addbmm_(L(2, 3, 5), L(2, 5, 4)),
+    "addmm_": lambda L: (L() * 1.0).addmm_(L(3, 5), L(5, 4), alpha=2),
+    "vdot": lambda L: engine.vdot(L(4), L(4)),
 }
 
 

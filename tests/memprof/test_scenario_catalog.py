@@ -47,6 +47,9 @@ INPUTS = {
     "upi": {"shape": [1, 2, 2, 2], "init": "randint", "high": 16, "dtype": "int64"},
     "upv1": {"shape": [1, 2, 3]},
     "upi1": {"shape": [1, 2, 3], "init": "randint", "high": 6, "dtype": "int64"},
+    "bw": {"shape": [3, 4, 4]},  # bilinear's weight
+    "theta": {"shape": [1, 2, 3]},  # affine_grid's matrices, grid_sample's grid
+    "sgrid": {"shape": [1, 3, 3, 2], "init": "rand"},
 }
 
 # op -> (tensor inputs, args, expected result shape)
@@ -210,6 +213,11 @@ OP_CALLS = {
     "nansum": (["x"], {"dim": 1}, [2]),
     "nanmean": (["x"], {}, []),
     "embedding_bag": (["gidx", "m"], {"mode": "max"}, [2, 4]),
+    "bilinear": (["x", "x2", "bw", "b"], {}, [2, 3]),
+    "affine_grid": (["theta"], {"size": [1, 2, 3, 4], "align_corners": False}, [1, 3, 4, 2]),
+    "grid_sample": (["img", "sgrid"], {"padding_mode": "border"}, [1, 2, 3, 3]),
+    "pdist": (["x"], {"p": 1.0}, [1]),
+    "cdist": (["x", "x2"], {"compute_mode": "use_mm_for_euclid_dist"}, [2, 2]),
 }
 
 # module type -> (spec, tensor inputs)
@@ -398,6 +406,20 @@ MODULE_CALLS = {
     "GRUCell": ({"input_size": 4, "hidden_size": 3}, ["x"]),
     "LSTMCell": ({"input_size": 4, "hidden_size": 3}, ["x"], {"out": ["h", "c"]}),
     "EmbeddingBag": ({"num_embeddings": 4, "embedding_dim": 3, "mode": "sum"}, ["gidx"]),
+    "LazyLinear": ({"out_features": 3}, ["x"]),
+    "LazyConv1d": ({"out_channels": 2, "kernel_size": 3}, ["seq"]),
+    "LazyConv2d": ({"out_channels": 3, "kernel_size": 3}, ["img"]),
+    "LazyConv3d": ({"out_channels": 2, "kernel_size": 2}, ["vol"]),
+    "LazyConvTranspose1d": ({"out_channels": 2, "kernel_size": 2}, ["seq"]),
+    "LazyConvTranspose2d": ({"out_channels": 3, "kernel_size": 2}, ["img"]),
+    "LazyConvTranspose3d": ({"out_channels": 2, "kernel_size": 2}, ["vol"]),
+    "LazyBatchNorm1d": ({}, ["x"]),
+    "LazyBatchNorm2d": ({}, ["img"]),
+    "LazyBatchNorm3d": ({}, ["vol"]),
+    "LazyInstanceNorm1d": ({}, ["seq"]),
+    "LazyInstanceNorm2d": ({}, ["img"]),
+    "LazyInstanceNorm3d": ({}, ["vol"]),
+    "Bilinear": ({"in1_features": 4, "in2_features": 4, "out_features": 3}, ["x", "x2"]),
 }
 
 

@@ -60,7 +60,7 @@ def test_unknown_module_type_and_wrong_argument(tmp_path):
       - {id: y, module: fc2, in: x}
     """
     assert problems(tmp_path, text) == [
-        "s.yaml:5:14: expected a module type such as Linear, Conv2d or ReLU (did you mean 'Linear'?), found 'Linaer'",
+        "s.yaml:5:14: expected a module type such as Linear, Conv2d or ReLU (did you mean 'Linear', 'Bilinear' or 'LazyLinear'?), found 'Linaer'",
         "s.yaml:6:56: expected one of the fields type, in_features, out_features, bias, found 'kernal_size'",
         "s.yaml:7:36: expected a valid integer, found '3'",
     ]

@@ -248,3 +248,45 @@ __all__ += [
 from engine.nn.modules.sparse import EmbeddingBag  # noqa: E402
 
 __all__ += ["EmbeddingBag"]
+
+# Bilinear
+from engine.nn.modules.bilinear import Bilinear  # noqa: E402
+
+__all__ += ["Bilinear"]
+
+# Lazy modules (their shapes from the first call) and the uninitialized tensors they hold
+from engine.nn.modules.lazy import (  # noqa: E402
+    LazyBatchNorm1d,
+    LazyBatchNorm2d,
+    LazyBatchNorm3d,
+    LazyConv1d,
+    LazyConv2d,
+    LazyConv3d,
+    LazyConvTranspose1d,
+    LazyConvTranspose2d,
+    LazyConvTranspose3d,
+    LazyInstanceNorm1d,
+    LazyInstanceNorm2d,
+    LazyInstanceNorm3d,
+    LazyLinear,
+    UninitializedBuffer,
+    UninitializedParameter,
+)
+
+__all__ += [
+    "LazyLinear",
+    "LazyConv1d",
+    "LazyConv2d",
+    "LazyConv3d",
+    "LazyConvTranspose1d",
+    "LazyConvTranspose2d",
+    "LazyConvTranspose3d",
+    "LazyBatchNorm1d",
+    "LazyBatchNorm2d",
+    "LazyBatchNorm3d",
+    "LazyInstanceNorm1d",
+    "LazyInstanceNorm2d",
+    "LazyInstanceNorm3d",
+    "UninitializedParameter",
+    "UninitializedBuffer",
+]

@@ -719,3 +719,109 @@ register(
     ),
 )
 __all__ += ["embedding_bag"]  # noqa: PLE0604
+
+# bilinear (torch's composite over _trilinear)
+from engine.ops.nn.bilinear import bilinear  # noqa: E402
+
+register(
+    "bilinear",
+    bilinear,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input1", "input2", "weight"),
+        optional_inputs=("bias",),
+        doc="x1^T W x2 + b: torch's _trilinear, one zero-filled output and two small products "
+        "per output feature, forward and backward",
+    ),
+)
+__all__ += ["bilinear"]  # noqa: PLE0604
+
+# affine_grid, grid_sample
+from engine.ops.nn.grid_sample import affine_grid, grid_sample  # noqa: E402
+
+register(
+    "affine_grid",
+    affine_grid,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        inputs=("theta",),
+        args=(
+            ("size", list[int], REQUIRED, "the output's [N, C, H, W] or [N, C, D, H, W]"),
+            ("align_corners", bool | None, None, ""),
+        ),
+        doc="F.affine_grid: the sampling grid of affine matrices (the base grid made and freed "
+        "forward and backward)",
+    ),
+)
+register(
+    "grid_sample",
+    grid_sample,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "grid"),
+        args=(
+            ("mode", str, "bilinear", "bilinear, nearest or bicubic (4-D)"),
+            ("padding_mode", str, "zeros", "zeros, border or reflection"),
+            ("align_corners", bool | None, None, ""),
+        ),
+        doc="F.grid_sample: input sampled at a grid (backward: grad_input only when needed, "
+        "grad_grid always)",
+    ),
+)
+__all__ += ["affine_grid", "grid_sample"]  # noqa: PLE0604
+
+# torch.nn.functional's other names: max / adaptive max pooling `*_with_indices`, and the
+# deprecated upsample, upsample_nearest, upsample_bilinear (interpolate)
+from engine.ops.nn import aliases as _aliases  # noqa: E402
+
+for _name in (
+    "max_pool1d_with_indices",
+    "max_pool2d_with_indices",
+    "max_pool3d_with_indices",
+    "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices",
+    "adaptive_max_pool3d_with_indices",
+    "upsample",
+    "upsample_nearest",
+    "upsample_bilinear",
+):
+    register(_name, getattr(_aliases, _name), function=False, functional=True)
+
+# pdist
+from engine.ops.nn.pdist import pdist  # noqa: E402
+
+register(
+    "pdist",
+    pdist,
+    functional=True,
+    scenario=Scenario(
+        args=(("p", float, 2.0, ""),),
+        doc="the p-norm distances between the rows of a 2-D input (a non-contiguous input is "
+        "copied first)",
+    ),
+)
+__all__ += ["pdist"]  # noqa: PLE0604
+
+# cdist
+from engine.ops.nn.pdist import cdist  # noqa: E402
+
+register(
+    "cdist",
+    cdist,
+    functional=False,
+    scenario=Scenario(
+        inputs=("x1", "x2"),
+        args=(
+            ("p", float, 2.0, ""),
+            (
+                "compute_mode",
+                str,
+                "use_mm_for_euclid_dist_if_necessary",
+                "p = 2 over more than 25 rows goes through one matrix product",
+            ),
+        ),
+        doc="the p-norm distances between the rows of x1 and of x2",
+    ),
+)
