@@ -78,6 +78,18 @@ def switched(variant, node_ids) -> tuple[Any, frozenset]:
     return Variant(variant.name, dict(variant.params), spec, None), frozenset(modules)
 
 
+def with_optimizer_in_backward(variant):
+    """`variant` with every optimizer phase stepped in backward (`in_backward: true`)."""
+    from memprof.scenario import Variant
+
+    spec = variant.spec.model_copy(deep=True)
+    for phase in spec.phases:
+        ospec = getattr(phase, "optimizer", None)
+        if ospec is not None:
+            ospec.in_backward = True
+    return Variant(variant.name, dict(variant.params), spec, None)
+
+
 def run_switched(variant, node_ids) -> RunResult:
     """Run `variant` with the candidates `node_ids` in place."""
     copy, modules = switched(variant, node_ids)
@@ -109,8 +121,12 @@ def run_once(variant, modules: frozenset = frozenset()) -> RunResult:
                 run.teardown()
 
 
-def difference(ref: RunResult, run: RunResult) -> tuple[str, list[str]] | None:
-    """Why `run` does not reproduce `ref` (a text and the nodes it names), or None if it does."""
+def difference(
+    ref: RunResult, run: RunResult, *, gradients: bool = True
+) -> tuple[str, list[str]] | None:
+    """Why `run` does not reproduce `ref` (a text and the nodes it names), or None if it does.
+    gradients=False: gradients after backward are not compared (an optimizer stepped in backward
+    consumes and frees them; what they did shows in every value after)."""
     entry = run.entry
     if entry["status"] != "ok":
         err = entry.get("error") or {}
@@ -124,6 +140,8 @@ def difference(ref: RunResult, run: RunResult) -> tuple[str, list[str]] | None:
         if w["kind"] == "stale_read" and (w["node"], w.get("tensor")) not in before:
             return w["message"], [w["node"]]
     for key, want in ref.values.items():
+        if not gradients and key[0] == "grad":
+            continue
         got = run.values.get(key, _MISSING)
         if got is _MISSING:
             return f"{_describe(key)} is missing from the re-run", _nodes(key)

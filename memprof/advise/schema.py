@@ -52,6 +52,28 @@ class Budget(_Model):
     message: str
 
 
+class Lever(_Model):
+    """A change of the program other than in place, re-run and proven as a candidate is."""
+
+    lever: Literal["optimizer_in_backward"] = Field(
+        description="optimizer_in_backward: every optimizer phase stepped in backward, one "
+        "optimizer per parameter in its post-accumulate-grad hook"
+    )
+    setting: str = Field(description="what to write in the scenario for it")
+    verdict: Literal["safe", "unsafe"]
+    reason: str = Field(description="why; for unsafe, starts with 'refuted by the re-run:'")
+    saving_bytes: int = Field(
+        description="peak allocated of the original run minus the re-run with the lever alone "
+        "(0 when unsafe; negative when it costs)"
+    )
+    reserved_saving_bytes: int = Field(description="the same for peak reserved")
+    peak_after: int = Field(ge=0, description="peak allocated of the re-run")
+    proven: bool = Field(
+        description="always true: the re-run (values bitwise, gradients aside: the lever frees "
+        "them) decided the verdict"
+    )
+
+
 class Advice(_Model):
     """`memprof advise --json FILE`."""
 
@@ -72,6 +94,11 @@ class Advice(_Model):
     peak_reserved_after: int = Field(ge=0)
     switched: list[str] = Field(description="the nodes in place for peak_after, in program order")
     budget: Budget | None
+    levers: list[Lever] = Field(
+        default_factory=list,
+        description="other changes re-run and proven (YAML scenarios with an optimizer phase "
+        "and a backward: the optimizer stepped in backward); each measured alone",
+    )
     runs: int = Field(ge=1, description="runs made: the recording and every re-run")
     duration_s: float = Field(ge=0)
 

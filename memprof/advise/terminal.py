@@ -47,6 +47,8 @@ def render_advice(advice: dict[str, Any], console) -> None:
             )
         console.print(table)
     console.print(combined_line(advice))
+    for lever in advice.get("levers") or []:
+        console.print(lever_line(lever))
     budget = advice.get("budget")
     if budget:
         mark = "[green]met[/]" if budget["met"] else "[red]not met[/]"
@@ -63,6 +65,19 @@ def combined_line(advice: dict[str, Any]) -> str:
         f"{format_bytes(after)} ({_saving(before - after)}); reserved "
         f"{format_bytes(advice['peak_reserved_before'])} -> "
         f"{format_bytes(advice['peak_reserved_after'])}"
+    )
+
+
+_LEVER_NAMES = {"optimizer_in_backward": "Optimizer stepped in backward"}
+
+
+def lever_line(lever: dict[str, Any]) -> str:
+    name = _LEVER_NAMES.get(lever["lever"], lever["lever"])
+    if lever["verdict"] != "safe":
+        return f"{name} ({lever['setting']}): [red]unsafe[/], {lever['reason']}"
+    return (
+        f"{name} ({lever['setting']}): [green]safe[/], {_saving(lever['saving_bytes'])} alone "
+        f"(peak allocated {format_bytes(lever['peak_after'])}); {lever['reason']}"
     )
 
 

@@ -24,7 +24,7 @@ def advice_server(tmp_path):
     scenarios.mkdir()
     runs = tmp_path / "runs"
     ids = {}
-    for name in ("multi_branch", "resnet_block"):
+    for name in ("multi_branch", "resnet_block", "mlp_train"):
         shutil.copy(REPO / "scenarios" / f"{name}.yaml", scenarios / f"{name}.yaml")
         report = run_scenario(scenarios / f"{name}.yaml", device="meta")
         save_report(report, runs)
@@ -81,4 +81,17 @@ def test_the_panel_advises_and_tags_the_per_node_table(browser, advice_server): 
     page.reload()
     page.wait_for_selector("#advice-table tbody tr")
     assert page.locator("#advice-status").inner_text() == "Computed earlier on this server."
+    w.assert_clean()
+
+
+def test_the_panel_shows_the_optimizer_lever(browser, advice_server):  # noqa: F811
+    url, ids = advice_server
+    w = Watched(browser, url)
+    page, cells, _tags = _advise(w, ids["mlp_train"], "adam")
+    assert cells == []  # no in-place candidate in this MLP (its ReLU is in place already)
+    levers = page.locator("#advice-levers li")
+    assert levers.count() == 1
+    text = levers.nth(0).inner_text()
+    assert text.startswith("Optimizer stepped in backward (optimizer: {in_backward: true}): safe")
+    assert "saves 3.98 MiB alone (peak allocated 36.21 MiB)" in text
     w.assert_clean()

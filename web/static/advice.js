@@ -55,7 +55,28 @@
         (advice.proof === "versions" ? "version counters and stale reads (meta has no values)" : "bitwise") +
         ", " + advice.runs + " runs in " + advice.duration_s + " s.";
     }
+    renderLevers(panel, advice.levers || []);
     markNodes(advice);
+  }
+
+  // Other changes advise re-ran and proved (the optimizer stepped in backward), one line each.
+  const LEVER_NAMES = { optimizer_in_backward: "Optimizer stepped in backward" };
+
+  function renderLevers(panel, levers) {
+    const list = panel.querySelector("#advice-levers");
+    if (!list) return;
+    list.textContent = "";
+    levers.forEach(function (l) {
+      const li = document.createElement("li");
+      li.className = "advice-lever advice-" + l.verdict;
+      li.dataset.lever = l.lever;
+      const name = (LEVER_NAMES[l.lever] || l.lever) + " (" + l.setting + "): ";
+      li.textContent = l.verdict === "safe"
+        ? name + "safe, " + saving(l.saving_bytes) + " alone (peak allocated " + fmtBytes(l.peak_after) + "); " + l.reason
+        : name + "unsafe, " + l.reason;
+      list.appendChild(li);
+    });
+    list.hidden = levers.length === 0;
   }
 
   // The per-node table: a tag in the node cell of each candidate's rows.
