@@ -33,11 +33,14 @@ def _scan_dtype(x, dtype):
     return x._dtype if x._dtype.is_floating_point else dtypes.int64
 
 
-def int64_copy(mask: Tensor) -> Tensor:
-    """TensorIterator's input cast: a charged int64 copy of a bool tensor (the caller frees it)."""
+def int64_copy(mask: Tensor) -> Tensor | None:
+    """TensorIterator's input cast on cpu: a charged int64 copy of a bool tensor (the caller
+    frees it). None on cuda, whose kernels cast as they read, and on meta (the plan of a GPU
+    run)."""
+    if mask._device.type != "cpu":
+        return None
     copy = kernels.empty(mask.shape, dtypes.int64, mask._device)
-    if mask._device.type != "meta":
-        copy._data[...] = mask._data
+    copy._data[...] = mask._data
     return copy
 
 
@@ -48,7 +51,8 @@ def count_true(mask: Tensor, dim, keepdim: bool = True) -> Tensor:
     y = kernels.empty(reduced_shape(mask.shape, dims, keepdim), dtypes.int64, mask._device)
     copy = int64_copy(mask)
     if mask._device.type != "meta":
-        kernels.xp_of(mask).sum(copy._data, axis=dims, keepdims=keepdim, out=y._data)
+        src = mask._data if copy is None else copy._data
+        kernels.xp_of(mask).sum(src, axis=dims, keepdims=keepdim, out=y._data)
     del copy
     return y
 

@@ -212,3 +212,25 @@ def test_extreme_gradients_by_central_differences():
             f = [float(op(engine, engine.tensor(a)).sum()) for a in (hi, lo)]
             numeric[i] = (f[0] - f[1]) / (2 * eps)
         np.testing.assert_allclose(x.grad.numpy(), numeric, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["nanmean", "median_backward", "nanmean_dim"])
+def test_mask_counts_copy_their_mask_on_cpu_only(name):
+    """nanmean's count of non-NaN elements and median's backward (mask.sum()) read an int64 copy
+    of a bool mask on cpu (TensorIterator's cast); CUDA's kernels cast as they read, and meta
+    plans a GPU run: no copy there."""
+    peaks = {}
+    for device in ("cpu", "meta"):
+        x = engine.randn(64, 64, device=device, requires_grad=name == "median_backward")
+        engine.memory.reset_peak_memory_stats(device)
+        base = engine.memory.memory_allocated(device)
+        if name == "nanmean":
+            y = x.nanmean()
+        elif name == "nanmean_dim":
+            y = x.nanmean(dim=1)
+        else:
+            x.median().backward()
+            y = x.grad
+        peaks[device] = engine.memory.max_memory_allocated(device) - base
+        del x, y
+    assert peaks["cpu"] - peaks["meta"] == 64 * 64 * 8  # the int64 copy of the 64x64 mask
