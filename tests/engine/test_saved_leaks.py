@@ -228,6 +228,7 @@ CALLS = {
     "__ipow__": lambda L: _ipow(L),
     "prelu": lambda L: engine.prelu(L(), L(4)),
     "rrelu": lambda L: engine.rrelu(L(), training=True),
+    "rrelu_": lambda L: engine.rrelu_(L() * 1.0, training=True),
     "channel_shuffle": lambda L: engine.channel_shuffle(L(1, 4, 2), 2),
     "alpha_dropout": lambda L: engine.alpha_dropout(L(), 0.5, True),
     "feature_alpha_dropout": lambda L: engine.feature_alpha_dropout(L(), 0.5, True),

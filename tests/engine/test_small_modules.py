@@ -150,6 +150,9 @@ def test_rrelu_training_draws_slopes_in_range_and_backward_reuses_them():
         lambda m, x: m.nn.AlphaDropout(0.3)(x),
         lambda m, x: m.nn.FeatureAlphaDropout(0.4)(x),
         lambda m, x: m.nn.functional.alpha_dropout(x * 1.0, 0.2, True, inplace=True),
+        lambda m, x: m.nn.functional.rrelu(x * 1.0, training=True, inplace=True),
+        lambda m, x: m.nn.functional.rrelu_(x * 1.0, 0.1, 0.3),
+        lambda m, x: m.nn.RReLU(inplace=True)(x * 1.0),
     ],
 )
 def test_random_forms_allocations_and_nodes_as_torch(call):
@@ -163,6 +166,31 @@ def test_random_forms_allocations_and_nodes_as_torch(call):
         x = m.tensor(X4, requires_grad=True)
         chains.append(node_chain(call(m, x).grad_fn))
     assert chains[0] == chains[1]
+
+
+def test_rrelu_in_place_as_torch():
+    """rrelu_with_noise_: eval values and gradients as torch's (RreluWithNoiseBackward1, from the
+    result); in training the slopes drawn and backward reusing them; a leaf refused."""
+    got = {}
+    for m in (engine, torch):
+        x = m.tensor(X4, requires_grad=True)
+        h = x * 1.0
+        y = m.nn.functional.rrelu(h, 0.1, 0.3, inplace=True)
+        assert y is h and y.grad_fn.name() == "RreluWithNoiseBackward1"
+        y.backward(m.tensor(X4 + 2.0))
+        got[m] = (y.detach().numpy().copy(), x.grad.numpy().copy())
+    for e, t in zip(got[engine], got[torch], strict=True):
+        np.testing.assert_allclose(e, t, rtol=1e-12)
+    x = engine.tensor(X4, requires_grad=True)
+    y = engine.nn.functional.rrelu_(x * 1.0, 0.1, 0.3, training=True)
+    neg = X4 <= 0
+    slope = y.detach().numpy()[neg] / X4[neg]
+    assert ((slope >= 0.1) & (slope <= 0.3)).all()
+    y.backward(engine.ones_like(y))
+    np.testing.assert_allclose(x.grad.numpy()[neg], slope)
+    assert_raises_as_torch(
+        lambda m: m.nn.functional.rrelu(m.tensor(X4, requires_grad=True), inplace=True)
+    )
 
 
 @pytest.mark.parametrize("feature", [False, True])

@@ -825,3 +825,9 @@ register(
         doc="the p-norm distances between the rows of x1 and of x2",
     ),
 )
+
+# rrelu_ (rrelu_with_noise_: RreluWithNoiseBackward1)
+from engine.ops.nn.prelu import rrelu_  # noqa: E402
+
+register("rrelu_", rrelu_, functional=True)
+__all__ += ["rrelu_"]  # noqa: PLE0604

@@ -5,10 +5,12 @@
   `_prelu_kernel_backward`, makes grad_input and an input-sized grad_weight in one pass, then
   sums grad_weight to the weight's shape (the full-size one freed).
 - F.rrelu is `rrelu_with_noise` with a noise buffer the size of the input (allocated even in
-  eval, where it stays unwritten; the in-place form is not modelled): in training each negative element is multiplied by a slope
+  eval, where it stays unwritten): in training each negative element is multiplied by a slope
   drawn uniformly from [lower, upper] (the engine's RNG), the noise keeps that slope (1 where
   x >= 0) and backward is grad * noise; in eval the slope is (lower + upper) / 2 (leaky_relu)
-  and backward leaky_relu_backward. Node RreluWithNoiseBackward0 keeps input and noise.
+  and backward leaky_relu_backward. Node RreluWithNoiseBackward0 keeps input and noise; the
+  in-place form (`inplace=True`, `F.rrelu_`) is rrelu_with_noise_: RreluWithNoiseBackward1
+  keeps the noise and the result.
 """
 
 from __future__ import annotations
@@ -111,8 +113,10 @@ class RreluWithNoise(Function):
             xp.multiply(xd, nd, out=y._data)
         else:
             slope = (lower + upper) / 2
-            xp.multiply(xd, slope, out=y._data)
-            xp.copyto(y._data, xd, where=xd > 0)
+            neg = ~(xd > 0)  # (before y is written: in place, y is x)
+            if y._data is not xd:
+                xp.copyto(y._data, xd)
+            xp.multiply(y._data, slope, out=y._data, where=neg)
         return y
 
     def backward(self, g):
@@ -132,17 +136,41 @@ class RreluWithNoise(Function):
         return "RreluWithNoiseBackward0"
 
 
+class RreluWithNoiseInplace(RreluWithNoise):
+    """rrelu_with_noise_: the input overwritten; backward reads the result and the noise
+    (rrelu_with_noise_backward with self_is_result: in training grad * noise, in eval
+    leaky_relu_backward on the result's sign)."""
+
+    retain_inputs = (1,)
+    retain_output = True
+
+    def backward(self, g):
+        noise, result = self.saved_tensors
+        gx = kernels.empty(g.shape, g._dtype, g._device)
+        if _live(g._device):
+            xp = kernels.xp_of(g)
+            if self.training and self.upper - self.lower > 1e-6:
+                xp.multiply(g._data, noise._data, out=gx._data)
+            else:
+                slope = (self.lower + self.upper) / 2
+                xp.multiply(g._data, slope, out=gx._data)
+                xp.copyto(gx._data, g._data, where=result._data > 0)
+        return (gx, None)
+
+    def name(self):
+        return "RreluWithNoiseBackward1"
+
+
 def _rrelu(input, lower, upper, training, inplace):
     from engine.creation import empty_like
 
-    if inplace:  # torch's rrelu_with_noise_ (RreluWithNoiseBackward1) is not modelled
-        raise NotImplementedError("rrelu: inplace=True is not supported; use inplace=False")
-
     noise = empty_like(input, memory_format="contiguous_format")
-    return RreluWithNoise.apply(
+    kind = RreluWithNoiseInplace if inplace else RreluWithNoise
+    return kind.apply(
         input,
         noise,
-        op="rrelu",
+        out=input if inplace else None,
+        op="rrelu_" if inplace else "rrelu",
         lower=float(lower),
         upper=float(upper),
         training=bool(training),
@@ -153,3 +181,8 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
     """Randomized leaky ReLU: a slope drawn from U(lower, upper) per negative element in
     training (the engine's RNG), (lower + upper) / 2 in eval."""
     return _rrelu(input, lower, upper, training, inplace)
+
+
+def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
+    """F.rrelu(..., inplace=True): torch's rrelu_with_noise_ (RreluWithNoiseBackward1)."""
+    return _rrelu(input, lower, upper, training, True)
