@@ -10,6 +10,7 @@ from engine.autograd.function import Function
 from engine.backends import cuda_reduce
 from engine.ops.common import device_of, result_buffer, result_type
 from engine.ops.nn.common import _dense, _live, _needs, _pair, _same_dtype
+from engine.ops.nn.conv3d import _Geo, _slow_cpu, slow_backward, slow_forward
 from engine.storage import wrap_storage
 from engine.tensor import Tensor
 
@@ -235,6 +236,14 @@ class Conv2d(Function):
         self.geom = (n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups)
         self.x_shape, self.w_shape, self.has_bias = x.shape, weight.shape, bias is not None
         dev = device_of(x, weight, bias)
+        slow = _slow_cpu(dev, result_type(x, weight)) and dev.type not in BATCHED_DEVICES
+        # (padding='same' with an even kernel pads unevenly: torch pads a copy first; not modelled)
+        self.slow = out is None and slow and pt == pb and pl == pr
+        if self.slow:  # torch's slow_conv2d / slow_conv_dilated2d, not oneDNN: their blocks
+            self.slow_geo = _Geo(n, c, (h, w), o, (kh, kw), (sh, sw), (pt, pl), (dh, dw), groups,
+                                 (oh, ow))  # fmt: skip
+            b = bias._data if bias is not None else None
+            return slow_forward(x._data, weight._data, b, self.slow_geo, dev, x._dtype)
         y = result_buffer(out, (n, o, oh, ow), result_type(x, weight), dev, "conv2d")
         xp = kernels.xp_of_device(dev)
         og, ckk, length = o // groups, cg * kh * kw, oh * ow
@@ -383,6 +392,8 @@ class Conv2d(Function):
     def backward(self, g):
         saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
         needs = _needs(self)
+        if getattr(self, "slow", False):
+            return self._slow_backward(g, saved[0], saved[1], needs)
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         dev, dt = g._device, g._dtype
         live = _live(dev)
@@ -400,6 +411,18 @@ class Conv2d(Function):
             # convolution_backward's bias fallback, grad_output.sum((0, 2, 3)): on a GPU its
             # reduction may stage partial sums (cuDNN computes no bias gradient)
             cuda_reduce.charge(dev, g._data, (0, 2, 3))
+        del gkeep
+        return (gx, gw, gb) if self.has_bias else (gx, gw)
+
+    def _slow_backward(self, g, x, weight, needs):
+        """slow_conv2d's backward (its grad_input columns per-thread, outside the allocator;
+        grad_weight's the batch's) or slow_conv_dilated2d's, per group as at::_convolution."""
+        geo = self.slow_geo
+        gd, gkeep = _dense(g, tuple(g.shape))
+        needs = needs if self.has_bias else needs[:2] + (False,)
+        gx, gw, gb = slow_backward(
+            gd, x._data, weight._data, geo, needs, g._device, g._dtype, input_columns=False
+        )
         del gkeep
         return (gx, gw, gb) if self.has_bias else (gx, gw)
 

@@ -216,11 +216,12 @@ def _conv_grad_weight(xp, data, g4, gw, geo, plan, cols=None):
     del cols, owner, stage
 
 
-def _bias_grad(xp, g, gb, dev, ndim):
+def _bias_grad(xp, gd, gb, dev, ndim):
+    """gb <- the sum of the gradient array gd over every dim but the channels'."""
     axes = (0,) + tuple(range(2, ndim))
     if _live(dev):
-        xp.sum(g._data, axis=axes, out=gb._data)
-    cuda_reduce.charge(dev, g._data, axes)
+        xp.sum(gd, axis=axes, out=gb._data)
+    cuda_reduce.charge(dev, gd, axes)
 
 
 class Conv3d(Function):
@@ -269,82 +270,20 @@ class Conv3d(Function):
         self.geo, self.dev_dtype = geo, (dev, dt)
         self.x_shape, self.w_shape, self.has_bias = x.shape, weight.shape, bias is not None
         self.dilated = any(d != 1 for d in dilation)
-        slow = _slow_cpu(dev, dt)
-        xp = kernels.xp_of_device(dev)
         live = _live(dev)
-        wr = weight._data.reshape(groups, geo.og, geo.ckk) if live else None
-        b_col = bias._data[:, None] if bias is not None and live else None
-        if slow and self.dilated:  # slow_conv_dilated3d: the output, then one sample's columns
-            y = kernels.empty((n, o) + out_sp, dt, dev)
-            plan = _ColumnPlan("sample", geo, dt, dev)
-        else:  # slow_conv3d: the batch's columns (none for a 1x1x1), then the output
-            plan = _ColumnPlan("batch" if slow else None, geo, dt, dev)
-            if slow and not geo.pointwise:
-                cols, owner = plan.buffer()
-                plan = _Prefilled(plan, cols, owner)
-            y = kernels.empty((n, o) + out_sp, dt, dev)
-        if live:
-            _conv_forward(xp, x._data, wr, y._data, geo, plan, b_col)
-        if isinstance(plan, _Prefilled):
-            plan.release()
-        return y
+        bd = bias._data if bias is not None and live else None
+        return _forward_blocks(
+            x._data if live else None, weight._data if live else None, bd, geo, dev, dt
+        )
 
     def backward(self, g):
         saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
-        needs = _needs(self)
-        geo = self.geo
-        dev, dt = g._device, g._dtype
+        needs = _needs(self) if self.has_bias else _needs(self)[:2] + (False,)
+        dev, dt, geo = g._device, g._dtype, self.geo
         live = _live(dev)
-        xp = kernels.xp_of(g)
         g4, gkeep = _dense(g, (geo.n, geo.groups, geo.og, geo.length)) if live else (None, None)
-        slow = _slow_cpu(dev, dt)
-        gx = gw = gb = None
-        if slow and self.dilated:  # slow_conv_dilated3d's backward: one sample's columns
-            plan = _ColumnPlan("sample", geo, dt, dev)
-            if needs[0]:
-                gx = kernels.empty(self.x_shape, dt, dev)
-            if needs[1]:
-                gw = kernels.empty(self.w_shape, dt, dev)
-            if self.has_bias and needs[2]:
-                gb = kernels.empty((geo.o,), dt, dev)
-                if live:
-                    gb._data.fill(0)
-            cols, owner = plan.buffer()
-            if gb is not None:  # torch's kernel: each sample's bias sum in a block of its own
-                for b in range(geo.n):
-                    part = kernels.empty((geo.o,), dt, dev)
-                    if live:
-                        xp.sum(g4[b].reshape(geo.o, geo.length), axis=1, out=part._data)
-                        xp.add(gb._data, part._data, out=gb._data)
-                    del part
-            if live and gx is not None:
-                wt = saved[1]._data.reshape(geo.groups, geo.og, geo.ckk).transpose(0, 2, 1)
-                _conv_grad_input(xp, g4, wt, gx._data, geo, _Prefilled(plan, cols, None))
-            if live and gw is not None:
-                gwr = gw._data.reshape(geo.groups, geo.og, geo.ckk)
-                _conv_grad_weight(xp, saved[0]._data, g4, gwr, geo, plan, cols)
-            del cols, owner
-        else:
-            plan = _ColumnPlan("batch" if slow else None, geo, dt, dev)
-            if needs[0]:
-                gx = kernels.empty(self.x_shape, dt, dev)
-                wt = (
-                    saved[1]._data.reshape(geo.groups, geo.og, geo.ckk).transpose(0, 2, 1)
-                    if live
-                    else None
-                )
-                if live:
-                    _conv_grad_input(xp, g4, wt, gx._data, geo, plan)
-                elif slow or plan.mode is None:
-                    plan.buffer()
-            if self.has_bias and needs[2]:  # slow_conv3d's: before grad_weight
-                gb = kernels.empty((geo.o,), dt, dev)
-                _bias_grad(xp, g, gb, dev, g.ndim)
-            if needs[1]:
-                gw = kernels.empty(self.w_shape, dt, dev)
-                if live:
-                    gwr = gw._data.reshape(geo.groups, geo.og, geo.ckk)
-                    _conv_grad_weight(xp, saved[0]._data, g4, gwr, geo, plan)
+        x, w = saved[0]._data, saved[1]._data
+        gx, gw, gb = _backward_blocks(g._data, g4, x, w, geo, needs, dev, dt)
         del gkeep
         return (gx, gw, gb) if self.has_bias else (gx, gw)
 
@@ -365,6 +304,173 @@ class _Prefilled:
 
     def release(self):
         self._cols = self._owner = None
+
+
+def _forward_blocks(xd, wd, bd, geo: _Geo, dev, dt):
+    """The output [N, O, *out] of one convolution (arrays xd, wd, bd; None on meta), its blocks
+    torch's: on cpu in float64 slow_conv2d / slow_conv3d (the batch's columns, none for a 1x1
+    stride-1 unpadded kernel, then the output) or slow_conv_dilated2d / 3d (the output, then one
+    sample's columns); otherwise the columns are scratch."""
+    slow = _slow_cpu(dev, dt)
+    live = _live(dev)
+    xp = kernels.xp_of_device(dev)
+    wr = wd.reshape(geo.groups, geo.og, geo.ckk) if live else None
+    b_col = bd[:, None] if bd is not None and live else None
+    shape = (geo.n, geo.o) + geo.out
+    if slow and any(d != 1 for d in geo.dil):
+        y = kernels.empty(shape, dt, dev)
+        plan = _ColumnPlan("sample", geo, dt, dev)
+    else:
+        plan = _ColumnPlan("batch" if slow else None, geo, dt, dev)
+        if slow and not geo.pointwise:
+            cols, owner = plan.buffer()
+            plan = _Prefilled(plan, cols, owner)
+        y = kernels.empty(shape, dt, dev)
+    if live:
+        _conv_forward(xp, xd, wr, y._data, geo, plan, b_col)
+    if isinstance(plan, _Prefilled):
+        plan.release()
+    return y
+
+
+def _backward_blocks(gd, g4, xd, wd, geo: _Geo, needs, dev, dt, input_columns=True):
+    """(grad_input, grad_weight, grad_bias) of one convolution, each None unless `needs` says;
+    gd the gradient [N, O, *out], g4 the same as [N, groups, O/g, L] (None on meta). Blocks as
+    _forward_blocks's kernels make them in backward; `input_columns=False` for slow_conv2d,
+    whose grad_input columns are per-thread buffers outside the allocator (scratch here)."""
+    live = _live(dev)
+    xp = kernels.xp_of_device(dev)
+    slow = _slow_cpu(dev, dt)
+    x_shape = (geo.n, geo.c) + geo.sp
+    w_shape = (geo.o, geo.cg) + geo.k
+    gx = gw = gb = None
+    if slow and any(d != 1 for d in geo.dil):  # slow_conv_dilated's backward: one sample's
+        plan = _ColumnPlan("sample", geo, dt, dev)
+        if needs[0]:
+            gx = kernels.empty(x_shape, dt, dev)
+        if needs[1]:
+            gw = kernels.empty(w_shape, dt, dev)
+        if needs[2]:
+            gb = kernels.empty((geo.o,), dt, dev)
+            if live:
+                gb._data.fill(0)
+        cols, owner = plan.buffer()
+        if gb is not None:  # torch's kernel: each sample's bias sum in a block of its own
+            for b in range(geo.n):
+                part = kernels.empty((geo.o,), dt, dev)
+                if live:
+                    xp.sum(g4[b].reshape(geo.o, geo.length), axis=1, out=part._data)
+                    xp.add(gb._data, part._data, out=gb._data)
+                del part
+        if live and gx is not None:
+            wt = wd.reshape(geo.groups, geo.og, geo.ckk).transpose(0, 2, 1)
+            _conv_grad_input(xp, g4, wt, gx._data, geo, _Prefilled(plan, cols, None))
+        if live and gw is not None:
+            gwr = gw._data.reshape(geo.groups, geo.og, geo.ckk)
+            _conv_grad_weight(xp, xd, g4, gwr, geo, plan, cols)
+        del cols, owner
+        return gx, gw, gb
+    plan = _ColumnPlan("batch" if slow else None, geo, dt, dev)
+    if needs[0]:
+        gx = kernels.empty(x_shape, dt, dev)
+        in_plan = plan if input_columns else _ColumnPlan(None, geo, dt, dev)
+        if live:
+            wt = wd.reshape(geo.groups, geo.og, geo.ckk).transpose(0, 2, 1)
+            _conv_grad_input(xp, g4, wt, gx._data, geo, in_plan)
+        elif slow or in_plan.mode is None:
+            in_plan.buffer()
+    if needs[2]:  # the slow kernels': before grad_weight
+        gb = kernels.empty((geo.o,), dt, dev)
+        _bias_grad(xp, gd, gb, dev, len(gd.shape))
+    if needs[1]:
+        gw = kernels.empty(w_shape, dt, dev)
+        if live:
+            gwr = gw._data.reshape(geo.groups, geo.og, geo.ckk)
+            _conv_grad_weight(xp, xd, g4, gwr, geo, plan)
+    return gx, gw, gb
+
+
+def _group_part(arr, dim: int, groups: int, g: int, dev, dt):
+    """torch's subtensor: group g's slice of arr along dim, `.contiguous()`: (array, owner), a
+    charged copy when the slice is not contiguous (an input's channels; a batch of one's are)."""
+    size = arr.shape[dim] // groups
+    part = arr[(slice(None),) * dim + (slice(size * g, size * (g + 1)),)]
+    if part.flags.c_contiguous:
+        return part, None
+    owner = kernels.empty(part.shape, dt, dev)
+    kernels.xp_of_device(dev).copyto(owner._data, part)
+    return owner._data, owner
+
+
+def _cat_parts(parts, dim: int, dev, dt):
+    """at::cat of the tensors `parts` along dim: one new block."""
+    shape = list(parts[0].shape)
+    shape[dim] = sum(t.shape[dim] for t in parts)
+    out = kernels.empty(tuple(shape), dt, dev)
+    at = 0
+    for t in parts:
+        size = t.shape[dim]
+        out._data[(slice(None),) * dim + (slice(at, at + size),)] = t._data
+        at += size
+    return out
+
+
+def _free_in_order(parts) -> None:
+    """Drop the tensors of a list first to last, as a std::vector's destructor does."""
+    for i in range(len(parts)):
+        parts[i] = None
+
+
+def _group_geo(geo: _Geo) -> _Geo:
+    """One group's convolution, groups 1."""
+    return _Geo(geo.n, geo.cg, geo.sp, geo.og, geo.k, geo.stride, geo.pad, geo.dil, 1, geo.out)
+
+
+def slow_forward(xd, wd, bd, geo: _Geo, dev, dt):
+    """torch's at::_convolution on cpu for a backend without groups (slow_conv2d,
+    slow_conv_dilated2d): groups 1 straight; otherwise per group the input's and weight's
+    slices (copies where not contiguous), that group's convolution, the copies freed (bias,
+    weight, input), then the outputs concatenated and freed first to last."""
+    if geo.groups == 1:
+        return _forward_blocks(xd, wd, bd, geo, dev, dt)
+    sub, groups = _group_geo(geo), geo.groups
+    outs = []
+    for g in range(groups):
+        xg, x_owner = _group_part(xd, 1, groups, g, dev, dt)
+        wg, w_owner = _group_part(wd, 0, groups, g, dev, dt)
+        bg, b_owner = _group_part(bd, 0, groups, g, dev, dt) if bd is not None else (None, None)
+        outs.append(_forward_blocks(xg, wg, bg, sub, dev, dt))
+        del bg, b_owner, wg, w_owner, xg, x_owner
+    y = _cat_parts(outs, 1, dev, dt)
+    _free_in_order(outs)
+    return y
+
+
+def slow_backward(gd, xd, wd, geo: _Geo, needs, dev, dt, input_columns=True):
+    """convolution_backward on cpu for a backend without groups: per group the slices of the
+    gradient, input and weight (copies where not contiguous), that group's gradients, then each
+    kind concatenated; the groups' parts freed biases, weights, inputs (std::vector order)."""
+    if geo.groups == 1:
+        g4 = gd.reshape(geo.n, 1, geo.o, geo.length)
+        return _backward_blocks(gd, g4, xd, wd, geo, needs, dev, dt, input_columns)
+    sub, groups = _group_geo(geo), geo.groups
+    parts = ([], [], [])
+    for g in range(groups):
+        gg, g_owner = _group_part(gd, 1, groups, g, dev, dt)
+        xg, x_owner = _group_part(xd, 1, groups, g, dev, dt)
+        wg, w_owner = _group_part(wd, 0, groups, g, dev, dt)
+        g4 = gg.reshape(sub.n, 1, sub.o, sub.length)
+        got = _backward_blocks(gg, g4, xg, wg, sub, needs, dev, dt, input_columns)
+        for kind, t in zip(parts, got, strict=True):
+            kind.append(t)
+        del g4, wg, w_owner, xg, x_owner, gg, g_owner, got
+    out = tuple(
+        _cat_parts(kind, 1 if i == 0 else 0, dev, dt) if needs[i] else None
+        for i, kind in enumerate(parts)
+    )
+    for kind in reversed(parts):
+        _free_in_order(kind)
+    return out
 
 
 def _conv3d_padding(padding, k, dilation, stride):
@@ -530,7 +636,7 @@ class ConvTransposeNd(Function):
                 plan.buffer()
         if self.has_bias and needs[2]:
             gb = kernels.empty((geo.c,), dt, dev)
-            _bias_grad(xp, gy, gb, dev, gy.ndim)
+            _bias_grad(xp, gy._data, gb, dev, gy.ndim)
         if live:
             del gkeep
         return (gx, gw, gb) if self.has_bias else (gx, gw)
@@ -542,7 +648,7 @@ class ConvTransposeNd(Function):
 def _refuse_output_padding(rank, op, stride, dilation):
     """torch's words: the 2-D kernel's for rank 1 (it runs conv_transpose1d as 2-D), else the
     3-D kernel's."""
-    names = ("height", "width") if rank == 1 else ("depth", "height", "width")
+    names = ("height", "width") if rank <= 2 else ("depth", "height", "width")
     if rank == 1:
         op, stride, dilation = (0,) + op, (1,) + stride, (1,) + dilation
     parts = [f"output_padding_{n}: {v}" for n, v in zip(names, op, strict=True)]

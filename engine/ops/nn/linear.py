@@ -193,9 +193,10 @@ def mm_weight(x, w):
 
 def linear(input, weight, bias=None):
     """y = input @ weight.T + bias (weight [out_features, in_features]), dispatched as torch's
-    at::linear: addmm for a 2-D input with a bias, and for a contiguous N-d one viewed as 2-D
-    (_flatten_nd_linear, the result a view of addmm's); otherwise at::matmul(input, weight.t())
-    (one mm through w.t()'s TBackward0; an N-d input folded by reshape, which copies one that
+    at::linear: addmm for a 2-D input with a bias, and for a contiguous N-d one (a vector too)
+    viewed as 2-D (_flatten_nd_linear, the result a view of addmm's); otherwise
+    at::matmul(input, weight.t()) (one mm through w.t()'s TBackward0; a vector unsqueezed to
+    one row and squeezed back in place; an N-d input folded by reshape, which copies one that
     cannot be viewed, and _unsafe_view back) and the bias added in place."""
     args = (input, weight) if bias is None else (input, weight, bias)
     if weight.ndim != 2 or input.ndim == 0 or input.shape[-1] != weight.shape[1]:
@@ -203,7 +204,7 @@ def linear(input, weight, bias=None):
     if bias is not None and input.ndim == 2:
         return Linear.apply(input, weight, bias, op="linear")
     rows = math.prod(input.shape[:-1])
-    if input.ndim == 1 or not rows:  # (a vector, an empty batch: the one-node form)
+    if not rows:  # (an empty batch: the one-node form)
         return Linear.apply(*args, op="linear")
     if bias is not None and bias.ndim == 1 and input.is_contiguous():
         # _flatten_nd_linear: addmm over the 2-D view, the result a view of addmm's (an in-place
@@ -219,7 +220,10 @@ def linear(input, weight, bias=None):
             return y.view(input.shape[:-1] + (weight.shape[0],))
         return Linear.apply(*args, op="linear")
     _same_dtype("linear", input, weight, bias)
-    if input.ndim == 2:
+    if input.ndim == 1:  # matmul of a vector: unsqueeze(0).mm(w.t()).squeeze_(0) (MmBackward0
+        # makes the weight's gradient, then the input's)
+        y = mm_weight(input.unsqueeze(0), weight).squeeze_(0)
+    elif input.ndim == 2:
         y = mm_weight(input, weight)
     else:
         flat = (rows, input.shape[-1])
