@@ -14,6 +14,7 @@ allocated) are also checked without torch: forward 393216 bytes with ReLU(inplac
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import tempfile
@@ -70,8 +71,16 @@ def _torch_memory_events(fn) -> list[tuple[int, int]]:
     (negative bytes: a free)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
+    # (no collection inside the region: an earlier test's cyclic garbage freed there would show
+    # as a free of a block the region never saw)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+    finally:
+        if was_enabled:
+            gc.enable()
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:
@@ -117,8 +126,14 @@ def engine_sequence(fn, min_bytes=SCALAR_SLACK) -> list[str]:
         def on_free(self, event):
             events.append((-event.requested, event.storage_id))
 
-    with get_allocator("cpu").observing(Record()):
-        fn()
+    was_enabled = gc.isenabled()
+    gc.disable()  # (as torch_sequence)
+    try:
+        with get_allocator("cpu").observing(Record()):
+            fn()
+    finally:
+        if was_enabled:
+            gc.enable()
     return _sequence(events, min_bytes)
 
 
