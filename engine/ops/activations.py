@@ -598,7 +598,10 @@ FUNCTIONS = dict(
     celu_=celu_,
     threshold=lambda input, threshold, value: globals()["threshold"](input, threshold, value),
     threshold_=threshold_,
+    hardshrink=hardshrink,
 )
+# published as Tensor methods too (torch.Tensor.hardshrink)
+_METHODS = {"hardshrink"}
 
 
 # In-place forms torch publishes only through torch._C._nn: rows of their own (published
@@ -669,6 +672,7 @@ for _name in dict.fromkeys([*FUNCTIONAL, *FUNCTIONS]):
         _name,
         FUNCTIONS.get(_name, FUNCTIONAL.get(_name)),
         function=_name in FUNCTIONS,
+        method=_name in _METHODS,
         functional=FUNCTIONAL.get(_name, False),
         inplace=_inplace_row(_name) if not _name.endswith("_") else None,
         scenario=_scenario(_name) if _name in _SCENARIO_ARGS else None,

@@ -286,6 +286,39 @@ CALLS = {
     "addbmm_": lambda L: (L() * 1.0).addbmm_(L(2, 3, 5), L(2, 5, 4)),
     "addmm_": lambda L: (L() * 1.0).addmm_(L(3, 5), L(5, 4), alpha=2),
     "vdot": lambda L: engine.vdot(L(4), L(4)),
+    "max_unpool3d": lambda L: engine.nn.functional.max_unpool3d(
+        L(1, 1, 1, 2, 2), engine.tensor([[[[[0, 3], [9, 14]]]]]), 2
+    ),
+    "lp_pool3d": lambda L: engine.nn.functional.lp_pool3d(L(1, 2, 4, 4, 4), 2, 2),
+    "renorm": lambda L: engine.renorm(L(3, 4), 2, 0, 0.5),
+    "renorm_": lambda L: (L(3, 4) * 1.0).renorm_(2, 1, 0.5),
+    "aminmax": lambda L: engine.aminmax(L(3, 4), dim=1),
+    "dist": lambda L: engine.dist(L(3, 4), L(3, 4), 3),
+    "erfinv": lambda L: engine.erfinv(L(3, 4) * 0.1),
+    "erfinv_": lambda L: (L(3, 4) * 0.1).erfinv_(),
+    "ldexp": lambda L: engine.ldexp(L(3, 4), engine.tensor([1, 2, -1, 0])),
+    "ldexp_": lambda L: (L(3, 4) * 1.0).ldexp_(engine.tensor([1, 2, -1, 0])),
+    "frexp": lambda L: engine.frexp(L(3, 4)),
+    "gcd": lambda L: engine.gcd(engine.tensor([4, 6]), engine.tensor([6, 9])),
+    "gcd_": lambda L: engine.tensor([4, 6]).gcd_(engine.tensor([6, 9])),
+    "lcm": lambda L: engine.lcm(engine.tensor([4, 6]), engine.tensor([6, 9])),
+    "lcm_": lambda L: engine.tensor([4, 6]).lcm_(engine.tensor([6, 9])),
+    "logical_not_": lambda L: (L(3, 4) * 1.0).detach().logical_not_(),
+    "fractional_max_pool2d": lambda L: engine.nn.functional.fractional_max_pool2d(
+        L(1, 2, 5, 5), 2, output_size=3
+    ),
+    "fractional_max_pool3d": lambda L: engine.nn.functional.fractional_max_pool3d(
+        L(1, 2, 5, 5, 5), 2, output_size=3
+    ),
+    "fractional_max_pool2d_with_indices": lambda L: (
+        engine.nn.functional.fractional_max_pool2d_with_indices(L(1, 2, 5, 5), 2, 3)[0]
+    ),
+    "fractional_max_pool3d_with_indices": lambda L: (
+        engine.nn.functional.fractional_max_pool3d_with_indices(L(1, 2, 5, 5, 5), 2, 3)[0]
+    ),
+    "ctc_loss": lambda L: engine.nn.functional.ctc_loss(
+        L(6, 2, 4).log_softmax(2), engine.tensor([[1, 2], [3, 1]]), [6, 5], [2, 1]
+    ),
 }
 
 
@@ -449,8 +482,8 @@ def test_nothing_is_held_after_backward(name):
     if outs:
         nodes = _graph([o.grad_fn for o in outs])
         loss = outs[0].sum()
-        for o in outs[1:]:
-            loss = loss + o.sum()
+        for i in range(1, len(outs)):  # (no loop variable left holding an output)
+            loss = loss + outs[i].sum()
         loss.backward()
         del loss
         for n in nodes:

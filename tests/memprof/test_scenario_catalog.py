@@ -50,6 +50,12 @@ INPUTS = {
     "bw": {"shape": [3, 4, 4]},  # bilinear's weight
     "theta": {"shape": [1, 2, 3]},  # affine_grid's matrices, grid_sample's grid
     "sgrid": {"shape": [1, 3, 3, 2], "init": "rand"},
+    "upv3": {"shape": [1, 2, 1, 2, 2]},  # MaxUnpool3d's values and indices
+    "upi3": {"shape": [1, 2, 1, 2, 2], "init": "randint", "high": 32, "dtype": "int64"},
+    "ctcx": {"shape": [6, 2, 4]},  # CTCLoss: log-probabilities, targets and lengths
+    "ctct": {"shape": [2, 3], "init": "randint", "high": 4, "dtype": "int64"},
+    "ctcil": {"shape": [2], "init": "randint", "high": 7, "dtype": "int64"},
+    "ctctl": {"shape": [2], "init": "randint", "high": 4, "dtype": "int64"},
 }
 
 # op -> (tensor inputs, args, expected result shape)
@@ -218,6 +224,9 @@ OP_CALLS = {
     "grid_sample": (["img", "sgrid"], {"padding_mode": "border"}, [1, 2, 3, 3]),
     "pdist": (["x"], {"p": 1.0}, [1]),
     "cdist": (["x", "x2"], {"compute_mode": "use_mm_for_euclid_dist"}, [2, 2]),
+    "lp_pool3d": (["vol"], {"norm_type": 2.0, "kernel_size": 2}, [1, 2, 1, 2, 2]),
+    "fractional_max_pool2d": (["img"], {"kernel_size": 2, "output_size": 3}, [1, 2, 3, 3]),
+    "fractional_max_pool3d": (["vol"], {"kernel_size": 2, "output_ratio": 0.5}, [1, 2, 1, 2, 2]),
 }
 
 # module type -> (spec, tensor inputs)
@@ -420,6 +429,11 @@ MODULE_CALLS = {
     "LazyInstanceNorm2d": ({}, ["img"]),
     "LazyInstanceNorm3d": ({}, ["vol"]),
     "Bilinear": ({"in1_features": 4, "in2_features": 4, "out_features": 3}, ["x", "x2"]),
+    "MaxUnpool3d": ({"kernel_size": 2}, ["upv3", "upi3"]),
+    "LPPool3d": ({"norm_type": 2.0, "kernel_size": 2}, ["vol"]),
+    "FractionalMaxPool2d": ({"kernel_size": 2, "output_size": 3}, ["img"]),
+    "FractionalMaxPool3d": ({"kernel_size": 2, "output_ratio": 0.5}, ["vol"]),
+    "CTCLoss": ({"zero_infinity": True}, ["ctcx", "ctct", "ctcil", "ctctl"]),
 }
 
 

@@ -290,3 +290,24 @@ __all__ += [
     "UninitializedParameter",
     "UninitializedBuffer",
 ]
+
+# MaxUnpool3d, LPPool3d
+from engine.nn.modules.lp_pool import LPPool3d  # noqa: E402
+from engine.nn.modules.unpool import MaxUnpool3d  # noqa: E402
+
+__all__ += ["MaxUnpool3d", "LPPool3d"]
+
+# ParameterDict
+from engine.nn.modules.container import ParameterDict  # noqa: E402
+
+__all__ += ["ParameterDict"]
+
+# FractionalMaxPool2d, FractionalMaxPool3d
+from engine.nn.modules.fractional import FractionalMaxPool2d, FractionalMaxPool3d  # noqa: E402
+
+__all__ += ["FractionalMaxPool2d", "FractionalMaxPool3d"]
+
+# CTCLoss
+from engine.nn.modules.ctc import CTCLoss  # noqa: E402
+
+__all__ += ["CTCLoss"]

@@ -1,8 +1,9 @@
-"""Sequential and ModuleList."""
+"""Sequential, ModuleList, ModuleDict, ParameterList and ParameterDict."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 
 from engine.nn.modules.module import Module
 
@@ -187,9 +188,10 @@ class ParameterList(Module):
         return self
 
     def extra_repr(self) -> str:
+        """torch's lines: the dtype as torch prints it, a cuda tensor's device after the size."""
         return "\n".join(
-            f"({i}): Parameter containing: [{p.dtype.torch_tensor_name} of size "
-            f"{'x'.join(str(s) for s in p.shape)}]"
+            f"  ({i}): Parameter containing: [torch.{p.dtype.name} of size "
+            f"{'x'.join(str(s) for s in p.shape)}{f' ({p.device})' if p.device.type == 'cuda' else ''}]"
             for i, p in enumerate(self)
         )
 
@@ -203,3 +205,152 @@ def _as_parameter(value):
     if isinstance(value, Tensor):
         return Parameter(value)
     raise TypeError(f"ParameterList holds Parameters (or tensors), got {type(value).__name__}")
+
+
+class ParameterDict(Module):
+    """An ordered dict of Parameters registered on the owner under their keys (a tensor is
+    wrapped in a Parameter; other values are kept as plain attributes, as torch's)."""
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        self._keys: dict[str, None] = {}
+        if parameters is not None:
+            self.update(parameters)
+
+    def _key_to_attr(self, key) -> str:
+        if not isinstance(key, str):
+            raise TypeError(
+                "Index given to ParameterDict cannot be used as a key as it is "
+                f"not a string (type is '{type(key).__name__}'). Open an issue on "
+                "github if you need non-string keys."
+            )
+        return key
+
+    def __getitem__(self, key: str):
+        return getattr(self, self._key_to_attr(key))
+
+    def __setitem__(self, key: str, value) -> None:
+        from engine.nn.parameter import Parameter
+        from engine.tensor import Tensor
+
+        self._keys[key] = None
+        attr = self._key_to_attr(key)
+        if isinstance(value, Tensor) and not isinstance(value, Parameter):
+            value = Parameter(value)
+        setattr(self, attr, value)
+
+    def __delitem__(self, key: str) -> None:
+        del self._keys[key]
+        delattr(self, self._key_to_attr(key))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __reversed__(self):
+        return reversed(self._keys)
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys
+
+    def __call__(self, input):
+        raise RuntimeError("ParameterDict should not be called.")
+
+    def copy(self) -> ParameterDict:
+        return ParameterDict(OrderedDict((k, self[k]) for k in self._keys))
+
+    def setdefault(self, key: str, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def clear(self) -> None:
+        for k in self._keys.copy():
+            del self[k]
+
+    def pop(self, key: str):
+        v = self[key]
+        del self[key]
+        return v
+
+    def popitem(self):
+        k, _ = self._keys.popitem()
+        self._keys[k] = None
+        val = self[k]
+        del self[k]
+        return k, val
+
+    def get(self, key: str, default=None):
+        return self[key] if key in self else default
+
+    def fromkeys(self, keys, default=None) -> ParameterDict:
+        return ParameterDict((k, default) for k in keys)
+
+    def keys(self):
+        return self._keys.keys()
+
+    def items(self):
+        return ((k, self[k]) for k in self._keys)
+
+    def values(self):
+        return (self[k] for k in self._keys)
+
+    def update(self, parameters) -> None:
+        """Adds (key, value) pairs: an OrderedDict's or ParameterDict's in order, a plain
+        mapping's sorted by key (torch's rule), or an iterable of pairs."""
+        if not isinstance(parameters, Iterable):
+            raise TypeError(
+                "ParametersDict.update should be called with an "
+                "iterable of key/value pairs, but got " + type(parameters).__name__
+            )
+        if isinstance(parameters, (OrderedDict, ParameterDict)):
+            for key, parameter in parameters.items():
+                self[key] = parameter
+        elif isinstance(parameters, Mapping):
+            for key, parameter in sorted(parameters.items()):
+                self[key] = parameter
+        else:
+            for j, p in enumerate(parameters):
+                if not isinstance(p, Iterable):
+                    raise TypeError(
+                        "ParameterDict update sequence element "
+                        "#" + str(j) + " should be Iterable; is" + type(p).__name__
+                    )
+                if not len(p) == 2:
+                    raise ValueError(
+                        "ParameterDict update sequence element "
+                        "#" + str(j) + " has length " + str(len(p)) + "; 2 is required"
+                    )
+                self[p[0]] = p[1]
+
+    def __or__(self, other: ParameterDict) -> ParameterDict:
+        copy = self.copy()
+        copy.update(other)
+        return copy
+
+    def __ror__(self, other: ParameterDict) -> ParameterDict:
+        copy = other.copy()
+        copy.update(self)
+        return copy
+
+    def __ior__(self, other: ParameterDict) -> ParameterDict:
+        self.update(other)
+        return self
+
+    def extra_repr(self) -> str:
+        from engine.nn.parameter import Parameter
+        from engine.tensor import Tensor
+
+        lines = []
+        for k, p in self.items():
+            if isinstance(p, Tensor):
+                size = "x".join(str(s) for s in p.shape)
+                device = f" ({p.device})" if p.device.type == "cuda" else ""
+                kind = "Parameter" if isinstance(p, Parameter) else "Tensor"
+                typename = "torch." + p.dtype.torch_tensor_name
+                lines.append(f"  ({k}): {kind} containing: [{typename} of size {size}{device}]")
+            else:
+                lines.append(f"  ({k}): Object of type: {type(p).__name__}")
+        return "\n".join(lines)

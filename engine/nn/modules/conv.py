@@ -37,10 +37,7 @@ class Conv2d(Module):
             raise ValueError("in_channels must be divisible by groups")
         if out_channels % groups:
             raise ValueError("out_channels must be divisible by groups")
-        if padding_mode != "zeros":
-            raise NotImplementedError(
-                f"padding_mode={padding_mode!r} is not supported (only 'zeros')"
-            )
+        _check_padding_mode(padding_mode)
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
                 raise ValueError(
@@ -80,25 +77,13 @@ class Conv2d(Module):
                 init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input):
+        input, padding = _mode_padded(self, input)
         return F.conv2d(
-            input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+            input, self.weight, self.bias, self.stride, padding, self.dilation, self.groups
         )
 
     def extra_repr(self) -> str:
-        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
-        if self.padding != (0, 0):
-            s += (
-                f", padding={self.padding!r}"
-                if isinstance(self.padding, str)
-                else f", padding={self.padding}"
-            )
-        if self.dilation != (1, 1):
-            s += f", dilation={self.dilation}"
-        if self.groups != 1:
-            s += f", groups={self.groups}"
-        if self.bias is None:
-            s += ", bias=False"
-        return s
+        return _conv_nd_repr(self)
 
 
 class Conv1d(Module):
@@ -123,10 +108,7 @@ class Conv1d(Module):
             raise ValueError("groups must be a positive integer")
         if in_channels % groups or out_channels % groups:
             raise ValueError("in_channels and out_channels must be divisible by groups")
-        if padding_mode != "zeros":
-            raise NotImplementedError(
-                f"padding_mode={padding_mode!r} is not supported (only 'zeros')"
-            )
+        _check_padding_mode(padding_mode)
         one = lambda v: v[0] if isinstance(v, (tuple, list)) else v  # noqa: E731
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = (one(kernel_size),)
@@ -152,16 +134,14 @@ class Conv1d(Module):
     def forward(self, input):
         from engine.ops.conv1d import conv1d
 
-        padding = self.padding if isinstance(self.padding, str) else self.padding[0]
+        input, padding = _mode_padded(self, input)
+        padding = padding if isinstance(padding, str) else padding[0]
         return conv1d(
             input, self.weight, self.bias, self.stride[0], padding, self.dilation[0], self.groups
         )
 
     def extra_repr(self) -> str:
-        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
-        if self.bias is None:
-            s += ", bias=False"
-        return s
+        return _conv_nd_repr(self)
 
 
 class ConvTranspose2d(Module):
@@ -226,16 +206,41 @@ class ConvTranspose2d(Module):
         )
 
     def extra_repr(self) -> str:
-        return (
-            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-            f"stride={self.stride}"
-        )
+        return _conv_nd_repr(self)
 
 
 def _triple(v, name="value"):
     from engine.ops.nn.conv3d import _ntuple
 
     return _ntuple(v, 3, name)
+
+
+def _check_padding_mode(padding_mode) -> None:
+    valid_padding_modes = {"zeros", "reflect", "replicate", "circular"}  # (torch's set, words)
+    if padding_mode not in valid_padding_modes:
+        raise ValueError(
+            f"padding_mode must be one of {valid_padding_modes}, but got "
+            f"padding_mode='{padding_mode}'"
+        )
+
+
+def _mode_padded(m, input):
+    """torch's _conv_forward: a padding_mode other than zeros is F.pad(input, mode) first, then
+    the convolution without padding. Returns (input, padding) for the convolution."""
+    if m.padding_mode == "zeros":
+        return input, m.padding
+    n = len(m.kernel_size)
+    pads = [0, 0] * n  # torch's _reversed_padding_repeated_twice: F.pad's order, last dim first
+    for i in range(n):
+        if m.padding == "same":
+            total = m.dilation[i] * (m.kernel_size[i] - 1)
+            left, right = total // 2, total - total // 2
+        elif m.padding == "valid":
+            left = right = 0
+        else:
+            left = right = m.padding[i]
+        pads[2 * (n - 1 - i)], pads[2 * (n - 1 - i) + 1] = left, right
+    return F.pad(input, pads, mode=m.padding_mode), (0,) * n
 
 
 def _conv_nd_repr(m) -> str:
@@ -252,6 +257,8 @@ def _conv_nd_repr(m) -> str:
         s += f", groups={m.groups}"
     if m.bias is None:
         s += ", bias=False"
+    if m.padding_mode != "zeros":
+        s += f", padding_mode={m.padding_mode}"
     return s
 
 
@@ -293,10 +300,7 @@ class Conv3d(Module):
     ):
         super().__init__()
         _check_groups(in_channels, out_channels, groups)
-        if padding_mode != "zeros":
-            raise NotImplementedError(
-                f"padding_mode={padding_mode!r} is not supported (only 'zeros')"
-            )
+        _check_padding_mode(padding_mode)
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
                 raise ValueError(
@@ -314,8 +318,9 @@ class Conv3d(Module):
         _conv_nd_params(self, shape, out_channels, bias, device, dtype)
 
     def forward(self, input):
+        input, padding = _mode_padded(self, input)
         return F.conv3d(
-            input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+            input, self.weight, self.bias, self.stride, padding, self.dilation, self.groups
         )
 
     def extra_repr(self) -> str:

@@ -164,6 +164,7 @@ class LazyModuleMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._load_hook = self._register_load_state_dict_pre_hook(self._lazy_load_hook)
         self._initialize_hook = self.register_forward_pre_hook(self._infer_parameters)
 
     def initialize_parameters(self, *args, **kwargs):
@@ -181,7 +182,9 @@ class LazyModuleMixin:
         if module.has_uninitialized_params():
             raise RuntimeError(f"module {self._get_name()} has not been fully initialized")
         module._initialize_hook.remove()
+        module._load_hook.remove()
         del module.__dict__["_initialize_hook"]
+        del module.__dict__["_load_hook"]
         if module.cls_to_become is not None:
             module.__class__ = module.cls_to_become
 
@@ -197,15 +200,18 @@ class LazyModuleMixin:
                 destination[prefix + name] = b if (is_lazy(b) or keep_vars) else b.detach()
         return destination
 
-    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        """Initialized values materialize the uninitialized tensors they load into (torch's
-        _lazy_load_hook); the module stays lazy until its first call."""
+    def _lazy_load_hook(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        """load_state_dict pre-hook (torch's): an initialized value materializes the
+        uninitialized tensor it loads into; the module stays lazy until its first call."""
         for name, t in itertools.chain(self._parameters.items(), self._buffers.items()):
-            value = state_dict.get(name)
-            if t is not None and value is not None and is_lazy(t) and not is_lazy(value):
-                with no_grad():
-                    t.materialize(tuple(value.shape))
-        return super().load_state_dict(state_dict, strict, assign)
+            key = prefix + name
+            if key in state_dict and t is not None and is_lazy(t):
+                value = state_dict[key]
+                if not is_lazy(value):
+                    with no_grad():
+                        t.materialize(tuple(value.shape))
 
 
 # --- Linear ------------------------------------------------------------------------------------

@@ -33,3 +33,10 @@ class LPPool2d(_LPPoolNd):
 
     def forward(self, input):
         return F.lp_pool2d(input, self.norm_type, self.kernel_size, self.stride, self.ceil_mode)
+
+
+class LPPool3d(_LPPoolNd):
+    """(sum over each window of x^p)^(1/p), over [N, C, D, H, W] or [C, D, H, W]."""
+
+    def forward(self, input):
+        return F.lp_pool3d(input, self.norm_type, self.kernel_size, self.stride, self.ceil_mode)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import OrderedDict, namedtuple
 
@@ -11,7 +12,19 @@ from engine.autograd.grad_mode import no_grad
 from engine.nn.parameter import Parameter
 from engine.tensor import Tensor
 
-_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    """load_state_dict's result, printed as torch's."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
+
 
 # Hooks every module runs (register_module_forward_pre_hook / register_module_forward_hook):
 # a profiler uses them to attribute memory to the module that is running.
@@ -74,6 +87,7 @@ class Module:
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
         object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "_load_state_dict_pre_hooks", OrderedDict())
 
     # --- running ------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
@@ -369,36 +383,87 @@ class Module:
                 module.state_dict(destination, prefix + name + ".", keep_vars)
         return destination
 
+    def _register_load_state_dict_pre_hook(self, hook, with_module: bool = False):
+        """hook(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+        error_msgs) runs before this module loads its own entries (torch's private hook, which
+        lazy modules use to materialize what they load into); with_module: hook(module, ...)."""
+        key = next(_hook_ids)
+        hooks = self.__dict__.setdefault("_load_state_dict_pre_hooks", OrderedDict())
+        hooks[key] = functools.partial(hook, self) if with_module else hook
+        return RemovableHandle(hooks, key)
+
+    def register_load_state_dict_pre_hook(self, hook):
+        """hook(module, state_dict, prefix, local_metadata, strict, missing_keys,
+        unexpected_keys, error_msgs), before this module loads its entries."""
+        return self._register_load_state_dict_pre_hook(hook, with_module=True)
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        """Load this module's own parameters and persistent buffers from `state_dict` (keys
+        `prefix + name`), after its load pre-hooks; torch's per-module step of load_state_dict."""
+        for hook in tuple(self.__dict__.get("_load_state_dict_pre_hooks", {}).values()):
+            hook(
+                state_dict,
+                prefix,
+                local_metadata,
+                strict,
+                missing_keys,
+                unexpected_keys,
+                error_msgs,
+            )
+        local = [(n, p) for n, p in self._parameters.items() if p is not None]
+        local += [
+            (n, b)
+            for n, b in self._buffers.items()
+            if b is not None and n not in self._non_persistent_buffers
+        ]
+        for name, target in local:
+            key = prefix + name
+            if key not in state_dict:
+                missing_keys.append(key)
+                continue
+            value = state_dict[key]
+            src = value if isinstance(value, Tensor) else np.asarray(value)
+            lazy = getattr(target, "cls_to_become", None) is not None  # uninitialized
+            if not lazy and tuple(src.shape) != tuple(target.shape):
+                error_msgs.append(
+                    f"size mismatch for {key}: copying a param with shape "
+                    f"{_size(src.shape)} from checkpoint, the shape in current model is "
+                    f"{_size(target.shape)}."
+                )
+                continue
+            if lazy:  # torch copies an uninitialized value into one: nothing to copy
+                continue
+            with no_grad():
+                target.copy_(src)
+        if strict:
+            names = {n for n, _ in local}
+            for key in state_dict:
+                if key.startswith(prefix):
+                    parts = key[len(prefix) :].split(".", 1)
+                    if len(parts) > 1:
+                        if parts[0] not in self._modules:
+                            unexpected_keys.append(key)
+                    elif parts[0] not in names:
+                        unexpected_keys.append(key)
+
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        """Copy values into the parameters and buffers in place (tensors or array-likes)."""
-        missing, errors = [], []
-        expected = set()
-        for prefix, module in self.named_modules():
-            pre = prefix + "." if prefix else ""
-            local = [(n, p) for n, p in module._parameters.items() if p is not None]
-            local += [
-                (n, b)
-                for n, b in module._buffers.items()
-                if b is not None and n not in module._non_persistent_buffers
-            ]
-            for name, target in local:
-                key = pre + name
-                expected.add(key)
-                if key not in state_dict:
-                    missing.append(key)
-                    continue
-                value = state_dict[key]
-                src = value if isinstance(value, Tensor) else np.asarray(value)
-                if tuple(src.shape) != tuple(target.shape):
-                    errors.append(
-                        f"size mismatch for {key}: copying a param with shape "
-                        f"{_size(src.shape)} from checkpoint, the shape in current model is "
-                        f"{_size(target.shape)}."
-                    )
-                    continue
-                with no_grad():
-                    target.copy_(src)
-        unexpected = [k for k in state_dict if k not in expected]
+        """Copy values into the parameters and buffers in place (tensors or array-likes), module
+        by module as torch's (each module's load pre-hooks first, then its entries)."""
+        missing, unexpected, errors = [], [], []
+
+        def load(module, local_state, prefix=""):
+            module._load_from_state_dict(local_state, prefix, {}, True, missing, unexpected, errors)
+            for name, child in module._modules.items():
+                if child is not None:
+                    child_prefix = prefix + name + "."
+                    child_state = {
+                        k: v for k, v in local_state.items() if k.startswith(child_prefix)
+                    }
+                    load(child, child_state, child_prefix)
+
+        load(self, OrderedDict(state_dict))
         if strict:
             if unexpected:
                 errors.insert(

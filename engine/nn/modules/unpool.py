@@ -42,3 +42,14 @@ class MaxUnpool2d(_MaxUnpoolNd):
         return F.max_unpool2d(
             input, indices, self.kernel_size, self.stride, self.padding, output_size
         )
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    """Each value written at its index (from MaxPool3d(return_indices=True)), zeros elsewhere."""
+
+    _n = 3
+
+    def forward(self, input, indices, output_size=None):
+        return F.max_unpool3d(
+            input, indices, self.kernel_size, self.stride, self.padding, output_size
+        )

@@ -826,8 +826,90 @@ register(
     ),
 )
 
+# max_unpool3d, lp_pool3d
+from engine.ops.nn.lp_pool import lp_pool3d  # noqa: E402
+from engine.ops.nn.unpool3d import max_unpool3d  # noqa: E402
+
+register("max_unpool3d", max_unpool3d, function=False, functional=True)
+register(
+    "lp_pool3d",
+    lp_pool3d,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("norm_type", float, REQUIRED, ""),
+            ("kernel_size", int, REQUIRED, ""),
+            ("stride", int | None, None, ""),
+        ),
+        doc="3-D power-average pooling (torch's composite over avg_pool3d)",
+    ),
+)
+__all__ += ["max_unpool3d", "lp_pool3d"]  # noqa: PLE0604
+
 # rrelu_ (rrelu_with_noise_: RreluWithNoiseBackward1)
 from engine.ops.nn.prelu import rrelu_  # noqa: E402
 
 register("rrelu_", rrelu_, functional=True)
 __all__ += ["rrelu_"]  # noqa: PLE0604
+
+# fractional max pooling
+from engine.ops.nn.fractional import (  # noqa: E402
+    fractional_max_pool2d,
+    fractional_max_pool2d_with_indices,
+    fractional_max_pool3d,
+    fractional_max_pool3d_with_indices,
+)
+
+register(
+    "fractional_max_pool2d",
+    fractional_max_pool2d,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("kernel_size", IntOrPair, REQUIRED, ""),
+            ("output_size", IntOrPair | None, None, "the output's size"),
+            ("output_ratio", float | None, None, "or its ratio to the input's"),
+        ),
+        doc="2-D max pooling over pseudo-random windows (the samples drawn each call)",
+    ),
+)
+register(
+    "fractional_max_pool3d",
+    fractional_max_pool3d,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        args=(
+            ("kernel_size", int, REQUIRED, ""),
+            ("output_size", int | None, None, "the output's size"),
+            ("output_ratio", float | None, None, "or its ratio to the input's"),
+        ),
+        doc="3-D max pooling over pseudo-random windows (the samples drawn each call)",
+    ),
+)
+register(
+    "fractional_max_pool2d_with_indices",
+    fractional_max_pool2d_with_indices,
+    function=False,
+    functional=True,
+)
+register(
+    "fractional_max_pool3d_with_indices",
+    fractional_max_pool3d_with_indices,
+    function=False,
+    functional=True,
+)
+__all__ += [  # noqa: PLE0604
+    "fractional_max_pool2d",
+    "fractional_max_pool3d",
+    "fractional_max_pool2d_with_indices",
+    "fractional_max_pool3d_with_indices",
+]
+
+# ctc_loss
+from engine.ops.nn.ctc import ctc_loss  # noqa: E402
+
+register("ctc_loss", ctc_loss, function=False, functional=True)
+__all__ += ["ctc_loss"]  # noqa: PLE0604

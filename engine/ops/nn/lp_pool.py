@@ -65,3 +65,17 @@ def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
         div = div.view(sizes)
     div = div.mul(alpha).add(k).pow(beta)
     return input / div
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """(sum over each window of x^p)^(1/p), 3-D windows."""
+    from engine.ops.nn.pool3d import avg_pool3d, max_pool3d
+
+    kd, kw, kh = _tuple(kernel_size, 3)
+    return _lp_pool(
+        input, norm_type, kernel_size, stride, ceil_mode, max_pool3d, avg_pool3d, kd * kw * kh
+    )
+
+
+def _tuple(v, n: int) -> tuple:
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
