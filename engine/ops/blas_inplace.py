@@ -11,15 +11,8 @@ operands' gradients one product each, times alpha.
 
 from __future__ import annotations
 
-from engine import kernels
-from engine.autograd.function import Function
 from engine.ops import linalg as L
-from engine.ops.common import device_of, result_buffer, result_type, sum_to
 from engine.ops.registry import register
-
-
-def _maybe_multiply(t, s):
-    return t if s == 1 else t * s
 
 
 def _expand_check(shape, target):
@@ -41,62 +34,7 @@ def _inplace_check(input, shape):
         )
 
 
-class _AddProduct(Function):
-    """beta * input + alpha * product(a, b). Subclasses give `product` (arrays) and the
-    operands' gradients (`grad_a`, `grad_b`)."""
-
-    node = ""
-    input_grad_last = False  # torch's generated AddbmmBackward0 makes input's gradient last
-
-    def to_save(self, tensors):
-        _, a, b = tensors
-        idx = []
-        if b.requires_grad:
-            idx.append(1)  # b's gradient reads a
-        if a.requires_grad:
-            idx.append(2)  # a's gradient reads b
-        self._save_idx = tuple(idx)
-        return self._save_idx
-
-    def forward(self, input, a, b, out=None, beta=1, alpha=1, shape=()):
-        self.in_shape, self.beta, self.alpha = input.shape, beta, alpha
-        self.a_shape, self.b_shape = a.shape, b.shape
-        dev = device_of(input, a, b)
-        y = result_buffer(out, shape, result_type(input, a, b), dev, self.op_name)
-        if dev.type != "meta":
-            xp = kernels.xp_of_device(dev)
-            prod = self.product(xp, a._data, b._data)  # the kernel's (BLAS accumulates in place)
-            if alpha != 1:
-                prod *= alpha
-            if beta == 0:
-                xp.copyto(y._data, prod)
-            else:
-                if y is not input:
-                    xp.copyto(y._data, xp.broadcast_to(input._data, shape))
-                if beta != 1:
-                    y._data *= beta
-                y._data += prod
-        return y
-
-    def backward(self, g):
-        saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
-        nf = self.next_functions
-        gi = ga = gb = None
-        if nf[0] is not None and not self.input_grad_last:
-            gi = sum_to(_maybe_multiply(g, self.beta), self.in_shape)
-        if nf[1] is not None:
-            ga = _maybe_multiply(self.grad_a(g, saved[2]), self.alpha)
-        if nf[2] is not None:
-            gb = _maybe_multiply(self.grad_b(g, saved[1]), self.alpha)
-        if nf[0] is not None and self.input_grad_last:
-            gi = sum_to(_maybe_multiply(g, self.beta), self.in_shape)
-        return (gi, ga, gb)
-
-    def name(self):
-        return self.node
-
-
-class Addmv(_AddProduct):
+class Addmv(L.AddProduct):
     node, op_name = "AddmvBackward0", "addmv"
 
     @staticmethod
@@ -110,7 +48,7 @@ class Addmv(_AddProduct):
         return mat.t().mv(g)
 
 
-class Addr(_AddProduct):
+class Addr(L.AddProduct):
     node, op_name = "AddrBackward0", "addr"
 
     @staticmethod
@@ -124,7 +62,7 @@ class Addr(_AddProduct):
         return g.t().mv(vec1)
 
 
-class Addbmm(_AddProduct):
+class Addbmm(L.AddProduct):
     node, op_name = "AddbmmBackward0", "addbmm"
     input_grad_last = True
 

@@ -179,22 +179,73 @@ class Matmul(Function):
 _NODES = {(1, 1): "DotBackward0", (2, 1): "MvBackward0", (2, 2): "MmBackward0"}
 
 
-class Addmm(Function):
+def _maybe_multiply(t, s):
+    return t if s == 1 else t * s
+
+
+class AddProduct(Function):
+    """beta * input + alpha * product(a, b). Subclasses give `product` (arrays) and the
+    operands' gradients (`grad_a`, `grad_b`)."""
+
+    node = ""
+    input_grad_last = False  # torch's generated AddbmmBackward0 makes input's gradient last
+
+    def to_save(self, tensors):
+        _, a, b = tensors
+        idx = []
+        if b.requires_grad:
+            idx.append(1)  # b's gradient reads a
+        if a.requires_grad:
+            idx.append(2)  # a's gradient reads b
+        self._save_idx = tuple(idx)
+        return self._save_idx
+
+    def forward(self, input, a, b, out=None, beta=1, alpha=1, shape=()):
+        self.in_shape, self.beta, self.alpha = input.shape, beta, alpha
+        self.a_shape, self.b_shape = a.shape, b.shape
+        dev = device_of(input, a, b)
+        y = result_buffer(out, shape, result_type(input, a, b), dev, self.op_name)
+        if dev.type != "meta":
+            xp = kernels.xp_of_device(dev)
+            prod = self.product(xp, a._data, b._data)  # the kernel's (BLAS accumulates in place)
+            if alpha != 1:
+                prod *= alpha
+            if beta == 0:
+                xp.copyto(y._data, prod)
+            else:
+                if y is not input:
+                    xp.copyto(y._data, xp.broadcast_to(input._data, shape))
+                if beta != 1:
+                    y._data *= beta
+                y._data += prod
+        return y
+
+    def backward(self, g):
+        saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
+        nf = self.next_functions
+        gi = ga = gb = None
+        if nf[0] is not None and not self.input_grad_last:
+            gi = sum_to(_maybe_multiply(g, self.beta), self.in_shape)
+        if nf[1] is not None:
+            ga = _maybe_multiply(self.grad_a(g, saved[2]), self.alpha)
+        if nf[2] is not None:
+            gb = _maybe_multiply(self.grad_b(g, saved[1]), self.alpha)
+        if nf[0] is not None and self.input_grad_last:
+            gi = sum_to(_maybe_multiply(g, self.beta), self.in_shape)
+        return (gi, ga, gb)
+
+    def name(self):
+        return self.node
+
+
+class Addmm(AddProduct):
     """addmm(input, mat1, mat2, beta, alpha) = beta * input + alpha * mat1 @ mat2: the result
     alone is allocated (input broadcast into it, then the product added, as BLAS's gemm with
     beta). Backward is derivatives.yaml's: input: grad (times beta), summed to its shape;
     mat1: mm_mat1_backward, mat2: mm_mat2_backward (a column-major operand's gradient made
     transposed, as torch does; times alpha)."""
 
-    def to_save(self, tensors):
-        _, m1, m2 = tensors
-        idx = []
-        if m2.requires_grad:
-            idx.append(1)  # mat2's gradient reads mat1
-        if m1.requires_grad:
-            idx.append(2)  # mat1's gradient reads mat2
-        self._save_idx = tuple(idx)
-        return self._save_idx
+    node, op_name = "AddmmBackward0", "addmm"
 
     def forward(self, input, mat1, mat2, out=None, beta=1, alpha=1):
         for name, m in (("mat1", mat1), ("mat2", mat2)):
@@ -212,52 +263,23 @@ class Addmm(Function):
                     f"({size}) at non-singleton dimension {i + lead}.  Target sizes: [{n}, {p}]."
                     f"  Tensor sizes: {list(input.shape)}"
                 )
-        self.in_shape, self.beta, self.alpha = input.shape, beta, alpha
-        self.m1_shape, self.m2_shape = mat1.shape, mat2.shape
         self.m1_cols = _column_major(mat1._data)
         self.m2_cols = _column_major(mat2._data)
-        dev = device_of(input, mat1, mat2)
-        y = result_buffer(out, (n, p), result_type(input, mat1, mat2), dev, "addmm")
-        if dev.type != "meta":
-            xp = kernels.xp_of_device(dev)
-            prod = xp.matmul(mat1._data, mat2._data)  # the kernel's (BLAS accumulates in place)
-            if alpha != 1:
-                prod *= alpha
-            if beta == 0:  # torch ignores input (NaN included) when beta is 0
-                xp.copyto(y._data, prod)
-            else:
-                xp.copyto(y._data, xp.broadcast_to(input._data, (n, p)))
-                if beta != 1:
-                    y._data *= beta
-                y._data += prod
-        return y
+        return super().forward(input, mat1, mat2, out=out, beta=beta, alpha=alpha, shape=(n, p))
 
-    def backward(self, g):
-        saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
-        nf = self.next_functions
-        gi = g1 = g2 = None
-        if nf[0] is not None:
-            gi = sum_to(g if self.beta == 1 else g * self.beta, self.in_shape)
-        if nf[1] is not None:
-            mat2 = saved[2]
-            if self.m1_cols:  # mat2.mm(grad.t()).t()
-                g1 = mat2.matmul(g.t()).t()
-            else:  # grad.mm(mat2.t())
-                g1 = g.matmul(mat2.t())
-            if self.alpha != 1:
-                g1 = g1 * self.alpha
-        if nf[2] is not None:
-            mat1 = saved[1]
-            if self.m2_cols:  # grad.t().mm(mat1).t()
-                g2 = g.t().matmul(mat1).t()
-            else:  # mat1.t().mm(grad)
-                g2 = mat1.t().matmul(g)
-            if self.alpha != 1:
-                g2 = g2 * self.alpha
-        return (gi, g1, g2)
+    @staticmethod
+    def product(xp, mat1, mat2):
+        return xp.matmul(mat1, mat2)
 
-    def name(self):
-        return "AddmmBackward0"
+    def grad_a(self, g, mat2):  # mm_mat1_backward
+        if self.m1_cols:  # mat2.mm(grad.t()).t()
+            return mat2.matmul(g.t()).t()
+        return g.matmul(mat2.t())
+
+    def grad_b(self, g, mat1):  # mm_mat2_backward
+        if self.m2_cols:  # grad.t().mm(mat1).t()
+            return g.t().matmul(mat1).t()
+        return mat1.t().matmul(g)
 
 
 def _column_major(arr) -> bool:
