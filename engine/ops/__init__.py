@@ -197,6 +197,12 @@ def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
 @_export("select")
 def select(input, dim, index):
     """The view at `index` along `dim` (SelectBackward0)."""
+    d, i = select_position(input, dim, index)
+    return input[(slice(None),) * d + (i,)]
+
+
+def select_position(input, dim, index) -> tuple[int, int]:
+    """(dim, index) of select(input, dim, index), both wrapped, or torch's IndexError."""
     from engine.tensor import _wrap_dim
 
     if input.ndim == 0:
@@ -208,7 +214,7 @@ def select(input, dim, index):
             f"select(): index {index} out of range for tensor of size {list(input.shape)} at "
             f"dimension {d}"
         )
-    return input[(slice(None),) * d + (index % size,)]
+    return d, index % size
 
 
 @_export("ravel")

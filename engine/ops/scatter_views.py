@@ -20,9 +20,8 @@ import numpy as np
 from engine import dtypes, kernels
 from engine.autograd.function import Function
 from engine.ops import views as V
-from engine.ops.common import data, sum_to
+from engine.ops.common import data
 from engine.ops.registry import register
-from engine.storage import wrap_storage
 from engine.tensor import Tensor, _wrap_dim
 
 
@@ -97,15 +96,7 @@ class IndexPutAccumulate(V.IndexPut):
 
     def backward(self, g):
         # derivatives.yaml: self: grad (accumulate); values: grad[indices]
-        grads = [g]
-        if self.v_t:
-            index = self._backward_index()
-            coords = self._coordinates(index, g._device)
-            picked = g._data[index]
-            gv = Tensor._make(picked, wrap_storage(picked, g._device), g._dtype, g._device)
-            del coords
-            grads.append(sum_to(gv, self.v_shape) if gv.shape != self.v_shape else gv)
-        return tuple(grads)
+        return (g, self._values_grad(g, self._backward_index())) if self.v_t else (g,)
 
 
 class IndexPutOutOfPlace(V.IndexPut):
@@ -231,16 +222,11 @@ class DiagonalScatter(_Scatter):
 
 def select_scatter(input, src, dim, index):
     """A copy of input with src written at `index` along `dim` (torch.select_scatter)."""
-    if input.ndim == 0:
-        raise IndexError("select() cannot be applied to a 0-dim tensor.")
-    d = _wrap_dim(dim, input.ndim)
-    size = input.shape[d]
-    if not -size <= index < size:
-        raise IndexError(
-            f"select(): index {index} out of range for tensor of size {list(input.shape)} at "
-            f"dimension {d}"
-        )
-    return SelectScatter.apply(input, src, op="select_scatter", args=(d, index % size))
+    from engine.ops import select_position
+
+    return SelectScatter.apply(
+        input, src, op="select_scatter", args=select_position(input, dim, index)
+    )
 
 
 def slice_scatter(input, src, dim=0, start=None, end=None, step=1):

@@ -515,14 +515,16 @@ class IndexPut(_KeepsIndex, Function):
         index = self._backward_index()
         gx = g.clone()
         gx._data[index] = 0
-        grads = [gx]
-        if self.v_t:
-            coords = self._coordinates(index, g._device)
-            picked = g._data[index]
-            gv = Tensor._make(picked, wrap_storage(picked, g._device), g._dtype, g._device)
-            del coords
-            grads.append(sum_to(gv, self.v_shape) if gv.shape != self.v_shape else gv)
-        return tuple(grads)
+        return (gx, self._values_grad(g, index)) if self.v_t else (gx,)
+
+    def _values_grad(self, g, index):
+        """values' gradient: grad[indices] (the coordinates of a mask made first), summed to
+        the values' shape when they were broadcast."""
+        coords = self._coordinates(index, g._device)
+        picked = g._data[index]
+        gv = Tensor._make(picked, wrap_storage(picked, g._device), g._dtype, g._device)
+        del coords
+        return sum_to(gv, self.v_shape) if gv.shape != self.v_shape else gv
 
     def name(self):
         return "IndexPutBackward0"

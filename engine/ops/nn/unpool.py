@@ -54,17 +54,23 @@ class MaxUnpool2d(Function):
     def backward(self, g):
         idx = self.kept("indices")
         planes = math.prod(self.x_shape[:-2])
-        gx = kernels.empty(self.x_shape, g._dtype, g._device)
-        if _live(g._device):
-            xp = kernels.xp_of(g)
-            g2 = g._data.reshape(planes, -1)
-            gx._data[...] = xp.take_along_axis(g2, idx._data.reshape(planes, -1), axis=1).reshape(
-                self.x_shape
-            )
-        return (gx, None)
+        return (gather_planes(g, idx, self.x_shape, planes), None)
 
     def name(self):
         return "MaxUnpool2DBackward0"
+
+
+def gather_planes(g, idx, x_shape, planes):
+    """max_unpool's backward: the input-shaped gradient, each element gathered from g at its
+    index within its plane (grad.view(planes, -1).gather(-1, indices.view(planes, -1)))."""
+    gx = kernels.empty(x_shape, g._dtype, g._device)
+    if _live(g._device) and planes and gx.numel():
+        xp = kernels.xp_of(g)
+        g2 = g._data.reshape(planes, -1)
+        gx._data[...] = xp.take_along_axis(g2, idx._data.reshape(planes, -1), axis=1).reshape(
+            x_shape
+        )
+    return gx
 
 
 def _tuple(v, n: int) -> tuple:

@@ -10,7 +10,7 @@ import math
 from engine import dtypes, kernels
 from engine.autograd.function import Function
 from engine.ops.nn.common import _live
-from engine.ops.nn.unpool import _output_size, _tuple
+from engine.ops.nn.unpool import _output_size, _tuple, gather_planes
 
 
 class MaxUnpool3d(Function):
@@ -76,14 +76,7 @@ class MaxUnpool3d(Function):
         # there, in view's words), grad.contiguous().view(..., -1).gather(-1, that)
         idx.view(tuple(self.x_shape[:-3]) + (-1,))
         g = g if g.is_contiguous() else kernels.copy_new(g)
-        gx = kernels.empty(self.x_shape, g._dtype, g._device)
-        if _live(g._device) and planes and gx.numel():
-            xp = kernels.xp_of(g)
-            g2 = g._data.reshape(planes, -1)
-            gx._data[...] = xp.take_along_axis(g2, idx._data.reshape(planes, -1), axis=1).reshape(
-                self.x_shape
-            )
-        return (gx, None)
+        return (gather_planes(g, idx, self.x_shape, planes), None)
 
     def name(self):
         return "MaxUnpool3DBackward0"
