@@ -16,22 +16,28 @@ from engine.allocator import tracked as _tracked
 from engine.allocator.tracked import set_op
 from engine.autograd.function import Function, _round_emulated, gradient_edge
 from engine.autograd.grad_mode import STATE
+from engine.backends.strided import is_dense
 from engine.tensor import Tensor
 
 
 def _accumulate(buffer: list, pos: int, grad: Tensor) -> None:
-    """The one place gradients from several consumers are summed (in place when unshared)."""
+    """The one place gradients from several consumers are summed: torch's InputBuffer
+    accumulate, `old.add_(grad)` when the buffer's gradient is a plain dense tensor nobody else
+    holds (whatever the incoming one's layout: an expanded `sum()` gradient adds in place),
+    else `old + grad`. (torch's other in-place form, `grad.add_(old)`, needs the incoming
+    gradient unshared, and a summed one is still held by its node's outputs.)"""
     old = buffer[pos]
     if old is None:
         buffer[pos] = grad
         return
+    arr = old._data
     if (
         old.shape == grad.shape
         and old._base is None
         and sys.getrefcount(old) <= 3
         and sys.getrefcount(old._storage) <= 3
-        and old._data.strides == grad._data.strides
         and old._dtype is grad._dtype
+        and is_dense(arr.shape, arr.strides, arr.itemsize)
     ):
         kernels.add_into(old, grad)
     else:

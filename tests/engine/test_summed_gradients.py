@@ -76,3 +76,30 @@ def test_gradients_through_the_walks_tbackward_as_torch():
     np.testing.assert_allclose(e[0], t[0], rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(e[1], t[1], rtol=1e-13, atol=1e-13)
     assert e[2] is None and t[2] is None and e[3] is None and t[3] is None
+
+
+ACCUMULATED = {
+    # the buffer's gradient dense, the incoming one a sum()'s broadcast: added in place
+    "x - x.sum(1)": lambda m, x: (x - x.sum(1).unsqueeze(1)).sin().sum(),
+    "x.sum() + (x*x).sum()": lambda m, x: x.sum() + (x * x).sum(),
+    "y.sum() + y.sin().sum()": lambda m, x: (lambda y: y.sum() + y.sin().sum())(x * 2),
+    # the buffer's gradient the broadcast one: summed out of place, as torch
+    "(x*x).sum() + x.sum()": lambda m, x: (x * x).sum() + x.sum(),
+    "y.sin().sum() + y.sum()": lambda m, x: (lambda y: y.sin().sum() + y.sum())(x * 2),
+}
+
+
+@pytest.mark.parametrize("name", list(ACCUMULATED))
+def test_a_broadcast_gradient_is_added_into_a_dense_one_in_place_as_torch(name):
+    """torch's InputBuffer accumulate: `old.add_(new)` when the buffer's gradient is a plain dense
+    tensor nobody else holds, whatever the incoming gradient's layout (an expanded sum()
+    gradient); the engine used to add out of place unless the strides were equal (one more
+    input-sized block)."""
+    fn = ACCUMULATED[name]
+
+    def make(m):
+        x = m.tensor(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32))
+        x.requires_grad_()
+        return [lambda: fn(m, x).backward()]
+
+    assert_steps_as_torch(make)
