@@ -74,6 +74,7 @@ globals()["bool"] = bool_
 dtype = _dtypes.dtype
 
 from engine import allocator, amp, autograd, memory  # noqa: E402
+from engine.tensor import layout, strided  # noqa: E402
 
 
 def __getattr__(name):
@@ -134,6 +135,7 @@ __all__ = [  # the names above, plus every op of the table (engine.ops._ns)
     "is_grad_enabled",
     "is_inference_mode_enabled",
     "is_tensor",
+    "layout",
     "linspace",
     "logspace",
     "long",
@@ -150,6 +152,7 @@ __all__ = [  # the names above, plus every op of the table (engine.ops._ns)
     "set_default_dtype",
     "set_grad_enabled",
     "set_num_threads",
+    "strided",
     "tensor",
     "uint8",
     "zeros",

@@ -90,6 +90,18 @@ class Tensor:
         return self._device.type == "cuda"
 
     @property
+    def is_cpu(self) -> bool:
+        return self._device.type == "cpu"
+
+    @property
+    def layout(self):
+        return strided
+
+    @property
+    def output_nr(self) -> int:
+        return self._output_nr
+
+    @property
     def ndim(self) -> int:
         return self._data.ndim
 
@@ -412,3 +424,25 @@ def grad_enabled() -> bool:
 
 
 __all__ = ["Tensor", "is_tensor", "MetaDataError"]
+
+
+class layout:  # noqa: N801  (torch.layout's name)
+    """A tensor's memory layout; the engine has one, dense strided (torch.strided)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"engine.{self.name}"
+
+    def __reduce__(self):
+        return (_layout_named, (self.name,))
+
+
+def _layout_named(name: str) -> layout:
+    return strided
+
+
+strided = layout("strided")

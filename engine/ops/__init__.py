@@ -1603,6 +1603,7 @@ from engine.ops import factory as _factory  # noqa: E402, F401
 from engine.ops import group_norm as _group_norm  # noqa: E402, F401
 from engine.ops import mathops as _mathops  # noqa: E402, F401
 from engine.ops import methods_extra as _methods_extra  # noqa: E402, F401
+from engine.ops import methods_misc as _methods_misc  # noqa: E402, F401
 from engine.ops import methods_more as _methods_more  # noqa: E402, F401
 from engine.ops import nn as _nn  # noqa: E402, F401
 from engine.ops import registry as _registry  # noqa: E402

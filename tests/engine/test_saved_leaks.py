@@ -319,6 +319,12 @@ CALLS = {
     "ctc_loss": lambda L: engine.nn.functional.ctc_loss(
         L(6, 2, 4).log_softmax(2), engine.tensor([[1, 2], [3, 1]]), [6, 5], [2, 1]
     ),
+    "narrow_copy": lambda L: engine.narrow_copy(L(3, 4), 1, 1, 2),
+    "unsafe_chunk": lambda L: engine.unsafe_chunk(L(4, 3) * 1.0, 2),
+    "unsafe_split": lambda L: engine.unsafe_split(L(5, 3), 2, 0),
+    "unsafe_split_with_sizes": lambda L: engine.unsafe_split_with_sizes(L(3, 4), [1, 3], 1),
+    "new_tensor": lambda L: L(3).new_tensor([1.0, 2.0], requires_grad=True),
+    "new_empty_strided": lambda L: L(3).new_empty_strided((2, 3), (1, 2)),
 }
 
 
@@ -382,6 +388,7 @@ NOT_WALKED = {
     ),
     "is_nonzero": "a Python bool of a one-element tensor",
     "unique_consecutive": "no derivative: backward raises, as torch's",
+    **dict.fromkeys(("byte",), "cast"),
 }
 NOT_WALKED = {k: v for k, v in NOT_WALKED.items() if v is not None}
 

@@ -3,3 +3,22 @@
 from engine.nn.utils.clip_grad import clip_grad_norm_, clip_grad_value_, get_total_norm
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm"]
+
+from engine.nn.utils import parametrizations, parametrize  # noqa: E402
+
+__all__ += ["parametrizations", "parametrize"]
+
+from engine.nn.utils.weight_norm import remove_weight_norm, weight_norm  # noqa: E402
+
+__all__ += ["remove_weight_norm", "weight_norm"]
+
+from engine.nn.utils.spectral_norm import remove_spectral_norm, spectral_norm  # noqa: E402
+
+__all__ += ["remove_spectral_norm", "spectral_norm"]
+
+from engine.nn.utils.convert_parameters import (  # noqa: E402
+    parameters_to_vector,
+    vector_to_parameters,
+)
+
+__all__ += ["parameters_to_vector", "vector_to_parameters"]
