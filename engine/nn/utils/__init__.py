@@ -22,3 +22,23 @@ from engine.nn.utils.convert_parameters import (  # noqa: E402
 )
 
 __all__ += ["parameters_to_vector", "vector_to_parameters"]
+
+from engine.nn.utils import stateless  # noqa: E402
+from engine.nn.utils.fusion import (  # noqa: E402
+    fuse_conv_bn_eval,
+    fuse_conv_bn_weights,
+    fuse_linear_bn_eval,
+    fuse_linear_bn_weights,
+)
+
+__all__ += [
+    "fuse_conv_bn_eval",
+    "fuse_conv_bn_weights",
+    "fuse_linear_bn_eval",
+    "fuse_linear_bn_weights",
+    "stateless",
+]
+
+from engine.nn.utils.init import skip_init  # noqa: E402
+
+__all__ += ["skip_init"]
