@@ -100,7 +100,7 @@ def _random(kind, size, dtype, device, requires_grad, generator):
     dt = dtypes.from_any(dtype)
     if not dt.is_floating_point:
         raise RuntimeError(
-            f"\"{'check_uniform_bounds' if kind == 'uniform' else 'normal_kernel_cpu'}\" not implemented for '{dt.torch_tensor_name.replace('Tensor', '')}'"
+            f"\"{'check_uniform_bounds' if kind == 'uniform' else 'normal_kernel_cpu'}\" not implemented for '{dt.scalar_name}'"
         )
     dev = as_device(device)
     t = kernels.empty(size, dt, dev)

@@ -18,6 +18,7 @@ class dtype:  # noqa: N801 - PyTorch's spelling
         "is_floating_point",
         "is_signed",
         "torch_tensor_name",
+        "scalar_name",
         "emulated",
         "_alone",
         "_paired",
@@ -30,6 +31,8 @@ class dtype:  # noqa: N801 - PyTorch's spelling
         self.is_floating_point = self.np.kind == "f"
         self.is_signed = self.np.kind in "fi"
         self.torch_tensor_name = tensor_name
+        # torch's ScalarType name (Float, Long, BFloat16, ...), as its messages print it
+        self.scalar_name = tensor_name.removesuffix("Tensor")
         self.emulated = itemsize is not None and itemsize != self.np.itemsize
         # (self,) and (self, self), shared: a node's input dtypes (autograd keeps one per node)
         self._alone = (self,)

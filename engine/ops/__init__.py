@@ -1178,22 +1178,28 @@ def _unsqueezed(arr, d: int, viewed=None):
     return kernels.as_strided(arr, (*arr.shape[:d], 1, *arr.shape[d:]), strides)
 
 
-@_export("narrow")
-def narrow(input, dim, start, length):
-    """A view of `length` entries of dim `dim` from `start` on (negative: from the end)."""
+def narrow_start(input, dim, start) -> tuple[int, int, int]:
+    """(dim, its size, start) of narrow(input, dim, start, ...), dim wrapped and a negative start
+    counted from the end, or torch's IndexError for a start out of range."""
     from engine.tensor import _wrap_dim
 
-    if input.ndim == 0:
-        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
     d = _wrap_dim(dim, input.ndim)
     size = input.shape[d]
-    start, length = int(start), int(length)
+    start = int(start)
     if not -size <= start <= size:
         raise IndexError(
             f"start out of range (expected to be in range of [{-size}, {size}], but got {start})"
         )
-    if start < 0:
-        start += size
+    return d, size, start + size if start < 0 else start
+
+
+@_export("narrow")
+def narrow(input, dim, start, length):
+    """A view of `length` entries of dim `dim` from `start` on (negative: from the end)."""
+    if input.ndim == 0:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    d, size, start = narrow_start(input, dim, start)
+    length = int(length)
     if length < 0:
         raise RuntimeError("narrow(): length must be non-negative.")
     if start + length > size:

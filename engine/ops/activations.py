@@ -108,7 +108,7 @@ def _float_input(x: Tensor, opname: str) -> None:
     if not isinstance(x, Tensor):
         raise TypeError(f"{opname}(): argument 'input' must be Tensor, not {type(x).__name__}")
     if not x._dtype.is_floating_point:
-        kind = x._dtype.torch_tensor_name.replace("Tensor", "")
+        kind = x._dtype.scalar_name
         raise RuntimeError(f"\"{opname}\" not implemented for '{kind}'")
 
 
@@ -446,7 +446,7 @@ class Softshrink(_Activation):
     def forward(self, x, out=None, **params):
         lambd = params.get("lambd", self.lambd)
         if lambd < 0 and x._dtype.is_floating_point:
-            kind = x._dtype.torch_tensor_name.replace("Tensor", "")
+            kind = x._dtype.scalar_name
             top = float(np.finfo(x._dtype.np).max)
             raise RuntimeError(
                 f"lambda must be in range [0, {top:g}] for input dtype {kind}, but found {lambd:g}"

@@ -102,8 +102,8 @@ def check_out(out: Tensor, shape, dtype, opname: str, inputs=()) -> None:
             )
     if _CAT[dtype] > _CAT[out._dtype]:
         raise RuntimeError(
-            f"{opname}: result type {dtype.torch_tensor_name.replace('Tensor', '')} can't be cast "
-            f"to the desired output type {out._dtype.torch_tensor_name.replace('Tensor', '')}"
+            f"{opname}: result type {dtype.scalar_name} can't be cast "
+            f"to the desired output type {out._dtype.scalar_name}"
         )
 
 

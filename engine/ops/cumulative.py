@@ -257,8 +257,7 @@ class LogCumSumExp(Function):
         d = _wrap_dim(dim, max(x.ndim, 1))
         if not x._dtype.is_floating_point:
             raise NotImplementedError(
-                f'"logcumsumexp_out_cpu" not implemented for '
-                f"'{x._dtype.torch_tensor_name.removesuffix('Tensor')}'"
+                f"\"logcumsumexp_out_cpu\" not implemented for '{x._dtype.scalar_name}'"
             )
         self.dim = d
         y = kernels.empty(x.shape, x._dtype, x._device) if out is None else out

@@ -107,7 +107,7 @@ class RandomFill(Function):
 
     def forward(self, x, p=None, out=None, kind="normal", a=0.0, b=1.0, generator=None):
         if not x._dtype.is_floating_point and kind != "bernoulli":
-            kind_name = x._dtype.torch_tensor_name.replace("Tensor", "")
+            kind_name = x._dtype.scalar_name
             raise RuntimeError(f"\"{kind}_kernel_cpu\" not implemented for '{kind_name}'")
         self.kind, self.p_is_tensor = kind, isinstance(p, Tensor)
         if kind == "normal":

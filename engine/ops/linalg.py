@@ -66,7 +66,7 @@ _CPP_NAMES = {
 def _dtype_mismatch(a: Tensor, b: Tensor) -> str:
     """PyTorch's error for matmul of two dtypes, from the kernel its dispatch reaches (no
     promotion: dot, mv, mm or bmm, each with its own words)."""
-    ta, tb = (t._dtype.torch_tensor_name.removesuffix("Tensor") for t in (a, b))
+    ta, tb = (t._dtype.scalar_name for t in (a, b))
     if a.ndim == 1 and b.ndim == 1:
         return f"dot : expected both vectors to have same dtype, but found {ta} and {tb}"
     if b.ndim == 1:

@@ -29,12 +29,8 @@ from engine.ops.registry import alias, register
 from engine.tensor import Tensor
 
 
-def _name(dt) -> str:
-    return dt.torch_tensor_name.removesuffix("Tensor")
-
-
 def _not_for(kernel: str, dt) -> NotImplementedError:
-    return NotImplementedError(f"\"{kernel}\" not implemented for '{_name(dt)}'")
+    return NotImplementedError(f"\"{kernel}\" not implemented for '{dt.scalar_name}'")
 
 
 def _host(a):
@@ -784,7 +780,7 @@ def float_power_(input, exponent):
 
     if input._dtype is not dtypes.float64:
         raise RuntimeError(
-            f"the base given to float_power_ has dtype {_name(input._dtype)} but the "
+            f"the base given to float_power_ has dtype {input._dtype.scalar_name} but the "
             "operation's result requires dtype Double"
         )
     if isinstance(exponent, Tensor):

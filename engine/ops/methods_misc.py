@@ -104,15 +104,10 @@ def narrow_copy(input, dim, start, length):
             "(Could this error message be improved?  If so, please report an enhancement "
             "request to PyTorch.)"
         )
-    d = _wrap_dim(dim, input.ndim)
-    size = input.shape[d]
-    start, length = int(start), int(length)
-    if not -size <= start <= size:
-        raise IndexError(
-            f"start out of range (expected to be in range of [{-size}, {size}], but got {start})"
-        )
-    if start < 0:
-        start += size
+    from engine.ops import narrow_start
+
+    d, size, start = narrow_start(input, dim, start)
+    length = int(length)
     if length < 0 or start + length > size:
         raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
     index = (slice(None),) * d + (slice(start, start + length),)
@@ -229,7 +224,7 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
         if w._dtype.is_floating_point or w._dtype is dtypes.bool_:
             raise RuntimeError(
                 "cov(): expected fweights to have integral dtype but got fweights with "
-                f"{_scalar_type(w._dtype)} dtype"
+                f"{w._dtype.scalar_name} dtype"
             )
         if w.numel() != n:
             raise RuntimeError(
@@ -248,7 +243,7 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
         if not aw._dtype.is_floating_point:
             raise RuntimeError(
                 "cov(): expected aweights to have floating point dtype but got aweights with "
-                f"{_scalar_type(aw._dtype)} dtype"
+                f"{aw._dtype.scalar_name} dtype"
             )
         if aw.numel() != n:
             raise RuntimeError(
@@ -296,20 +291,6 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
     result = (c / norm).squeeze()
     del c  # (freed before the centred input, as ATen's locals go out of scope)
     return result
-
-
-def _scalar_type(dt) -> str:
-    """torch's ScalarType name of a dtype (Long, Float, ...), as its messages print it."""
-    return {
-        "int64": "Long",
-        "int32": "Int",
-        "uint8": "Byte",
-        "bool": "Bool",
-        "float32": "Float",
-        "float64": "Double",
-        "float16": "Half",
-        "bfloat16": "BFloat16",
-    }.get(dt.name, dt.name)
 
 
 def corrcoef(input):

@@ -27,10 +27,6 @@ AminmaxResult = namedtuple("aminmax", ["min", "max"])
 FrexpResult = namedtuple("frexp", ["mantissa", "exponent"])
 
 
-def _scalar_name(dt) -> str:
-    return dt.torch_tensor_name.removesuffix("Tensor")
-
-
 def _norm_backward(g, x, norm, p, dims, keepdim):
     """torch's norm_backward(grad, self, p, norm, dims, keepdim): VectorNorm's backward,
     statement for statement, on tensors given rather than saved."""
@@ -177,7 +173,7 @@ class Renorm(Function):
         if not x._dtype.is_floating_point:
             raise RuntimeError(
                 "linalg.vector_norm: Expected a floating point or complex tensor as input. "
-                f"Got {_scalar_name(x._dtype)}"
+                f"Got {x._dtype.scalar_name}"
             )
         if p < 0:
             raise RuntimeError("renorm: non-positive-norm not supported")
@@ -363,12 +359,12 @@ class Dist(Function):
         if a._dtype is not b._dtype:
             raise RuntimeError(
                 "expected both inputs to have same dtype, but found "
-                f"{_scalar_name(a._dtype)} and {_scalar_name(b._dtype)}"
+                f"{a._dtype.scalar_name} and {b._dtype.scalar_name}"
             )
         if not a._dtype.is_floating_point:
             raise RuntimeError(
                 "linalg.vector_norm: Expected a floating point or complex tensor as input. "
-                f"Got {_scalar_name(a._dtype)}"
+                f"Got {a._dtype.scalar_name}"
             )
         shape = _broadcast(a.shape, b.shape)
         self.p, self.shapes = float(p), (a.shape, b.shape)
@@ -442,7 +438,7 @@ def _integers_only(name, *ts):
     for t in ts:
         if isinstance(t, Tensor) and (t._dtype.is_floating_point or t._dtype is dtypes.bool_):
             raise NotImplementedError(
-                f"\"{name}_cpu\" not implemented for '{_scalar_name(t._dtype)}'"
+                f"\"{name}_cpu\" not implemented for '{t._dtype.scalar_name}'"
             )
 
 

@@ -107,7 +107,7 @@ class Mean(Function):
         if not x._dtype.is_floating_point and dtype is None:
             raise RuntimeError(
                 f"mean(): could not infer output dtype. Input dtype must be either a floating point "
-                f"or complex dtype. Got: {x._dtype.torch_tensor_name.replace('Tensor', '')}"
+                f"or complex dtype. Got: {x._dtype.scalar_name}"
             )
         xd = x._data
         shape = xd.shape
@@ -402,7 +402,7 @@ class VectorNorm(Function):
         if not x._dtype.is_floating_point:
             raise RuntimeError(
                 "linalg.vector_norm: Expected a floating point or complex tensor as input. "
-                f"Got {x._dtype.torch_tensor_name.removesuffix('Tensor')}"
+                f"Got {x._dtype.scalar_name}"
             )
         dims = norm_dims(dim, x.ndim)
         self.ord, self.dims, self.keepdim, self.ndim = float(ord), dims, keepdim, x.ndim

@@ -95,8 +95,8 @@ def _src_block(src, index_shape):
 
 def _same_dtype(x, src, opname):
     if isinstance(src, Tensor) and src._dtype is not x._dtype:
-        a = x._dtype.torch_tensor_name.replace("Tensor", "")
-        b = src._dtype.torch_tensor_name.replace("Tensor", "")
+        a = x._dtype.scalar_name
+        b = src._dtype.scalar_name
         raise RuntimeError(
             f"{opname}(): Expected self.dtype to be equal to src.dtype (got {a} and {b})"
         )

@@ -35,15 +35,11 @@ def _index_tuple(indices):
     return tuple(slice(None) if i is None else i for i in indices)
 
 
-def _scalar_name(dt) -> str:
-    return dt.torch_tensor_name.removesuffix("Tensor")
-
-
 def _check_values(x, values):
     if isinstance(values, Tensor) and values._dtype != x._dtype:
         raise RuntimeError(
             "Index put requires the source and destination dtypes match, got "
-            f"{_scalar_name(x._dtype)} for the destination and {_scalar_name(values._dtype)} "
+            f"{x._dtype.scalar_name} for the destination and {values._dtype.scalar_name} "
             "for the source."
         )
 

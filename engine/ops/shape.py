@@ -608,7 +608,7 @@ class Var(Function):
         if not x._dtype.is_floating_point:
             raise RuntimeError(
                 f"std and var only support floating point and complex dtypes, got "
-                f"{x._dtype.torch_tensor_name.replace('Tensor', '')}"
+                f"{x._dtype.scalar_name}"
             )
         dims = norm_dims(dim, x.ndim)
         self.dims, self.keepdim, self.correction, self.std = dims, keepdim, correction, std

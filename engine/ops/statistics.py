@@ -37,10 +37,6 @@ def _host(a) -> np.ndarray:
     return a if isinstance(a, np.ndarray) else a.get()
 
 
-def _dtype_name(dt) -> str:
-    return dt.torch_tensor_name.removesuffix("Tensor")
-
-
 # ---------------------------------------------------------------------------------------------
 # nansum / nanmean
 # ---------------------------------------------------------------------------------------------
@@ -101,7 +97,7 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None, out=None):
     if not input._dtype.is_floating_point:
         raise RuntimeError(
             "nanmean(): expected input to have floating point or complex dtype but got "
-            f"{_dtype_name(input._dtype)}"
+            f"{input._dtype.scalar_name}"
         )
     if out is not None:
         raise NotImplementedError("nanmean: out= is not supported")

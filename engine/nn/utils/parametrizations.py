@@ -135,21 +135,22 @@ class _SpectralNorm(Module):
         return value
 
 
+def default_dim(module: Module) -> int:
+    """The output-channel dim spectral norm reshapes by: 1 for a transposed convolution."""
+    from engine import nn
+
+    transposed = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+    return 1 if isinstance(module, transposed) else 0
+
+
 def spectral_norm(module: Module, name: str = "weight", n_power_iterations: int = 1,
                   eps: float = 1e-12, dim: int | None = None) -> Module:  # fmt: skip
     """Divide `module.<name>` by its spectral norm (power iteration in training)."""
-    from engine import nn
-
     weight = getattr(module, name, None)
     if not isinstance(weight, Tensor):
         raise ValueError(f"Module '{module}' has no parameter or buffer with name '{name}'")
     if dim is None:
-        transposed = tuple(
-            getattr(nn, c)
-            for c in ("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")
-            if hasattr(nn, c)
-        )
-        dim = 1 if isinstance(module, transposed) else 0
+        dim = default_dim(module)
     parametrize.register_parametrization(
         module, name, _SpectralNorm(weight, n_power_iterations, dim, eps)
     )

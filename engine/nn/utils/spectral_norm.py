@@ -11,6 +11,8 @@ from engine.autograd.grad_mode import no_grad
 from engine.nn import functional as F
 from engine.nn.modules.module import Module
 from engine.nn.parameter import Parameter
+from engine.nn.utils.parametrizations import default_dim
+from engine.nn.utils.weight_norm import remove_hook
 
 
 class SpectralNorm:
@@ -90,26 +92,14 @@ def spectral_norm(module: Module, name: str = "weight", n_power_iterations: int 
                   eps: float = 1e-12, dim: int | None = None) -> Module:  # fmt: skip
     """Deprecated form of parametrizations.spectral_norm (`<name>_orig`, `_u`, `_v`)."""
     if dim is None:
-        from engine import nn
-
-        transposed = tuple(
-            getattr(nn, c)
-            for c in ("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")
-            if hasattr(nn, c)
-        )
-        dim = 1 if isinstance(module, transposed) else 0
+        dim = default_dim(module)
     SpectralNorm.apply(module, name, n_power_iterations, dim, eps)
     return module
 
 
 def remove_spectral_norm(module: Module, name: str = "weight") -> Module:
     """Make `module.<name>` a plain parameter again (the normalized weight, no power step)."""
-    for k, hook in module._forward_pre_hooks.items():
-        if isinstance(hook, SpectralNorm) and hook.name == name:
-            hook.remove(module)
-            del module._forward_pre_hooks[k]
-            return module
-    raise ValueError(f"spectral_norm of '{name}' not found in {module}")
+    return remove_hook(module, name, SpectralNorm, "spectral_norm")
 
 
 __all__ = ["remove_spectral_norm", "spectral_norm"]

@@ -68,12 +68,18 @@ def weight_norm(module: Module, name: str = "weight", dim: int | None = 0) -> Mo
 
 def remove_weight_norm(module: Module, name: str = "weight") -> Module:
     """Make `module.<name>` a plain parameter again, holding the current normalized weight."""
+    return remove_hook(module, name, WeightNorm, "weight_norm")
+
+
+def remove_hook(module: Module, name: str, kind: type, what: str) -> Module:
+    """Take the deprecated norm hook `kind` on `module.<name>` off (its `remove` leaves a plain
+    parameter), or torch's ValueError naming `what` when there is none."""
     for k, hook in module._forward_pre_hooks.items():
-        if isinstance(hook, WeightNorm) and hook.name == name:
+        if isinstance(hook, kind) and hook.name == name:
             hook.remove(module)
             del module._forward_pre_hooks[k]
             return module
-    raise ValueError(f"weight_norm of '{name}' not found in {module}")
+    raise ValueError(f"{what} of '{name}' not found in {module}")
 
 
 __all__ = ["remove_weight_norm", "weight_norm"]

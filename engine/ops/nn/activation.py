@@ -196,7 +196,7 @@ class LogSigmoid(Function):
 
     def forward(self, x, out=None):
         if not x._dtype.is_floating_point:
-            kind = x._dtype.torch_tensor_name.replace("Tensor", "")
+            kind = x._dtype.scalar_name
             raise NotImplementedError(f"\"log_sigmoid_cpu\" not implemented for '{kind}'")
         y = result_buffer(out, x.shape, x._dtype, x._device, "log_sigmoid")
         keep_buffer = x._device.type == "cpu"  # (meta plans a GPU run: cuda keeps none)

@@ -109,8 +109,8 @@ def _same_dtype(opname: str, *tensors) -> None:
     first = tensors[0]._dtype
     for t in tensors[1:]:
         if t is not None and t._dtype is not first:
-            a = first.torch_tensor_name.replace("Tensor", "")
-            b = t._dtype.torch_tensor_name.replace("Tensor", "")
+            a = first.scalar_name
+            b = t._dtype.scalar_name
             raise RuntimeError(
                 f"{opname}: expected all inputs to have the same dtype, but got {a} and {b}"
             )

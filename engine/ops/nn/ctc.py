@@ -298,7 +298,7 @@ def ctc_loss(
     batched = log_probs.ndim == 3
     lp = log_probs if batched else log_probs.unsqueeze(1)
     if not lp._dtype.is_floating_point or lp._dtype in (dtypes.float16, dtypes.bfloat16):
-        kind = lp._dtype.torch_tensor_name.removesuffix("Tensor")
+        kind = lp._dtype.scalar_name
         raise NotImplementedError(f"\"ctc_loss_cpu\" not implemented for '{kind}'")
     tg = targets if targets._dtype is dtypes.int64 else targets.to(dtypes.int64)
     res = CtcLoss.apply(

@@ -109,7 +109,7 @@ class FractionalMaxPool(Function):
                 f"Trying to create tensor with negative dimension {min(output_size)}: {list(shape)}"
             )
         if not x._dtype.is_floating_point:
-            kind = x._dtype.torch_tensor_name.removesuffix("Tensor")
+            kind = x._dtype.scalar_name
             raise NotImplementedError(f"\"{short}_out_frame\" not implemented for '{kind}'")
         self.x_shape, self.sp, self.osp, self.planes = (
             tuple(x.shape),

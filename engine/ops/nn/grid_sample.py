@@ -407,12 +407,10 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     if want == 5 and mode == "bicubic":
         raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
     if grid._dtype is not input._dtype:
-        raise RuntimeError(f"expected scalar type {_type_name(input)} but found {_type_name(grid)}")
+        raise RuntimeError(
+            f"expected scalar type {input._dtype.scalar_name} but found {grid._dtype.scalar_name}"
+        )
     op = "grid_sampler_2d" if want == 4 else "grid_sampler_3d"
     return GridSampler.apply(
         input, grid, op=op, mode=mode, padding=padding_mode, align_corners=bool(align_corners)
     )
-
-
-def _type_name(t):
-    return t._dtype.torch_tensor_name.removesuffix("Tensor")

@@ -96,9 +96,7 @@ class NllLoss(Function):
     def forward(self, input, target, weight=None, out=None, reduction="mean", ignore_index=-100):
         _check_reduction(reduction)
         if target._dtype.is_floating_point or target._dtype is dtypes.bool_:
-            raise RuntimeError(
-                f"expected scalar type Long but found {target._dtype.torch_tensor_name.replace('Tensor', '')}"
-            )
+            raise RuntimeError(f"expected scalar type Long but found {target._dtype.scalar_name}")
         batched = input.ndim >= 2
         ishape = input.shape if batched else (1,) + input.shape
         tshape = target.shape if batched else (1,) + target.shape

@@ -329,15 +329,13 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
         )
     if not x1.dtype.is_floating_point:  # (ATen checks x1's dtype only; x2's must equal it)
         raise RuntimeError(
-            "cdist only supports floating-point dtypes, X1 got: "
-            f"{x1._dtype.torch_tensor_name.removesuffix('Tensor')}"
+            f"cdist only supports floating-point dtypes, X1 got: {x1._dtype.scalar_name}"
         )
     if p < 0:
         raise RuntimeError("cdist only supports non-negative p values")
     if x1._dtype is not x2._dtype:
         raise RuntimeError(
-            f"expected scalar type {x1._dtype.torch_tensor_name.removesuffix('Tensor')} but "
-            f"found {x2._dtype.torch_tensor_name.removesuffix('Tensor')}"
+            f"expected scalar type {x1._dtype.scalar_name} but found {x2._dtype.scalar_name}"
         )
     r1, r2 = x1.shape[-2], x2.shape[-2]
     use_mm = p == 2 and (mode == 1 or (mode == 0 and (r1 > 25 or r2 > 25)))

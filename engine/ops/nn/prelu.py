@@ -21,10 +21,6 @@ from engine.ops.common import broadcast_shape, result_buffer
 from engine.ops.nn.common import _live
 
 
-def _dtype_name(t) -> str:
-    return t.dtype.torch_tensor_name.removesuffix("Tensor")  # torch's ScalarType: Float ...
-
-
 class PreluKernel(Function):
     """y = x where x > 0, else weight * x (weight broadcast over x)."""
 
@@ -69,7 +65,7 @@ def prelu(input, weight):
     if input.dtype != weight.dtype:
         raise RuntimeError(
             "prelu: Type promoting not supported. Got "
-            f"{_dtype_name(input)} and {_dtype_name(weight)}"
+            f"{input.dtype.scalar_name} and {weight.dtype.scalar_name}"
         )
     if weight.numel() != 1:
         if input.ndim == 0:

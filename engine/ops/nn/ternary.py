@@ -10,7 +10,7 @@ from engine.tensor import Tensor
 
 
 def _dtype_name(d) -> str:
-    return d.torch_tensor_name.replace("Tensor", "").lower()
+    return d.scalar_name.lower()
 
 
 class _Ternary(Function):

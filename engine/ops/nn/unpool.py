@@ -17,8 +17,7 @@ class MaxUnpool2d(Function):
     def forward(self, x, indices, out=None, output_size=()):
         if indices._dtype is not dtypes.int64:
             raise RuntimeError(
-                f"elements in indices should be type int64 but got: "
-                f"{indices._dtype.torch_tensor_name.removesuffix('Tensor')}"
+                f"elements in indices should be type int64 but got: {indices._dtype.scalar_name}"
             )
         if tuple(indices.shape) != tuple(x.shape):
             raise RuntimeError(

@@ -40,7 +40,7 @@ class MaxUnpool3d(Function):
                 f"strides should be greater than zero, but got stride: {list(stride)}"
             )
         if not x._dtype.is_floating_point:
-            kind = x._dtype.torch_tensor_name.removesuffix("Tensor")
+            kind = x._dtype.scalar_name
             raise NotImplementedError(f"\"max_unpool3d\" not implemented for '{kind}'")
         od, oh, ow = output_size
         self.x_shape = tuple(x.shape)
