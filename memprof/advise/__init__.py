@@ -89,6 +89,30 @@ class _ScenarioRuns:
         row = _optimizer_in_backward(self.variant, ref, say)
         return [row] if row is not None else []
 
+    def together(self, ref, lever: dict[str, Any], ids: list[str], say) -> dict[str, Any] | None:
+        """A safe lever re-run with the switched nodes in place as well (what `--write` writes
+        into variant `advised`), compared as the lever alone is; None when no node is switched."""
+        from memprof.advise.proof import difference, run_switched, with_optimizer_in_backward
+
+        if not ids or lever["verdict"] != "safe":
+            return None
+        say(f"re-running with the optimizer stepped in backward and {len(ids)} nodes in place")
+        res = run_switched(with_optimizer_in_backward(self.variant), ids)
+        diff = difference(ref, res, gradients=False)
+        if diff is not None:
+            return {
+                "verdict": "unsafe",
+                "reason": f"refuted by the re-run: {diff[0]}",
+                "peak_after": res.peak,
+                "peak_reserved_after": res.peak_reserved,
+            }
+        return {
+            "verdict": "safe",
+            "reason": "every value after is the original run's",
+            "peak_after": res.peak,
+            "peak_reserved_after": res.peak_reserved,
+        }
+
 
 def _optimizer_in_backward(variant, ref, say) -> dict[str, Any] | None:
     """The optimizer stepped in backward (PyTorch's pattern: a per-parameter step in each
@@ -130,6 +154,17 @@ def _optimizer_in_backward(variant, ref, say) -> dict[str, Any] | None:
         row.update(verdict="unsafe", reason=f"refuted by the re-run: {diff[0]}")
         row.update(saving_bytes=0, reserved_saving_bytes=0)
     return row
+
+
+def written_levers(advice: dict[str, Any]) -> tuple[str, ...]:
+    """The levers `--write` puts into variant `advised`: each one proven safe alone and, where
+    nodes are switched too, together with them."""
+    return tuple(
+        lv["lever"]
+        for lv in advice.get("levers", [])
+        if lv["verdict"] == "safe"
+        and (lv.get("together") is None or lv["together"]["verdict"] == "safe")
+    )
 
 
 def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> dict[str, Any]:
@@ -201,8 +236,12 @@ def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> di
     if budget is not None:
         budget_info, after, extra = _fit_budget(ref, runs_of, combined, after, budget, say)
         runs += extra
+    switched = _in_order(runs_of, budget_info["nodes"] if budget_info else combined)
     levers = runs_of.levers(ref, say) if hasattr(runs_of, "levers") else []
     runs += len(levers)
+    for lever in levers:
+        lever["together"] = runs_of.together(ref, lever, switched, say)
+        runs += lever["together"] is not None
     return {
         "scenario": loaded.name,
         "variant": variant.name,
@@ -214,7 +253,7 @@ def advise_loaded(loaded, variant, *, budget=None, progress=None, t0=None) -> di
         "proof": "versions" if ref.entry["device"] == "meta" else "bitwise",
         "peak_reserved_before": ref.peak_reserved,
         "peak_reserved_after": after.peak_reserved,
-        "switched": _in_order(runs_of, budget_info["nodes"] if budget_info else combined),
+        "switched": switched,
         "budget": budget_info,
         "levers": levers,
         "runs": runs,

@@ -52,6 +52,15 @@ class Budget(_Model):
     message: str
 
 
+class Together(_Model):
+    """A safe lever re-run with the `switched` nodes in place as well: what `--write` writes."""
+
+    verdict: Literal["safe", "unsafe"]
+    reason: str = Field(description="for unsafe, starts with 'refuted by the re-run:'")
+    peak_after: int = Field(ge=0, description="peak allocated of that re-run")
+    peak_reserved_after: int = Field(ge=0, description="peak reserved of that re-run")
+
+
 class Lever(_Model):
     """A change of the program other than in place, re-run and proven as a candidate is."""
 
@@ -71,6 +80,11 @@ class Lever(_Model):
     proven: bool = Field(
         description="always true: the re-run (values bitwise, gradients aside: the lever frees "
         "them) decided the verdict"
+    )
+    together: Together | None = Field(
+        description="the lever with the `switched` nodes in place too, re-run and compared the "
+        "same way; null when unsafe or when no node is switched. `--write` puts the lever into "
+        "variant `advised` when it is safe and this is null or safe"
     )
 
 

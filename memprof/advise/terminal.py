@@ -75,10 +75,18 @@ def lever_line(lever: dict[str, Any]) -> str:
     name = _LEVER_NAMES.get(lever["lever"], lever["lever"])
     if lever["verdict"] != "safe":
         return f"{name} ({lever['setting']}): [red]unsafe[/], {lever['reason']}"
-    return (
+    line = (
         f"{name} ({lever['setting']}): [green]safe[/], {_saving(lever['saving_bytes'])} alone "
         f"(peak allocated {format_bytes(lever['peak_after'])}); {lever['reason']}"
     )
+    together = lever.get("together")
+    if together is not None:
+        peak = format_bytes(together["peak_after"])
+        if together["verdict"] == "safe":
+            line += f". With the switched nodes in place too: [green]safe[/], peak allocated {peak}"
+        else:
+            line += f". With the switched nodes in place too: [red]unsafe[/], {together['reason']}"
+    return line
 
 
 def _saving(n: int) -> str:

@@ -33,12 +33,14 @@ def _yaml():
     return y
 
 
-def advised_text(path: str, variant_name: str, nodes: list[str]) -> tuple[str, list[str]]:
+def advised_text(
+    path: str, variant_name: str, nodes: list[str], levers: tuple[str, ...] = ()
+) -> tuple[str, list[str]]:
     """The text of the scenario at `path` with variant `advised`: `variant_name` with `nodes` in
-    place; and a note for each node left out. A node whose module other nodes also call is
-    switched in a copy of the module made for it, unless the module has parameters or buffers
-    (a copy would have its own): that node is left out. Raises InvalidInput when the file cannot
-    take the variant."""
+    place (and the `levers` named, e.g. "optimizer_in_backward"); and a note for each node left
+    out. A node whose module other nodes also call is switched in a copy of the module made for
+    it, unless the module has parameters or buffers (a copy would have its own): that node is
+    left out. Raises InvalidInput when the file cannot take the variant."""
     from ruamel.yaml.comments import CommentedMap
 
     from memprof.scenario import load_scenario
@@ -118,6 +120,10 @@ def advised_text(path: str, variant_name: str, nodes: list[str]) -> tuple[str, l
             }
             targets.append((("program", i, "inplace"), f"advise_{nid}", values))
 
+    overrides: dict[str, Any] = {}  # variant parameters advised sets to a new value
+    if "optimizer_in_backward" in levers:
+        notes += _in_backward_targets(data, chosen, specs, variant_name, targets, overrides)
+
     refs = _references(data)
     target_paths = {t[0] for t in targets}
     advised_params: dict[str, Any] = {}
@@ -151,6 +157,8 @@ def advised_text(path: str, variant_name: str, nodes: list[str]) -> tuple[str, l
     advised = CommentedMap(copy.deepcopy(dict(variants[variant_name] or {})))
     for pname, value in advised_params.items():
         advised[pname] = value
+    for pname, value in overrides.items():
+        advised[pname] = value
     if flow:
         advised.fa.set_flow_style()
     variants[ADVISED] = advised
@@ -159,12 +167,50 @@ def advised_text(path: str, variant_name: str, nodes: list[str]) -> tuple[str, l
     return out.getvalue(), notes
 
 
-def write_advised(path: str, variant_name: str, nodes: list[str], out_path: str) -> list[str]:
+def _in_backward_targets(data, chosen, specs, variant_name, targets, overrides) -> list[str]:
+    """Every optimizer phase of variant `advised` stepped in backward (`in_backward: true`): a
+    phase written `optimizer: $p` takes advised's own copy of p's mapping with the key set
+    (into `overrides`); one written as a mapping gets its `in_backward` as a place to switch
+    (into `targets`, as a node's inplace). Returns notes for phases it cannot reach."""
+    phases = data.get("phases")
+    if not isinstance(phases, list):
+        return ["the optimizer is not stepped in backward in variant advised: phases is not a "
+                "list in the file; set in_backward: true by hand"]  # fmt: skip
+    raw_variants = data.get("variants") or {}
+    raw_chosen = raw_variants.get(variant_name) or {}
+    notes: list[str] = []
+    for i, phase in enumerate(phases):
+        if not isinstance(phase, dict) or "optimizer" not in phase:
+            continue
+        raw = phase["optimizer"]
+        param = _param_name(raw)
+        if param is not None:
+            value = raw_chosen.get(param)
+            if not isinstance(value, dict):
+                notes.append(
+                    f"phase {i} (optimizer: {raw}) is not stepped in backward in variant "
+                    f"{ADVISED}: {param} is not a mapping there; set in_backward: true by hand"
+                )
+                continue
+            new = copy.deepcopy(value)
+            new["in_backward"] = True
+            overrides[param] = new
+        elif isinstance(raw, dict):
+            values = {name: bool(s.phases[i].optimizer.in_backward) for name, s in specs.items()}
+            targets.append(
+                (("phases", i, "optimizer", "in_backward"), "advise_in_backward", values)
+            )
+    return notes
+
+
+def write_advised(
+    path: str, variant_name: str, nodes: list[str], out_path: str, levers: tuple[str, ...] = ()
+) -> list[str]:
     """Write `advised_text` to `out_path`, check that the result loads as a scenario, and return
     the notes on nodes left out."""
     from memprof.scenario import load_scenario
 
-    text, notes = advised_text(path, variant_name, nodes)
+    text, notes = advised_text(path, variant_name, nodes, levers)
     tmp = f"{out_path}.tmp{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:

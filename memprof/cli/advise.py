@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+_LEVER_WORDS = {"optimizer_in_backward": "optimizer in backward"}
+
 
 def advise(
     scenario: Annotated[
@@ -111,15 +113,18 @@ def advise(
 
         render_advice(result, make_console())
     if write is not None:
+        from memprof.advise import written_levers
         from memprof.advise.write import write_advised
 
-        notes = write_advised(str(scenario), result["variant"], result["switched"], str(write))
+        levers = written_levers(result)
+        notes = write_advised(
+            str(scenario), result["variant"], result["switched"], str(write), levers
+        )
         for note in notes:
             typer.echo(f"note: {note}", err=True)
         if not to_stdout:
-            typer.echo(
-                f"wrote {write} (variant advised: {', '.join(result['switched']) or 'no change'})"
-            )
+            changes = list(result["switched"]) + [_LEVER_WORDS[lv] for lv in levers]
+            typer.echo(f"wrote {write} (variant advised: {', '.join(changes) or 'no change'})")
     b = result.get("budget")
     if b is not None and not b["met"]:
         raise CheckFailed(f"budget {budget}: {b['message']}")

@@ -118,3 +118,70 @@ def test_the_terminal_names_the_lever_and_its_saving():
     text = " ".join(res.output.split())
     assert "Optimizer stepped in backward (optimizer: {in_backward: true}): safe, saves" in text
     assert "(peak allocated 36.21 MiB)" in text
+
+
+def test_with_switched_nodes_the_lever_is_re_run_together_and_written(tmp_path):
+    path = _write(tmp_path, ONE_BACKWARD)
+    out = tmp_path / "advised.yaml"
+    res = CliRunner().invoke(
+        app, ["advise", str(path), "--write", str(out), "--json", str(tmp_path / "a.json")]
+    )
+    assert res.exit_code == 0, res.output
+    advice = __import__("json").loads((tmp_path / "a.json").read_text())
+    Advice.model_validate(advice)
+    [lever] = advice["levers"]
+    assert advice["switched"] == ["a"]
+    together = lever["together"]
+    assert together["verdict"] == "safe"
+    # both savings at once: below either alone
+    assert together["peak_after"] < min(lever["peak_after"], advice["peak_after"])
+    assert advice["runs"] == 5  # recording, a alone, the combined set, the lever, both
+    text = " ".join(res.output.split())
+    assert "With the switched nodes in place too: safe, peak allocated" in text
+    assert "(variant advised: a, optimizer in backward)" in text
+    # the literal optimizer mapping takes a parameter, false in the original variant
+    written = out.read_text()
+    assert "{type: AdamW, lr: 0.01, in_backward: $advise_in_backward}" in written
+    from memprof.scenario import load_scenario
+
+    loaded = load_scenario(out, check_shapes=False)
+    specs = {v.name: v.spec for v in loaded.variants}
+    assert specs["default"].phases[2].optimizer.in_backward is False
+    assert specs["advised"].phases[2].optimizer.in_backward is True
+    # and the advised variant measures what the together re-run measured
+    run = CliRunner().invoke(
+        app, ["run", str(out), "--variant", "advised", "--out-dir", str(tmp_path / "r"), "-q"]
+    )
+    assert run.exit_code == 0, run.output
+    [report] = (tmp_path / "r").glob("*.json")
+    [entry] = __import__("json").loads(report.read_text())["variants"]
+    assert entry["peak_allocated_bytes"] == together["peak_after"]
+
+
+def test_write_sets_in_backward_in_the_variants_own_optimizer_mapping(tmp_path):
+    out = tmp_path / "advised.yaml"
+    scenario = ROOT / "scenarios" / "mlp_train.yaml"
+    res = CliRunner().invoke(
+        app, ["advise", str(scenario), "--variant", "adam", "--write", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    assert "(variant advised: optimizer in backward)" in " ".join(res.output.split())
+    before, after = scenario.read_text().splitlines(), out.read_text().splitlines()
+    added = [line for line in after if line not in before]
+    # advise --write adds one line, the variant `$optimizer` with in_backward set
+    assert added == ["  advised: {optimizer: {type: Adam, lr: 0.001, in_backward: true}}"]
+    run = CliRunner().invoke(
+        app, ["run", str(out), "--variant", "advised", "--out-dir", str(tmp_path / "r"), "-q"]
+    )
+    assert run.exit_code == 0, run.output
+    [report] = (tmp_path / "r").glob("*.json")
+    [entry] = __import__("json").loads(report.read_text())["variants"]
+    assert entry["peak_allocated_bytes"] == 37969940  # the lever's re-run, and adam_in_backward
+
+
+def test_an_unsafe_lever_is_not_written(tmp_path):
+    out = tmp_path / "advised.yaml"
+    res = CliRunner().invoke(app, ["advise", str(_write(tmp_path, RETAINED)), "--write", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "in_backward" not in out.read_text()
+    assert "(variant advised: a)" in " ".join(res.output.split())

@@ -29,6 +29,14 @@ def advice_server(tmp_path):
         report = run_scenario(scenarios / f"{name}.yaml", device="meta")
         save_report(report, runs)
         ids[name] = report["run_id"]
+    # mlp_train with its ReLU out of place: an in-place candidate beside the optimizer lever
+    text = (REPO / "scenarios" / "mlp_train.yaml").read_text().split("\nexpect:")[0]
+    text = text.replace("name: mlp-train", "name: mlp-train-oop")
+    text = text.replace("act: {type: ReLU, inplace: true}", "act: {type: ReLU, inplace: false}")
+    (scenarios / "mlp_train_oop.yaml").write_text(text + "\n")
+    report = run_scenario(scenarios / "mlp_train_oop.yaml", device="meta")
+    save_report(report, runs)
+    ids["mlp_train_oop"] = report["run_id"]
     proc, url = start_server("--runs", str(runs), "--scenarios", str(scenarios), "--port", "0")
     yield url.rstrip("/"), ids
     proc.send_signal(signal.SIGINT)
@@ -94,4 +102,15 @@ def test_the_panel_shows_the_optimizer_lever(browser, advice_server):  # noqa: F
     text = levers.nth(0).inner_text()
     assert text.startswith("Optimizer stepped in backward (optimizer: {in_backward: true}): safe")
     assert "saves 3.98 MiB alone (peak allocated 36.21 MiB)" in text
+    w.assert_clean()
+
+
+def test_the_lever_with_switched_nodes_shows_both_together(browser, advice_server):  # noqa: F811
+    url, ids = advice_server
+    w = Watched(browser, url)
+    page, cells, _tags = _advise(w, ids["mlp_train_oop"], "adam")
+    assert [(c[0], c[2]) for c in cells] == [("a", "safe")]
+    text = page.locator("#advice-levers li").nth(0).inner_text()
+    assert text.startswith("Optimizer stepped in backward (optimizer: {in_backward: true}): safe")
+    assert "With the switched nodes in place too: safe, peak allocated" in text
     w.assert_clean()

@@ -74,6 +74,12 @@
       li.textContent = l.verdict === "safe"
         ? name + "safe, " + saving(l.saving_bytes) + " alone (peak allocated " + fmtBytes(l.peak_after) + "); " + l.reason
         : name + "unsafe, " + l.reason;
+      const t = l.together;
+      if (l.verdict === "safe" && t) {
+        li.textContent += t.verdict === "safe"
+          ? ". With the switched nodes in place too: safe, peak allocated " + fmtBytes(t.peak_after)
+          : ". With the switched nodes in place too: unsafe, " + t.reason;
+      }
       list.appendChild(li);
     });
     list.hidden = levers.length === 0;
