@@ -553,6 +553,12 @@ def xp_of_device(dev):
     return get_xp(dev.type)
 
 
+def host(a) -> np.ndarray:
+    """A numpy array of `a`'s values: a numpy array as it is, a CuPy array copied to the host
+    (numpy refuses CuPy's implicit conversion)."""
+    return a if isinstance(a, np.ndarray) else a.get()
+
+
 def _flat(a):
     """A 1-d view of a C-contiguous array, or None."""
     if a.flags.c_contiguous:

@@ -224,9 +224,12 @@ def ravel(input):
 
 
 @_export("tile")
-def tile(input, dims):
-    """repeat with `dims` padded with ones in front to the input's dims (torch's composite)."""
-    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+def tile(input, *dims):
+    """repeat with `dims` padded with ones in front to the input's dims (torch's composite);
+    `x.tile(2, 1)` and `x.tile((2, 1))` alike, as torch's method."""
+    if not dims:
+        raise TypeError('tile() missing 1 required positional arguments: "dims"')
+    dims = _shape_args(dims)
     if len(dims) < input.ndim:
         dims = (1,) * (input.ndim - len(dims)) + dims
     return input.repeat(*dims)

@@ -33,8 +33,7 @@ def _not_for(kernel: str, dt) -> NotImplementedError:
     return NotImplementedError(f"\"{kernel}\" not implemented for '{dt.scalar_name}'")
 
 
-def _host(a):
-    return a if isinstance(a, np.ndarray) else a.get()
+_host = kernels.host
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,7 +207,7 @@ class Logit(Unary):
         eps = self.eps
         z = x if eps is None else xp.clip(x, eps, 1.0 - eps)
         with np.errstate(divide="ignore", invalid="ignore"):
-            if y.dtype != np.asarray(z).dtype:
+            if y.dtype != z.dtype:
                 z = z.astype(y.dtype)
             xp.divide(z, 1.0 - z, out=y)
             xp.log(y, out=y)
@@ -296,15 +295,16 @@ def _digamma_np(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _trigamma_np(x: np.ndarray) -> np.ndarray:
-    """torch's calc_trigamma in float64, elementwise."""
-    x = np.asarray(x, dtype=np.float64)
+def _trigamma_xp(xp, x):
+    """torch's calc_trigamma in float64, elementwise (numpy's or CuPy's arrays: cupyx's
+    polygamma(1, x) is ~1e-9 off, torch's CUDA kernel runs this same formula)."""
+    x = xp.asarray(x, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         low = x < 0.5
-        sin_pi_x = np.sin(math.pi * x)
-        result = np.where(low, -(math.pi * math.pi) / (sin_pi_x * sin_pi_x), 0.0)
-        sign = np.where(low, -1.0, 1.0)
-        z = np.where(low, 1.0 - x, x)
+        sin_pi_x = xp.sin(math.pi * x)
+        result = xp.where(low, -(math.pi * math.pi) / (sin_pi_x * sin_pi_x), 0.0)
+        sign = xp.where(low, -1.0, 1.0)
+        z = xp.where(low, 1.0 - x, x)
         for _ in range(6):
             result = result + 1.0 / (z * z)
             z = z + 1.0
@@ -377,13 +377,7 @@ def _trigamma(x: Tensor) -> Tensor:
     """polygamma(1, x): one result buffer (not differentiable here)."""
     y = kernels.empty(x.shape, x._dtype, x._device)
     if x._device.type != "meta":
-        xp = kernels.xp_of(x)
-        if xp is np:
-            y._data[...] = _trigamma_np(x._data)
-        else:
-            import cupyx.scipy.special as sp
-
-            y._data[...] = sp.polygamma(1, x._data)
+        y._data[...] = _trigamma_xp(kernels.xp_of(x), x._data)
     return y
 
 

@@ -128,22 +128,40 @@ _REDUCE_UFUNC = {
 def _at(xp, op: str, a, index, values) -> None:
     """a[index] op= values, repeated indexes applied one after the other (ufunc.at).
 
-    numpy: np.<op>.at. CuPy: its ufunc.at where it has one (add, subtract, maximum, minimum in
-    recent releases), else cupyx.scatter_add / scatter_max / scatter_min; CuPy has no multiply.at.
-    """
-    uf = getattr(xp, op)
-    if xp is np or hasattr(uf, "at"):
-        uf.at(a, index, values)
+    numpy: np.<op>.at. CuPy: add through its add.at (or cupyx.scatter_add); multiply, maximum
+    and minimum in rounds (_at_rounds): CuPy has no multiply.at, and its maximum.at / minimum.at
+    on float64 gave float32-rounded results (seen on an H100, CuPy 14.2)."""
+    if xp is np:
+        getattr(np, op).at(a, index, values)
         return
-    import cupyx
+    if op == "add":
+        if hasattr(xp.add, "at"):
+            xp.add.at(a, index, values)
+        else:
+            import cupyx
 
-    fallback = {"add": "scatter_add", "maximum": "scatter_max", "minimum": "scatter_min"}.get(op)
-    if fallback is None:
-        raise NotImplementedError(
-            f"{op}.at (scatter with reduce='multiply' / 'prod') is not available in this CuPy; "
-            "run the op on cpu or meta"
-        )
-    getattr(cupyx, fallback)(a, index, values)
+            cupyx.scatter_add(a, index, values)
+        return
+    _at_rounds(xp, getattr(xp, op), a, index, values)
+
+
+def _at_rounds(xp, uf, a, index, values) -> None:
+    """ufunc.at by rounds: each round applies the first remaining value of every place at once,
+    so the values of one place meet in index order, exactly as ufunc.at applies them; as many
+    rounds as the most values that meet at one place. For an array module without ufunc.at."""
+    index = index if isinstance(index, tuple) else (index,)
+    parts = xp.broadcast_arrays(*[xp.asarray(i) for i in index])
+    lin = xp.ravel_multi_index(tuple(p.ravel() for p in parts), a.shape)
+    vals = xp.broadcast_to(xp.asarray(values, dtype=a.dtype), parts[0].shape).ravel()
+    flat = a.reshape(-1) if a.flags.c_contiguous else a.ravel()  # (a copy when strided)
+    while lin.size:
+        places, first = xp.unique(lin, return_index=True)
+        flat[places] = uf(flat[places], vals[first])
+        rest = xp.ones(lin.size, dtype=bool)
+        rest[first] = False
+        lin, vals = lin[rest], vals[rest]
+    if not a.flags.c_contiguous:
+        a[...] = flat.reshape(a.shape)
 
 
 class Scatter(Function):

@@ -65,6 +65,7 @@ def _index_shape(x, idx):
             "index_put with tensor indices is not supported on the meta device (the result "
             "shape depends on values)"
         )
+    idx = tuple(kernels.host(i) if hasattr(i, "dtype") else i for i in idx)  # (CuPy's: copied)
     for dim, i in enumerate(idx):
         if isinstance(i, np.ndarray) and i.dtype != np.bool_ and i.size:
             size = x.shape[dim]

@@ -29,8 +29,7 @@ def _need_values(t: Tensor, opname: str) -> None:
         )
 
 
-def _host(a):
-    return a if isinstance(a, np.ndarray) else a.get()
+_host = kernels.host
 
 
 def _within(storage_of: Tensor, arr, dtype, device) -> Tensor:

@@ -32,9 +32,7 @@ from engine.tensor import Tensor, _wrap_dim
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 
 
-def _host(a) -> np.ndarray:
-    """A numpy copy of a cuda array (numpy's own as it is): the row selections run on the host."""
-    return a if isinstance(a, np.ndarray) else a.get()
+_host = kernels.host
 
 
 # ---------------------------------------------------------------------------------------------

@@ -112,7 +112,7 @@ class RreluWithNoise(Function):
             neg = ~(xd > 0)  # (before y is written: in place, y is x)
             if y._data is not xd:
                 xp.copyto(y._data, xd)
-            xp.multiply(y._data, slope, out=y._data, where=neg)
+            y._data[neg] *= slope  # (CuPy's ufuncs take no where=)
         return y
 
     def backward(self, g):
