@@ -366,18 +366,29 @@ class Xlogy(Binary):
         na, nb = self._needs()
         a, b = self._operands()
         ga = gb = None
-        if na:
-            lg = ops.xlogy(g, b)
-            at_zero = a == 0.0
-            # (a number other: torch 2.13 masks where it is not > 0, NaN included)
-            nonpos = b <= 0.0 if isinstance(b, Tensor) else not b > 0.0
-            both = at_zero & nonpos
-            ga = lg.masked_fill(both, 0.0)
-            del lg, at_zero, nonpos, both
-        if nb:
+        if nb:  # (torch's XlogyBackward0 computes other's gradient first, as its profiler shows)
             ga_b = g * a
             gb = ga_b / b
             del ga_b
+        if na and not isinstance(b, Tensor):
+            # a number other (XlogyBackward2): torch 2.13 masks self's zeros only where other
+            # is not > 0 (NaN included), and makes no mask at all when it is
+            lg = ops.xlogy(g, b)
+            if b > 0.0:
+                ga = lg
+            else:
+                at_zero = a == 0.0
+                ga = lg.masked_fill(at_zero, 0.0)
+                del at_zero, lg  # (the mask first, as torch's temporaries go)
+        elif na:
+            lg = ops.xlogy(g, b)
+            # (self == 0.) & (other <= 0.): the compiler torch is built with evaluates the
+            # operands right to left; its temporaries, the last made freed first
+            nonpos = b <= 0.0
+            at_zero = a == 0.0
+            both = at_zero & nonpos
+            ga = lg.masked_fill(both, 0.0)
+            del both, at_zero, nonpos, lg
         return self._grads(ga, gb)
 
     def name(self) -> str:

@@ -157,7 +157,9 @@ class LogSumExp(Function):
                 g, y = g.unsqueeze(d), y.unsqueeze(d)
         diff = x - y
         e = diff.exp()
-        return (g * e,)
+        gx = g * e
+        del e, diff  # torch's C++ temporaries, the last made freed first
+        return (gx,)
 
     def name(self):
         return "LogsumexpBackward0"

@@ -259,3 +259,40 @@ def test_allclose_gives_a_python_bool_as_torch():
     for a, b in (([1.0, 2.0], [1.0, 2.0 + 1e-7]), ([1.0, 2.0], [1.0, 2.1])):
         ours = engine.allclose(engine.tensor(a), engine.tensor(b))
         assert ours is torch.allclose(torch.tensor(a), torch.tensor(b))
+
+
+_XLOGY_X = np.abs(np.random.default_rng(0).standard_normal((16, 9))) + 0.1
+_XLOGY_X[0, :3] = 0.0  # self's zeros: where the gradient is masked
+_XLOGY_Y = np.random.default_rng(1).standard_normal((16, 9))
+_XLOGY_Y[0, :2] = (-1.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "other",
+    [2.0, -1.0, 0.0, float("nan"), "tensor", "broadcast", "same-leaf"],
+)
+def test_xlogy_backward_blocks_as_torch(other):
+    """XlogyBackward0 computes other's gradient before self's, keeps its masks to the end and
+    frees them last made first; XlogyBackward2 (a number other) masks self's zeros only when
+    other is not > 0. Every block (the 1-byte masks included) as torch's profiler shows it."""
+    from tests.engine.test_memory_vs_torch import (
+        engine_sequence,
+        forward_backward,
+        torch_sequence,
+    )
+
+    def make(m):
+        x = m.tensor(_XLOGY_X, requires_grad=True)
+        y = m.tensor(_XLOGY_Y[:, :1] if other == "broadcast" else _XLOGY_Y, requires_grad=True)
+        if other in ("tensor", "broadcast"):
+            return forward_backward(m, lambda: m.xlogy(x, y)), (x, y)
+        if other == "same-leaf":
+            return forward_backward(m, lambda: m.xlogy(x, x * 2)), (x,)
+        return forward_backward(m, lambda: m.xlogy(x, other)), (x,)
+
+    (tf, tb), tleaves = make(torch)
+    (ef, eb), eleaves = make(engine)
+    assert engine_sequence(ef, min_bytes=8) == torch_sequence(tf, min_bytes=8)
+    assert engine_sequence(eb, min_bytes=8) == torch_sequence(tb, min_bytes=8)
+    for t, e in zip(tleaves, eleaves, strict=True):
+        np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), rtol=1e-15, atol=0)
