@@ -77,9 +77,12 @@ from engine import allocator, amp, autograd, memory  # noqa: E402
 from engine.tensor import layout, strided  # noqa: E402
 
 
+_LAZY = ("nn", "optim", "linalg", "special", "cuda")
+
+
 def __getattr__(name):
-    # nn and optim import lazily so `import engine` stays light
-    if name in ("nn", "optim"):
+    # nn, optim and torch's other namespaces import lazily so `import engine` stays light
+    if name in _LAZY:
         import importlib
 
         mod = importlib.import_module(f"engine.{name}")
