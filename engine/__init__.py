@@ -76,7 +76,6 @@ dtype = _dtypes.dtype
 from engine import allocator, amp, autograd, memory  # noqa: E402
 from engine.tensor import layout, strided  # noqa: E402
 
-
 _LAZY = ("nn", "optim", "linalg", "special", "cuda")
 
 

@@ -1622,6 +1622,8 @@ from engine.ops import selection as _selection  # noqa: E402, F401
 from engine.ops import setops as _setops  # noqa: E402, F401
 from engine.ops import shape as _shape  # noqa: E402, F401
 from engine.ops import statistics as _statistics  # noqa: E402, F401
+from engine.ops import tensordot as _tensordot  # noqa: E402, F401
+from engine.ops import var_mean as _var_mean  # noqa: E402, F401
 
 _ns = _registry.functions()  # engine.<name>: engine/__init__.py publishes these
 _registry.bind_methods(Tensor)

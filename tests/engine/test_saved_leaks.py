@@ -325,6 +325,9 @@ CALLS = {
     "unsafe_split_with_sizes": lambda L: engine.unsafe_split_with_sizes(L(3, 4), [1, 3], 1),
     "new_tensor": lambda L: L(3).new_tensor([1.0, 2.0], requires_grad=True),
     "new_empty_strided": lambda L: L(3).new_empty_strided((2, 3), (1, 2)),
+    "tensordot": lambda L: engine.tensordot(L(3, 4), L(4, 2).t(), dims=([1], [1])),
+    "var_mean": lambda L: engine.var_mean(L(3, 4), 1),
+    "std_mean": lambda L: engine.std_mean(L(3, 4), 1),
 }
 
 

@@ -227,6 +227,9 @@ OP_CALLS = {
     "lp_pool3d": (["vol"], {"norm_type": 2.0, "kernel_size": 2}, [1, 2, 1, 2, 2]),
     "fractional_max_pool2d": (["img"], {"kernel_size": 2, "output_size": 3}, [1, 2, 3, 3]),
     "fractional_max_pool3d": (["vol"], {"kernel_size": 2, "output_ratio": 0.5}, [1, 2, 1, 2, 2]),
+    "tensordot": (["x", "m"], {"dims": 1}, [2, 4]),
+    "var_mean": (["x"], {"dim": 1}, [[2], [2]]),
+    "std_mean": (["x"], {"dim": 1, "correction": 0}, [[2], [2]]),
 }
 
 # module type -> (spec, tensor inputs)
