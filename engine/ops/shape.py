@@ -632,10 +632,13 @@ class Var(Function):
         return y
 
     def backward(self, g):
-        """PyTorch's var_backward / std_backward, temporaries included (all charged):
-        std: grad_var = (g / (result * 2)).masked_fill_(result == 0, 0) (its two temporaries
-        freed before var's part); var: t = 2 / (N - correction) * grad; mean = x.mean(dims,
-        keepdim=True); diff = x - mean; grad_input = t * diff (diff and t freed after)."""
+        return (self._var_backward(g),)
+
+    def _var_backward(self, g):
+        """torch's var_backward / std_backward in its order: std: grad_var = (g / (result *
+        2)).masked_fill_(result == 0, 0); var: (2 / dof) * grad * (x - x.mean(dims, true)),
+        whose right operand gcc evaluates first (mean, diff, then 2 / dof * grad, the product),
+        the temporaries freed last made first."""
         saved = self.saved_tensors
         x = saved[0]
         dev, dt = g._device, g._dtype
@@ -652,24 +655,24 @@ class Var(Function):
                 xp.divide(g._data, twice._data, out=grad_var._data)
                 xp.equal(y._data, 0, out=zero._data)
                 grad_var._data[zero._data] = 0
-            del twice, zero
+            del zero, twice
             g = grad_var
         dof = self.n - self.correction
-        t = kernels.empty(g.shape, dt, dev)
-        mean = kernels.empty(kshape if self.dims else (), dt, dev)
+        mean = kernels.empty(kshape, dt, dev)
         diff = kernels.empty(self.in_shape, dt, dev)
+        t = kernels.empty(g.shape, dt, dev)
         gx = kernels.empty(self.in_shape, dt, dev)
         if live:
-            xp.multiply(g._data, 2.0 / dof if dof > 0 else np.nan, out=t._data)
             axes = self.dims if self.dims else None
             xp.mean(x._data, axis=axes, keepdims=bool(self.dims), out=mean._data)
             xp.subtract(x._data, mean._data, out=diff._data)
+            xp.multiply(g._data, 2.0 / dof if dof > 0 else np.nan, out=t._data)
             tk = t._data
             if not self.keepdim and self.dims:
                 tk = tk.reshape(kshape)
             xp.multiply(tk, diff._data, out=gx._data)
-        del t, mean, diff
-        return (gx,)
+        del t, diff, mean
+        return gx
 
     def name(self):
         return "StdBackward0" if self.std else "VarBackward0"

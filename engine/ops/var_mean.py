@@ -5,10 +5,7 @@ var_mean_backward / std_mean_backward: var's (std's) gradient, then the mean's s
 
 from __future__ import annotations
 
-import numpy as np
-
-from engine import dtypes, kernels
-from engine.ops.reduce import reduced_shape
+from engine import kernels
 from engine.ops.registry import Scenario, register
 from engine.ops.shape import _VAR_SCENARIO_ARGS, Var, _var_args
 
@@ -43,46 +40,6 @@ class VarMean(Var):
                 del gx, part
                 gx = total
         return (gx,)
-
-    def _var_backward(self, g):
-        """torch's var_backward / std_backward in its order: std: grad_var = (g / (result *
-        2)).masked_fill_(result == 0, 0); var: (2 / dof) * grad * (x - x.mean(dims, true)),
-        whose right operand gcc evaluates first (mean, diff, then 2 / dof * grad, the product),
-        the temporaries freed last made first."""
-        saved = self.saved_tensors
-        x = saved[0]
-        dev, dt = g._device, g._dtype
-        live = dev.type != "meta"
-        xp = kernels.xp_of(g) if live else None
-        kshape = reduced_shape(self.in_shape, self.dims, True) if self.dims else ()
-        if self.std:
-            y = saved[1]
-            twice = kernels.empty(y.shape, dt, dev)
-            grad_var = kernels.empty(g.shape, dt, dev)
-            zero = kernels.empty(y.shape, dtypes.bool_, dev)
-            if live:
-                xp.multiply(y._data, 2.0, out=twice._data)
-                xp.divide(g._data, twice._data, out=grad_var._data)
-                xp.equal(y._data, 0, out=zero._data)
-                grad_var._data[zero._data] = 0
-            del zero, twice
-            g = grad_var
-        dof = self.n - self.correction
-        mean = kernels.empty(kshape, dt, dev)
-        diff = kernels.empty(self.in_shape, dt, dev)
-        t = kernels.empty(g.shape, dt, dev)
-        gx = kernels.empty(self.in_shape, dt, dev)
-        if live:
-            axes = self.dims if self.dims else None
-            xp.mean(x._data, axis=axes, keepdims=bool(self.dims), out=mean._data)
-            xp.subtract(x._data, mean._data, out=diff._data)
-            xp.multiply(g._data, 2.0 / dof if dof > 0 else np.nan, out=t._data)
-            tk = t._data
-            if not self.keepdim and self.dims:
-                tk = tk.reshape(kshape)
-            xp.multiply(tk, diff._data, out=gx._data)
-        del t, diff, mean
-        return gx
 
     def name(self):
         return "StdMeanBackward0" if self.std else "VarMeanBackward0"

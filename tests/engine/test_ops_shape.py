@@ -299,3 +299,25 @@ STEPS = {
 def test_step_memory_matches_torch_profiler(torch, name):
     """Forward and backward, temporaries included (var/std backward's x - mean and its product)."""
     assert engine_peak(_step(engine, STEPS[name])) == torch_peak(_step(torch, STEPS[name]))
+
+
+@pytest.mark.parametrize(
+    "name", ["var_all", "var_dim", "var_keepdim", "std_all", "std_dim", "std_keepdim"]
+)
+def test_var_std_blocks_in_torchs_order(torch, name):
+    """Every block forward and backward in the order torch's profiler shows (the masks
+    included): var_backward's mean and difference before 2 / dof * grad, freed last made
+    first."""
+    from tests.engine.test_memory_vs_torch import (
+        engine_sequence,
+        forward_backward,
+        torch_sequence,
+    )
+
+    arr = np.random.default_rng(3).standard_normal((32, 48))
+    steps = {}
+    for m in (torch, engine):
+        x = m.tensor(arr, requires_grad=True)
+        steps[m] = forward_backward(m, lambda m=m, x=x: STEPS[name](m, x))
+    for t_step, e_step in zip(steps[torch], steps[engine], strict=True):
+        assert engine_sequence(e_step, min_bytes=8) == torch_sequence(t_step, min_bytes=8)
