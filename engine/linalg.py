@@ -60,13 +60,11 @@ def _check_norm_dtype(dtype, self_dtype, name):
 
 
 class LinalgVectorNorm(R.VectorNorm):
-    """linalg.vector_norm's node: Tensor.norm's VectorNorm with torch's `dtype` (the kernel reads
-    a cast copy of the input, made after the result and freed before it returns; the node keeps
-    the input as given) and the temporaries of torch's norm_backward freed in C++'s order
-    (locals in reverse declaration, a statement's temporaries last made first)."""
+    """linalg.vector_norm's node (Tensor.norm's too): VectorNorm with torch's `dtype` (the kernel
+    reads a cast copy of the input, made after the result and freed before it returns; the node
+    keeps the input as given)."""
 
     def forward(self, x, out=None, ord=2.0, dim=None, keepdim=False, dtype=None):  # noqa: A002
-        self.every_dim = dim is None or (not isinstance(dim, int) and len(dim) == 0)
         if dtype is None or dtype == x._dtype:
             return super().forward(x, out=out, ord=ord, dim=dim, keepdim=keepdim)
         dims = R.norm_dims(dim, x.ndim)
@@ -75,73 +73,9 @@ class LinalgVectorNorm(R.VectorNorm):
         if x._device.type != "meta":
             cast._data[...] = x._data
         super().forward(cast, out=y, ord=ord, dim=dim, keepdim=keepdim)
+        self.every_dim = dim is None or (not isinstance(dim, int) and len(dim) == 0)
         del cast
         return y
-
-    def backward(self, g):
-        """torch's norm_backward. Without keepdim, grad and norm are unsqueezed over the given
-        dims only: over every dim (dim=None) they stay 0-d, which matters for type promotion
-        when `dtype` made the result wider than the input."""
-        x, norm = self.saved_tensors
-        p = self.ord
-        if p == 0.0:
-            return (None,)
-        if not self.keepdim and self.ndim and not self.every_dim:
-            for d in self.dims:  # ascending: each reduced dim back where it was
-                g, norm = g.unsqueeze(d), norm.unsqueeze(d)
-        if p == 2.0:  # grad * (self / norm).masked_fill_(norm == 0, 0)
-            scaled = x / norm
-            zero = norm == 0
-            scaled.masked_fill_(zero, 0)
-            gx = g * scaled
-            del zero, scaled
-            return (gx,)
-        if p == 1.0:  # self.sgn() * grad
-            sign = x.sign()
-            return (sign * g,)
-        if math.isinf(p):
-            # self_abs = self.abs(); mask = self_abs.eq(norm).logical_or(self_abs.isnan());
-            # return self.sgn() * ((grad / mask.sum(dim, true)) * mask);
-            # (gcc evaluates an operator's right operand first; a statement's temporaries die
-            # last made first, then the locals in reverse)
-            size = x.abs()
-            eq = size.eq(norm)
-            nan = size.isnan()
-            mask = eq.logical_or(nan)
-            del nan, eq
-            count = mask.sum(self.dims, keepdim=True)
-            share = g / count
-            masked = share * mask
-            sign = x.sign()
-            gx = sign * masked
-            del sign, masked, share, count, mask, size
-            return (gx,)
-        if p < 1.0:
-            # self_scaled = self.sgn() * self.abs().pow_(p - 1).masked_fill_(self == 0, 0);
-            # return self_scaled * grad * norm.pow(1 - p);
-            size = x.abs()
-            size.pow_(p - 1)
-            zero = x == 0
-            size.masked_fill_(zero, 0)
-            sign = x.sign()
-            scaled = sign * size
-            del sign, zero, size
-            back = norm.pow(1 - p)
-            times = scaled * g
-            gx = times * back
-            del times, back, scaled
-            return (gx,)
-        # self_scaled = self.sgn() * self.abs().pow_(p - 1) (p < 2) or self * self.abs().pow_(p
-        # - 2) (p > 2); scale_v = grad / norm.pow(p - 1), 0 where norm is 0;
-        # return self_scaled * scale_v
-        scaled = self._scaled(x, p - 1 if p < 2.0 else p - 2, signed=p < 2.0)
-        powered = norm.pow(p - 1)
-        scale = g / powered
-        del powered
-        scale.masked_fill_(norm == 0, 0)
-        gx = scaled * scale
-        del scale, scaled
-        return (gx,)
 
 
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002

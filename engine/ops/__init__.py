@@ -646,13 +646,17 @@ register("cumsum_", _cumsum_, function=False, method=True)
 
 @_export("norm")
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
-    """Tensor.norm: a vector norm over `dim` (all of it by default); "fro" is the 2-norm."""
-    if p == "fro":
-        p = 2.0
+    """Tensor.norm as torch.norm: linalg.vector_norm over `dim` (all of it by default); "fro"
+    is the 2-norm over at most two dims, another string linalg.matrix_norm's."""
+    from engine import linalg
+
+    dims = [dim] if isinstance(dim, int) else dim
     if isinstance(p, str):
-        raise RuntimeError(f"norm: p={p!r} (a matrix norm) is not supported; use a number")
-    x = input.to(dtype) if dtype is not None else input
-    return R.VectorNorm.apply(x, op="norm", ord=p, dim=dim, keepdim=keepdim)
+        if p == "fro" and (dim is None or isinstance(dim, int) or len(dim) <= 2):
+            return linalg.vector_norm(input, 2, dims, keepdim, dtype=dtype)
+        dims = list(range(input.ndim)) if dims is None else dims
+        return linalg.matrix_norm(input, p, dims, keepdim, dtype=dtype)
+    return linalg.vector_norm(input, 2.0 if p is None else p, dims, keepdim, dtype=dtype)
 
 
 @_export("logsumexp")

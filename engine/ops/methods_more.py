@@ -36,6 +36,7 @@ def _norm_backward(g, x, norm, p, dims, keepdim):
         dims=tuple(dims),
         keepdim=keepdim,
         ndim=x.ndim,
+        every_dim=False,
         _scaled=R.VectorNorm._scaled,
     )
     return R.VectorNorm.backward(node, g)[0]

@@ -406,6 +406,7 @@ class VectorNorm(Function):
             )
         dims = norm_dims(dim, x.ndim)
         self.ord, self.dims, self.keepdim, self.ndim = float(ord), dims, keepdim, x.ndim
+        self.every_dim = dim is None or (not isinstance(dim, int) and len(dim) == 0)
         y = result_buffer(out, reduced_shape(x.shape, dims, keepdim), x._dtype, x._device, "norm")
         if x._device.type != "meta":
             xp = kernels.xp_of(x)
@@ -428,58 +429,79 @@ class VectorNorm(Function):
         return y
 
     def backward(self, g):
+        """torch's norm_backward. Without keepdim, grad and norm are unsqueezed over the given
+        dims only: over every dim (dim=None) they stay 0-d, which matters for type promotion
+        when `dtype` made the result wider than the input."""
         x, norm = self.saved_tensors
         p = self.ord
         if p == 0.0:
             return (None,)
-        if not self.keepdim and self.ndim:
+        if not self.keepdim and self.ndim and not self.every_dim:
             for d in self.dims:  # ascending: each reduced dim back where it was
                 g, norm = g.unsqueeze(d), norm.unsqueeze(d)
-        if p == 2.0:
+        if p == 2.0:  # grad * (self / norm).masked_fill_(norm == 0, 0)
             scaled = x / norm
             zero = norm == 0
             scaled.masked_fill_(zero, 0)
             gx = g * scaled
-            del zero, scaled  # last made first, as the C++ statement's temporaries
+            del zero, scaled
             return (gx,)
-        if p == 1.0:
+        if p == 1.0:  # self.sgn() * grad
             sign = x.sign()
             return (sign * g,)
         if math.isinf(p):
-            # the argmax mask (a NaN counts), its share of grad, with the sign
+            # self_abs = self.abs(); mask = self_abs.eq(norm).logical_or(self_abs.isnan());
+            # return self.sgn() * ((grad / mask.sum(dim, true)) * mask);
+            # (gcc evaluates an operator's right operand first; a statement's temporaries die
+            # last made first, then the locals in reverse)
             size = x.abs()
-            mask = size.eq(norm).logical_or(size.isnan())
+            eq = size.eq(norm)
+            nan = size.isnan()
+            mask = eq.logical_or(nan)
+            del nan, eq
             count = mask.sum(self.dims, keepdim=True)
             share = g / count
             masked = share * mask
             sign = x.sign()
-            return (sign * masked,)
+            gx = sign * masked
+            del sign, masked, share, count, mask, size
+            return (gx,)
         if p < 1.0:
             # self_scaled = self.sgn() * self.abs().pow_(p - 1).masked_fill_(self == 0, 0);
-            # return self_scaled * grad * norm.pow(1 - p)
-            scaled = self._scaled(x, p - 1, signed=True, zero_at_zero=True)
-            times = scaled * g
+            # return self_scaled * grad * norm.pow(1 - p);
+            size = x.abs()
+            size.pow_(p - 1)
+            zero = x == 0
+            size.masked_fill_(zero, 0)
+            sign = x.sign()
+            scaled = sign * size
+            del sign, zero, size
             back = norm.pow(1 - p)
-            return (times * back,)
-        # self_scaled = self.sgn() * self.abs().pow_(p - 1) (p < 2), self * self.abs().pow_(p -
-        # 2) (p > 2); scale_v = grad / norm.pow(p - 1), 0 where norm is 0
+            times = scaled * g
+            gx = times * back
+            del times, back, scaled
+            return (gx,)
+        # self_scaled = self.sgn() * self.abs().pow_(p - 1) (p < 2) or self * self.abs().pow_(p
+        # - 2) (p > 2); scale_v = grad / norm.pow(p - 1), 0 where norm is 0;
+        # return self_scaled * scale_v
         scaled = self._scaled(x, p - 1 if p < 2.0 else p - 2, signed=p < 2.0)
         powered = norm.pow(p - 1)
         scale = g / powered
         del powered
         scale.masked_fill_(norm == 0, 0)
-        return (scaled * scale,)
+        gx = scaled * scale
+        del scale, scaled
+        return (gx,)
 
     @staticmethod
-    def _scaled(x, exponent, signed, zero_at_zero=False):
-        """One C++ statement: (self.sgn() or self) * self.abs().pow_(exponent) [masked where
-        self is 0]; its temporaries die when it ends."""
+    def _scaled(x, exponent, signed):
+        """One C++ statement: (self.sgn() or self) * self.abs().pow_(exponent); its temporaries
+        die when it ends, the last made first."""
         first = x.sign() if signed else x
         powered = x.abs().pow_(exponent)
-        if zero_at_zero:
-            at_zero = x == 0
-            powered.masked_fill_(at_zero, 0)
-        return first * powered
+        scaled = first * powered
+        del powered, first
+        return scaled
 
     def name(self):
         # at::norm(x, p, dim) (ATen's own composites: pairwise_distance) records NormBackward1

@@ -12,7 +12,12 @@ import pytest
 
 import engine
 from tests.conftest import assert_raises_as_torch, node_chain
-from tests.engine.test_memory_vs_torch import assert_steps_as_torch, forward_backward
+from tests.engine.test_memory_vs_torch import (
+    assert_steps_as_torch,
+    engine_sequence,
+    forward_backward,
+    torch_sequence,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -338,3 +343,45 @@ def test_top_level_meta_shapes(name):
     assert [tuple(o.shape) for o in outs] == [tuple(r.shape) for r in refs]
     sum(o.sum() for o in outs).backward()
     assert tuple(x.grad.shape) == (3, 4, 5) if x.grad is not None else tuple(a.grad.shape) == (4, 6)
+
+
+_NORM_X = np.random.default_rng(4).standard_normal((16, 9))
+_NORM_X[0, :2] = 0.0
+
+
+@pytest.mark.parametrize("p", [2, 1, math.inf, -math.inf, 3.0, 0.5, 1.5, 0])
+@pytest.mark.parametrize("dim,keepdim", [(None, False), (1, False), (0, True), ((0, 1), False)])
+def test_tensor_norm_is_vector_norm_block_for_block(p, dim, keepdim):
+    """Tensor.norm is torch.norm, which is linalg.vector_norm: its node, and every block of
+    norm_backward's temporaries (the masks included) in torch's order."""
+
+    steps = {}
+    for m in (torch, engine):
+        x = m.tensor(_NORM_X, requires_grad=True)
+        steps[m] = forward_backward(m, lambda m=m, x=x: x.norm(p, dim, keepdim))
+        assert x.norm(p, dim, keepdim).grad_fn.name() == "LinalgVectorNormBackward0"
+    for t_step, e_step in zip(steps[torch], steps[engine], strict=True):
+        assert engine_sequence(e_step, min_bytes=8) == torch_sequence(t_step, min_bytes=8)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m, x, y: m.dist(x, y, math.inf),
+        lambda m, x, y: m.dist(x, y, 3),
+        lambda m, x, y: x.renorm(3, 0, 1.0),
+        lambda m, x, y: m.nn.functional.pairwise_distance(x, y, 3.0),
+        lambda m, x, y: m.nn.functional.pairwise_distance(x, y, 1.5),
+    ],
+    ids=["dist-inf", "dist-3", "renorm", "pairwise-3", "pairwise-1.5"],
+)
+def test_norm_backward_users_block_for_block(call):
+    """dist, renorm and pairwise_distance run torch's norm_backward too."""
+
+    steps = {}
+    for m in (torch, engine):
+        x = m.tensor(_NORM_X, requires_grad=True)
+        y = m.tensor(_NORM_X[::-1].copy() + 0.5, requires_grad=True)
+        steps[m] = forward_backward(m, lambda m=m, x=x, y=y: call(m, x, y))
+    for t_step, e_step in zip(steps[torch], steps[engine], strict=True):
+        assert engine_sequence(e_step, min_bytes=8) == torch_sequence(t_step, min_bytes=8)
