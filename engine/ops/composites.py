@@ -14,7 +14,7 @@ from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
 from engine.ops.common import sum_to
 from engine.ops.registry import register
-from engine.ops.views import View
+from engine.ops.views import unsafe_view
 from engine.tensor import Tensor, _wrap_dim
 
 
@@ -171,15 +171,7 @@ def diagflat(input, offset=0):
 # ---------------------------------------------------------------------------------------------
 # kron, cross, inner
 # ---------------------------------------------------------------------------------------------
-class UnsafeView(View):
-    """torch's _unsafe_view: a reshape of a tensor nobody else reads (UnsafeViewBackward0)."""
-
-    def name(self):
-        return "UnsafeViewBackward0"
-
-
-def _unsafe_view(t, shape):
-    return UnsafeView.apply(t, op="_unsafe_view", shape=tuple(shape))
+_unsafe_view = unsafe_view  # torch's _unsafe_view: not a view for autograd
 
 
 def kron(input, other):

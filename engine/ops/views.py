@@ -15,7 +15,7 @@ from engine.autograd.function import Function, specialised_apply
 from engine.autograd.grad_mode import STATE
 from engine.backends.strided import infer_shape, view_strides
 from engine.ops.common import broadcast_shape, check_out, data, sum_to
-from engine.storage import wrap_storage
+from engine.storage import alias_storage, wrap_storage
 from engine.tensor import Tensor, _wrap_dim
 
 
@@ -76,6 +76,13 @@ class View(Function):
 
     def name(self):
         return "ViewBackward0"
+
+
+class ReshapeAlias(View):
+    """reshape of a non-contiguous tensor that can be viewed: torch's _reshape_alias."""
+
+    def name(self):
+        return "ReshapeAliasBackward0"
 
 
 class Squeeze(View):
@@ -749,3 +756,26 @@ class DiagEmbed(Function):
 
     def name(self):
         return "DiagEmbedBackward0"
+
+
+class UnsafeView(Function):
+    """at::_unsafe_view: the same memory reshaped, no view for autograd (an in-place add on it
+    is a plain AddBackward0); backward reshapes the gradient back (UnsafeViewBackward0)."""
+
+    def forward(self, x, out=None, shape=()):
+        self.in_shape = x.shape
+        data = view_array(
+            x, tuple(math.prod(x.shape) // -math.prod(shape) if d == -1 else d for d in shape)
+        )
+        return Tensor._make(data, alias_storage(x._storage), x._dtype, x._device)
+
+    def backward(self, g):
+        return (g.reshape(self.in_shape),)
+
+    def name(self):
+        return "UnsafeViewBackward0"
+
+
+def unsafe_view(t, shape):
+    """at::_unsafe_view(t, shape) (UnsafeViewBackward0)."""
+    return UnsafeView.apply(t, op="_unsafe_view", shape=tuple(shape))

@@ -474,3 +474,39 @@ def test_basic_indexing_backward_is_torchs_chain(index):
     names = {m: node_chain(held[m]["y"].grad_fn.next_functions[0][0]) for m in (engine, torch)}
     assert names[engine] == names[torch]
     np.testing.assert_array_equal(leaves[engine].grad.numpy(), leaves[torch].grad.numpy())
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m, x: x.t().reshape(-1),
+        lambda m, x: x.t().flatten(),
+        lambda m, x: x[:, ::2].reshape(2, -1),
+        lambda m, x: m.reshape(x.t(), (4, 6)),
+        lambda m, x: x.t().reshape(-1).mul_(2),  # in place on the copy: a plain op
+        lambda m, x: x.t().reshape(24).relu_().sum(),
+    ],
+    ids=["reshape", "flatten", "strided", "function", "mul_", "relu_"],
+)
+def test_reshape_that_copies_is_torchs_unsafe_view_of_a_clone(call):
+    """at::reshape that cannot view: _unsafe_view(clone(contiguous)), not a view of the copy:
+    UnsafeViewBackward0 behind CloneBackward0, an in-place op on it a plain node (no CopySlices),
+    every block forward and backward as torch's profiler shows."""
+    import torch
+
+    from tests.conftest import node_chain
+    from tests.engine.test_memory_vs_torch import assert_steps_as_torch, forward_backward
+
+    arr = np.random.default_rng(5).standard_normal((4, 6))
+    chains = {}
+    for m in (torch, engine):
+        x = m.tensor(arr, requires_grad=True)
+        y = call(m, x)
+        chains[m] = (node_chain(y.grad_fn), y._base is None)
+    assert chains[engine] == chains[torch]
+
+    def make(m):
+        x = m.tensor(arr, requires_grad=True)
+        return forward_backward(m, lambda: call(m, x))
+
+    assert_steps_as_torch(make)

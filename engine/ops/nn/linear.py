@@ -10,9 +10,7 @@ from engine.autograd.function import Function
 from engine.backends import cuda_reduce
 from engine.ops.common import device_of, result_buffer, result_type
 from engine.ops.nn.common import _blas_operand, _live, _needs, _reshaped, _same_dtype
-from engine.ops.views import view_array
-from engine.storage import alias_storage
-from engine.tensor import Tensor
+from engine.ops.views import UnsafeView, view_array
 
 
 class Linear(Function):
@@ -166,24 +164,6 @@ class MmTransposed(Function):
 
     def name(self):
         return "MmBackward0"
-
-
-class UnsafeView(Function):
-    """at::_unsafe_view: the same memory reshaped, no view for autograd (an in-place add on it
-    is a plain AddBackward0); backward reshapes the gradient back (UnsafeViewBackward0)."""
-
-    def forward(self, x, out=None, shape=()):
-        self.in_shape = x.shape
-        data = view_array(
-            x, tuple(math.prod(x.shape) // -math.prod(shape) if d == -1 else d for d in shape)
-        )
-        return Tensor._make(data, alias_storage(x._storage), x._dtype, x._device)
-
-    def backward(self, g):
-        return (g.reshape(self.in_shape),)
-
-    def name(self):
-        return "UnsafeViewBackward0"
 
 
 def mm_weight(x, w):
