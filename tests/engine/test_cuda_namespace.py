@@ -125,3 +125,71 @@ def test_cpu_device_refused():
 
 def test_out_of_memory_error_is_engines():
     assert engine.cuda.OutOfMemoryError is engine.OutOfMemoryError
+
+
+# --- with a GPU: engine.cuda against torch.cuda on the same machine ---------------------------
+from tests.conftest import requires_cuda  # noqa: E402
+
+on_gpu = [pytest.mark.cuda, requires_cuda]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.cuda.is_available(),
+        lambda m: m.cuda.device_count(),
+        lambda m: m.cuda.current_device(),
+        lambda m: m.cuda.get_device_name(),
+        lambda m: m.cuda.get_device_name(0),
+        lambda m: tuple(m.cuda.get_device_capability()),
+        lambda m: m.cuda.get_device_properties(0).total_memory,
+        lambda m: m.cuda.get_device_properties(0).multi_processor_count,
+        lambda m: m.cuda.get_device_properties(0).name,
+        lambda m: m.cuda.mem_get_info()[1],
+        lambda m: m.cuda.synchronize(),
+    ],
+)
+@pytest.mark.parametrize("_", [pytest.param(0, marks=on_gpu)], ids=["gpu"])
+def test_device_queries_as_torch_cuda(call, _):
+    assert call(engine) == call(torch)
+
+
+@pytest.mark.parametrize("_", [pytest.param(0, marks=on_gpu)], ids=["gpu"])
+def test_memory_figures_as_torch_cuda(_):
+    """The same allocations through both: the same deltas of allocated, reserved and their
+    peaks (the engine's caching model against torch's allocator), and the same stats keys."""
+    engine.memory.set_allocator_model("caching", "cuda")
+
+    def program(m):
+        m.cuda.synchronize()
+        m.cuda.empty_cache()
+        m.cuda.reset_peak_memory_stats()
+        a0, r0 = m.cuda.memory_allocated(), m.cuda.memory_reserved()
+        x = m.empty(1000, device="cuda")  # 4000 bytes: one 4096 block of a 2 MiB segment
+        y = m.empty(3, 1024, 1024, device="cuda")  # 12 MiB: a large segment of its own
+        mid = (m.cuda.memory_allocated() - a0, m.cuda.memory_reserved() - r0)
+        del y
+        after = (
+            m.cuda.memory_allocated() - a0,
+            m.cuda.max_memory_allocated() - a0,
+            m.cuda.memory_reserved() - r0,
+        )
+        del x
+        return mid, after, set(m.cuda.memory_stats())
+
+    e_mid, e_after, e_keys = program(engine)
+    t_mid, t_after, t_keys = program(torch)
+    assert e_mid[0] == t_mid[0] == 4096 + 12582912
+    assert e_mid[1] == t_mid[1]  # a new 12 MiB segment, and a 2 MiB one unless one was cached
+    assert e_after == t_after
+    assert t_keys <= e_keys  # torch's keys, and the engine's own (CuPy's pool) beside them
+    assert "Allocated memory" in engine.cuda.memory_summary()
+
+
+@pytest.mark.parametrize("_", [pytest.param(0, marks=on_gpu)], ids=["gpu"])
+def test_manual_seed_makes_cuda_draws_repeat(_):
+    engine.cuda.manual_seed(5)
+    a = engine.randn(64, device="cuda").cpu().numpy()
+    engine.cuda.manual_seed_all(5)
+    b = engine.randn(64, device="cuda").cpu().numpy()
+    assert (a == b).all()
