@@ -6,9 +6,15 @@ no_grad.
 """
 
 from engine.optim import lr_scheduler
+from engine.optim.adadelta import Adadelta
+from engine.optim.adafactor import Adafactor
 from engine.optim.adam import Adam, AdamW
+from engine.optim.adamax import Adamax
+from engine.optim.nadam import NAdam
 from engine.optim.optimizer import Optimizer
+from engine.optim.radam import RAdam
 from engine.optim.rmsprop import Adagrad, RMSprop
 from engine.optim.sgd import SGD
 
 __all__ = ["Adagrad", "Adam", "AdamW", "Optimizer", "RMSprop", "SGD", "lr_scheduler"]
+__all__ += ["Adadelta", "Adafactor", "Adamax", "NAdam", "RAdam"]

@@ -328,6 +328,10 @@ CALLS = {
     "tensordot": lambda L: engine.tensordot(L(3, 4), L(4, 2).t(), dims=([1], [1])),
     "var_mean": lambda L: engine.var_mean(L(3, 4), 1),
     "std_mean": lambda L: engine.std_mean(L(3, 4), 1),
+    "linear_cross_entropy": lambda L: engine.nn.functional.linear_cross_entropy(
+        L(2, 4), L(5, 4), _idx(0, 4), linear_bias=L(5)
+    ),
+    "gumbel_softmax": lambda L: engine.nn.functional.gumbel_softmax(L(), hard=True),
 }
 
 

@@ -56,6 +56,7 @@ INPUTS = {
     "ctct": {"shape": [2, 3], "init": "randint", "high": 4, "dtype": "int64"},
     "ctcil": {"shape": [2], "init": "randint", "high": 7, "dtype": "int64"},
     "ctctl": {"shape": [2], "init": "randint", "high": 4, "dtype": "int64"},
+    "lcew": {"shape": [5, 4]},  # linear_cross_entropy: a 5-class head over x
 }
 
 # op -> (tensor inputs, args, expected result shape)
@@ -230,6 +231,8 @@ OP_CALLS = {
     "tensordot": (["x", "m"], {"dims": 1}, [2, 4]),
     "var_mean": (["x"], {"dim": 1}, [[2], [2]]),
     "std_mean": (["x"], {"dim": 1, "correction": 0}, [[2], [2]]),
+    "linear_cross_entropy": (["x", "lcew", "labels"], {"reduction": "sum"}, []),
+    "gumbel_softmax": (["x"], {"tau": 0.5, "hard": True}, [2, 4]),
 }
 
 # module type -> (spec, tensor inputs)
@@ -437,6 +440,7 @@ MODULE_CALLS = {
     "FractionalMaxPool2d": ({"kernel_size": 2, "output_size": 3}, ["img"]),
     "FractionalMaxPool3d": ({"kernel_size": 2, "output_ratio": 0.5}, ["vol"]),
     "CTCLoss": ({"zero_infinity": True}, ["ctcx", "ctct", "ctcil", "ctctl"]),
+    "LinearCrossEntropyLoss": ({"in_features": 4, "num_classes": 5, "bias": True}, ["x", "labels"]),
 }
 
 

@@ -311,3 +311,9 @@ __all__ += ["FractionalMaxPool2d", "FractionalMaxPool3d"]
 from engine.nn.modules.ctc import CTCLoss  # noqa: E402
 
 __all__ += ["CTCLoss"]
+
+# LinearCrossEntropyLoss, LinearCrossEntropyOptions
+from engine.nn.modules.linear_ce import LinearCrossEntropyLoss  # noqa: E402
+from engine.ops.nn.linear_ce import LinearCrossEntropyOptions  # noqa: E402
+
+__all__ += ["LinearCrossEntropyLoss", "LinearCrossEntropyOptions"]

@@ -913,3 +913,31 @@ from engine.ops.nn.ctc import ctc_loss  # noqa: E402
 
 register("ctc_loss", ctc_loss, function=False, functional=True)
 __all__ += ["ctc_loss"]  # noqa: PLE0604
+
+# linear_cross_entropy (torch 2.13; the reference path), gumbel_softmax
+from engine.ops.nn.gumbel import gumbel_softmax  # noqa: E402
+from engine.ops.nn.linear_ce import linear_cross_entropy  # noqa: E402
+
+register(
+    "linear_cross_entropy",
+    linear_cross_entropy,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        inputs=("input", "linear_weight", "target"),
+        args=(("reduction", Reduction, "mean", ""),),
+        doc="cross_entropy(linear(input, linear_weight), target): torch's reference path (the "
+        "whole logits made); the chunked path (options) is not supported",
+    ),
+)
+register(
+    "gumbel_softmax",
+    gumbel_softmax,
+    function=False,
+    functional=True,
+    scenario=Scenario(
+        args=(("tau", float, 1.0, ""), ("hard", bool, False, ""), ("dim", int, -1, "")),
+        doc="softmax((logits + Gumbel noise) / tau); hard: one-hot, straight-through gradient",
+    ),
+)
+__all__ += ["linear_cross_entropy", "gumbel_softmax"]  # noqa: PLE0604
