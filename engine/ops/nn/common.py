@@ -158,27 +158,38 @@ def _blocked(func, out, *arrays) -> bool:
 # ATen's C++ composites' scalar arithmetic (torch's own composites call these, not Python's
 # operators, and their nodes are named for it)
 # ---------------------------------------------------------------------------------------------
+_SCALAR_UFUNC = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide"}
+_SCALAR_NODE = {
+    "add": "AddBackward1",
+    "sub": "SubBackward1",
+    "mul": "MulBackward1",
+    "div": "DivBackward1",
+}
+
+
 class _ScalarOp(Function):
-    """tensor + number and tensor - number as ATen's C++ composites write them (add.Scalar,
-    sub.Scalar): torch's AddBackward1 / SubBackward1, the gradient passed on as it is.
+    """tensor (+ - * /) number as ATen's C++ composites write them (add.Scalar, sub.Scalar,
+    mul.Scalar, div.Scalar): torch's AddBackward1 / SubBackward1 (the gradient passed on as it
+    is), MulBackward1 / DivBackward1 (the gradient times / over the number: one new block).
     (Python's `t + 0.5` wraps the number in a tensor: AddBackward0, the engine's operators.)"""
 
     def forward(self, x, out=None, kind="add", value=0.0):
-        self.kind = kind
+        self.kind, self.value = kind, value
         y = kernels.empty(tuple(x.shape), x._dtype, x._device)
         if _live(x._device):
             xp = kernels.xp_of(x)
-            if kind == "add":
-                xp.add(x._data, value, out=y._data)
-            else:
-                xp.subtract(x._data, value, out=y._data)
+            getattr(xp, _SCALAR_UFUNC[kind])(x._data, value, out=y._data, casting="unsafe")
         return y
 
     def backward(self, g):
+        if self.kind == "mul":
+            return (g * self.value,)
+        if self.kind == "div":
+            return (g / self.value,)
         return (g,)
 
     def name(self):
-        return "AddBackward1" if self.kind == "add" else "SubBackward1"
+        return _SCALAR_NODE[self.kind]
 
 
 def add_scalar(t: Tensor, value) -> Tensor:
@@ -189,6 +200,16 @@ def add_scalar(t: Tensor, value) -> Tensor:
 def sub_scalar(t: Tensor, value) -> Tensor:
     """C++'s `t - number` (SubBackward1)."""
     return _ScalarOp.apply(t, op="sub", kind="sub", value=float(value))
+
+
+def mul_scalar(t: Tensor, value) -> Tensor:
+    """C++'s `t * number` or `number * t` (MulBackward1)."""
+    return _ScalarOp.apply(t, op="mul", kind="mul", value=value)
+
+
+def div_scalar(t: Tensor, value) -> Tensor:
+    """C++'s `t / number` (DivBackward1)."""
+    return _ScalarOp.apply(t, op="div", kind="div", value=value)
 
 
 def rsub_scalar(value, t: Tensor) -> Tensor:

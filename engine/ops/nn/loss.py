@@ -209,6 +209,24 @@ def nll_loss(
     input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"
 ):
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    if input.ndim == 3 or input.ndim > 4:
+        # torch's nll_loss_nd: contiguous, viewed as [N, C, 1, -1] for nll_loss2d (and the
+        # result viewed back when not reduced)
+        n, c = input.shape[:2]
+        out_size = (n, *input.shape[2:])
+        if target.ndim == 0 or target.shape[0] != n:
+            raise ValueError(
+                f"Expected input batch_size ({n}) to match target batch_size "
+                f"({target.shape[0] if target.ndim else 0})."
+            )
+        if tuple(target.shape[1:]) != tuple(input.shape[2:]):
+            raise RuntimeError(f"Expected target size {list(out_size)}, got {list(target.shape)}")
+        x, t = input.contiguous(), target.contiguous()
+        x = x.view(n, c, 1, -1) if x.numel() > 0 else x.view(n, c, 0, 0)
+        t = t.view(n, 1, -1) if t.numel() > 0 else t.view(n, 0, 0)
+        args = (x, t) if weight is None else (x, t, weight)
+        out = NllLoss.apply(*args, op="nll_loss", reduction=reduction, ignore_index=ignore_index)
+        return out.view(out_size) if reduction == "none" else out
     args = (input, target) if weight is None else (input, target, weight)
     return NllLoss.apply(*args, op="nll_loss", reduction=reduction, ignore_index=ignore_index)
 
@@ -249,43 +267,116 @@ def cross_entropy(
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     class_dim = 1 if input.ndim >= 2 else 0
-    n_classes = input.shape[class_dim]
-    logp = input.log_softmax(class_dim)
-    wshape = [1] * input.ndim
-    wshape[class_dim] = n_classes
-    if target.is_floating_point():
-        if target.shape != input.shape:
+    if target.shape == input.shape:  # torch: soft targets when the shapes agree
+        if not target.is_floating_point():
             raise RuntimeError(
-                f"Expected target size {list(input.shape)}, got {list(target.shape)}"
+                "Expected floating point type for target with class probabilities, got "
+                f"{target._dtype.scalar_name}"
             )
-        if label_smoothing > 0:
-            target = target * (1 - label_smoothing) + label_smoothing / n_classes
-        prod = logp * target
-        if weight is not None:
-            prod = prod * weight.reshape(wshape)
-        loss = -prod.sum(class_dim)
-        if reduction == "none":
-            return loss
-        if reduction == "sum":
-            return loss.sum()
-        return loss.sum() / (input.numel() / n_classes)
-    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
-    if label_smoothing <= 0:
-        return nll
-    # PyTorch: (1 - eps) * nll + eps/C * (sum over classes of -logp, weighted, ignoring ignore_index)
-    smooth = (
-        -(logp * weight.reshape(wshape)).sum(class_dim)
-        if weight is not None
-        else -logp.sum(class_dim)
-    )
-    ignored = target == ignore_index
-    smooth = smooth.masked_fill(ignored, 0.0)
+        if ignore_index >= 0:
+            raise RuntimeError("ignore_index is not supported for floating point target")
+        return _cross_entropy_prob_target(input, target, weight, reduction, label_smoothing)
+    if target.is_floating_point():
+        raise RuntimeError(
+            f"Expected target size {list(input.shape)}, got {list(target.shape)}"
+        )  # (torch: nll_loss refuses a float target of another shape)
+    if label_smoothing > 0.0:
+        return _cross_entropy_label_smoothing(
+            input, target, weight, reduction, ignore_index, label_smoothing
+        )
+    logp = input.log_softmax(class_dim)
+    return nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+
+
+def _cross_entropy_prob_target(input, target_, weight, reduction, label_smoothing):
+    """ATen's cross_entropy_loss_prob_target, op for op (its temporaries freed as C++'s: a
+    statement's last made first, then the locals in reverse)."""
+    from engine.ops.nn.common import add_scalar, div_scalar, mul_scalar
+
+    class_dim = 0 if input.ndim == 1 else 1
+    n_classes = input.shape[class_dim]
+    if weight is not None and (weight.ndim != 1 or weight.numel() != n_classes):
+        raise RuntimeError(
+            f"cross_entropy: weight tensor should be defined either for all {n_classes} classes "
+            f"or no classes but got weight tensor of shape: {list(weight.shape)}"
+        )
+    logp = input.log_softmax(class_dim)
+    if label_smoothing > 0.0:
+        scaled = mul_scalar(target_, 1 - label_smoothing)
+        target = add_scalar(scaled, label_smoothing / n_classes)
+        del scaled
+    else:
+        target = target_
+    # -(input * target [* weight]).sum(...) [/ N]: one statement, its temporaries to the end
+    first = logp * target
+    prod = first
+    if weight is not None:
+        shape = [1] * logp.ndim
+        if logp.ndim > 1:
+            shape[1] = weight.shape[0]
+        prod = first * weight.view(shape)
+    if reduction == "none":
+        summed = prod.sum(class_dim)
+        loss = -summed
+        del summed, prod, first
+        return loss
+    summed = prod.sum()
+    loss = -summed
     if reduction == "sum":
-        smooth = smooth.sum()
-    elif reduction == "mean":
-        if weight is None:
-            smooth = smooth.sum() / (~ignored).sum()
+        del summed, prod, first
+        return loss
+    if logp.numel() == 0:
+        loss.fill_(math.nan)
+        del summed, prod, first
+        return loss
+    mean = div_scalar(loss, logp.numel() // n_classes)
+    del loss, summed, prod, first
+    return mean
+
+
+def _cross_entropy_label_smoothing(input, target, weight, reduction, ignore_index, eps):
+    """ATen's cross_entropy_loss_label_smoothing, op for op."""
+    from engine.ops.nn.common import mul_scalar
+
+    class_dim = 0 if input.ndim == 1 else 1
+    logp = input.log_softmax(class_dim)
+    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    n_classes = logp.shape[class_dim]
+    if weight is not None:
+        shape = [1] * logp.ndim
+        shape[class_dim] = weight.shape[0]
+        weighted = logp * weight.view(shape)
+        summed = weighted.sum(class_dim)
+        smooth = -summed
+        del summed, weighted
+    else:
+        summed = logp.sum(class_dim)
+        smooth = -summed
+        del summed
+    ignore_mask = target == ignore_index
+    smooth.masked_fill_(ignore_mask, 0.0)
+    if reduction == "mean":
+        if weight is not None:
+            # one statement, its right operand first: ~mask, the kept targets, their weights
+            notmask = ~ignore_mask
+            picked = target.masked_select(notmask)
+            gathered = weight.gather(0, picked.flatten())
+            total = gathered.sum()
+            summed = smooth.sum()
+            ret = summed / total
+            del summed, total, gathered, picked, notmask
         else:
-            picked = weight.index_select(0, target.masked_fill(ignored, 0).reshape(-1))
-            smooth = smooth.sum() / (picked * (~ignored).reshape(-1)).sum()
-    return nll * (1 - label_smoothing) + smooth * (label_smoothing / n_classes)
+            true_mask = ~ignore_mask
+            ret = smooth.sum() / true_mask.sum()
+            del true_mask
+    elif reduction == "sum":
+        ret = smooth.sum()
+    else:
+        ret = smooth
+    # (1 - eps) * nll + ret * (eps / C): the right operand first, as torch's compiler does
+    right = mul_scalar(ret, eps / n_classes)
+    left = mul_scalar(nll, 1 - eps)
+    loss = left + right
+    del left, right
+    del ret, ignore_mask, smooth, nll  # C++'s locals, in reverse
+    return loss
