@@ -823,57 +823,86 @@ def _batched_matmul(a, b):
     if da >= 3 and db <= 2:  # should_fold, the batched operand first
         k = a.shape[-1]
         folded = (a.numel() // k if k else 0, k)
-        if a.numel() == 0 or _viewable(a, folded):
-            return _matmul(a, b, op="matmul")
-        if b.requires_grad:  # folds anyway: one mm, over a contiguous copy of `a`
-            return _matmul(reshape(a, folded).view(a.shape), b, op="matmul")
+        if a.numel() == 0 or _viewable(a, folded) or b.requires_grad:
+            # (a copy of `a` when it cannot be viewed: b's gradient is then one mm, not a
+            # batch of products summed)
+            return _folded_matmul(a, b, folded)
     elif db >= 3 and da <= 2:  # should_fold, transposed: t1 = b^T, t2 = a^T (or the vector a)
         t1 = transpose(b, -1, -2)
         m = t1.shape[-1]
         folded = (t1.numel() // m if m else 0, m)
         if a.requires_grad or (da == 1 and (t1.numel() == 0 or _viewable(t1, folded))):
-            t1f = reshape(t1, folded)
             if da == 1:
-                return _matmul(t1f, a, op="matmul").view(t1.shape[:-1])
-            y = _matmul(t1f, transpose(a, 0, 1), op="matmul")
-            return contiguous(transpose(y.view(t1.shape[:-1] + (a.shape[0],)), -1, -2))
+                return _folded_matmul(t1, a, folded)
+            y = _folded_matmul(t1, transpose(a, 0, 1), folded)
+            return contiguous(transpose(y, -1, -2))
     if da == 3 and db == 3 and a.shape[0] != b.shape[0]:  # a batch of one that requires grad
         if a.shape[0] == 1 and a.requires_grad:
             return _batched_matmul(a.squeeze(0), b)
         if b.shape[0] == 1 and b.requires_grad:
             return _batched_matmul(a, b.squeeze(0))
-    # bmm over the broadcast batch
-    import numpy as np
+    # torch's bmm path: both operands expanded to the broadcast batch and reshaped to
+    # (batch, n, m) (a copy where that is no view: that copy is what backward keeps), one bmm,
+    # the result _unsafe_view'd back; backward reshapes the incoming gradient once (a copy when
+    # it is not contiguous) and both products read that one copy
+    from engine.ops.common import infer_size
 
-    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    n = a.shape[-2] if da > 1 else 1
+    m1 = a.shape[-1]
+    m2, p = (b.shape[-2], b.shape[-1]) if db > 1 else (b.shape[0], 1)
+    batch = infer_size(a.shape[:-2] if da > 2 else (), b.shape[:-2] if db > 2 else ())
     count = math.prod(batch)
-    if len(batch) > 1 and da >= 2 and db >= 2 and count:
-        # torch's shape: both operands reshaped to (batch, n, m) (a copy where that is no view),
-        # one bmm, the result viewed back: backward reshapes the incoming gradient once (a
-        # copy when it is not contiguous) and both products read that one copy
-        flat = [
-            reshape(
-                t if t.shape == batch + t.shape[-2:] else expand(t, batch + t.shape[-2:]),
-                (count,) + t.shape[-2:],
-            )
-            for t in (a, b)
-        ]
-        y = _matmul(flat[0], flat[1], op="matmul")
-        return y.view(batch + y.shape[-2:])
-    ops = [a, b]
-    for i, t in enumerate(ops):
-        if t.ndim < 2:
-            continue  # a vector expands to a view of itself
-        full = batch + t.shape[-2:]
-        e = t if t.shape == full else expand(t, full)
-        flat = (count,) + t.shape[-2:]
-        if e.numel() and not _viewable(e, flat):
-            ops[i] = reshape(e, flat).view(full)
-    return _matmul(ops[0], ops[1], op="matmul")
+    a3 = reshape(expand(a, batch + (n, m1)), (count, n, m1))
+    b_wide = expand(b, batch + ((m2, p) if db > 1 else (m2,)))
+    if db == 1:
+        b_wide = unsqueeze(b_wide, -1)
+    b3 = reshape(b_wide, (count, m2, p))
+    y = bmm(a3, b3)
+    if db == 1:
+        y = squeeze(y, -1)
+    return unsafe_view(y, batch + ((n,) if da > 1 else ()) + ((p,) if db > 1 else ()))
 
 
-alias("mm", "matmul")
-alias("bmm", "matmul")
+def _folded_matmul(t1, t2, folded):
+    """torch's fold: t1 (3-D or more) reshaped to a matrix (a view, or a copy _unsafe_view'd),
+    one mm (or mv for a vector t2), the result _unsafe_view'd back (UnsafeViewBackward0,
+    MmBackward0, ViewBackward0 / ReshapeAliasBackward0)."""
+    shape = t1.shape[:-1] + (t2.shape[1],) if t2.ndim == 2 else t1.shape[:-1]
+    if t2.ndim == 1 and t1.shape[-1] != t2.shape[0]:
+        rows, k = folded
+        raise RuntimeError(
+            f"size mismatch, got input ({rows}), mat ({rows}x{k}), vec ({t2.shape[0]})"
+        )
+    return unsafe_view(_matmul(reshape(t1, folded), t2, op="matmul"), shape)
+
+
+@_export("mm")
+def mm(input, mat2, *, out=None):
+    """A matrix times a matrix (MmBackward0); torch refuses anything but two matrices."""
+    if input.ndim != 2:
+        raise RuntimeError("self must be a matrix")
+    if mat2.ndim != 2:
+        raise RuntimeError("mat2 must be a matrix")
+    return _matmul(input, mat2, out=out, op="mm")
+
+
+@_export("bmm")
+def bmm(input, mat2, *, out=None):
+    """Batches of matrices, one product per batch entry (BmmBackward0), no broadcasting."""
+    if input.ndim != 3:
+        raise RuntimeError("batch1 must be a 3D tensor")
+    if mat2.ndim != 3:
+        raise RuntimeError("batch2 must be a 3D tensor")
+    if mat2.shape[:2] != (input.shape[0], input.shape[2]):
+        raise RuntimeError(
+            "Expected size for first two dimensions of batch2 tensor to be: "
+            f"[{input.shape[0]}, {input.shape[2]}] but got: [{mat2.shape[0]}, {mat2.shape[1]}]."
+        )
+    if input._dtype is not mat2._dtype:
+        raise RuntimeError(
+            f"expected scalar type {input._dtype.scalar_name} but found {mat2._dtype.scalar_name}"
+        )
+    return _matmul(input, mat2, out=out, op="bmm")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -881,6 +910,7 @@ alias("bmm", "matmul")
 # ---------------------------------------------------------------------------------------------
 _view = V.View.apply
 _select = V.Select.apply
+unsafe_view = V.unsafe_view
 
 
 def _shape_args(shape):
@@ -907,9 +937,7 @@ def reshape(input, *shape):
         return cls.apply(input, op="reshape", shape=target)
     # torch's copy: _unsafe_view(clone(contiguous)), not a view of the copy (UnsafeViewBackward0
     # behind CloneBackward0; an in-place op on it is a plain op, no view of an intermediate)
-    from engine.ops.composites import _unsafe_view
-
-    return _unsafe_view(clone(input), target)
+    return unsafe_view(clone(input), target)
 
 
 def view(input, *shape):
@@ -1617,6 +1645,7 @@ from engine.ops import contract as _contract  # noqa: E402, F401
 from engine.ops import conv1d as _conv1d  # noqa: E402, F401
 from engine.ops import conv_transpose as _conv_transpose  # noqa: E402, F401
 from engine.ops import cumulative as _cumulative  # noqa: E402, F401
+from engine.ops import exponential as _exponential  # noqa: E402, F401
 from engine.ops import factory as _factory  # noqa: E402, F401
 from engine.ops import group_norm as _group_norm  # noqa: E402, F401
 from engine.ops import mathops as _mathops  # noqa: E402, F401

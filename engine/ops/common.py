@@ -188,3 +188,20 @@ def scan_into(x: Tensor, y: Tensor, dim: int, dtype, name: str) -> None:
         del copy
     if dtype.emulated:
         dtypes.round_to_bfloat16_(y._data)
+
+
+def infer_size(a, b) -> tuple:
+    """torch's infer_size: the broadcast shape, or its error (naming the first dim that clashes
+    counted from the right)."""
+    n = max(len(a), len(b))
+    out = []
+    for i in range(n - 1, -1, -1):
+        da = a[i - n + len(a)] if i - n + len(a) >= 0 else 1
+        db = b[i - n + len(b)] if i - n + len(b) >= 0 else 1
+        if da != db and da != 1 and db != 1:
+            raise RuntimeError(
+                f"The size of tensor a ({da}) must match the size of tensor b ({db}) at "
+                f"non-singleton dimension {i}"
+            )
+        out.append(da if db == 1 else db)
+    return tuple(reversed(out))

@@ -176,7 +176,12 @@ class Matmul(Function):
         return _NODES.get(dims, "MatmulBackward0")
 
 
-_NODES = {(1, 1): "DotBackward0", (2, 1): "MvBackward0", (2, 2): "MmBackward0"}
+_NODES = {
+    (1, 1): "DotBackward0",
+    (2, 1): "MvBackward0",
+    (2, 2): "MmBackward0",
+    (3, 3): "BmmBackward0",
+}
 
 
 def _maybe_multiply(t, s):

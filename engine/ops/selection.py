@@ -15,6 +15,7 @@ import math
 
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
+from engine.ops.common import infer_size as _infer_size
 from engine.ops.common import sum_to
 from engine.ops.registry import register
 from engine.tensor import Tensor, _wrap_dim
@@ -67,23 +68,6 @@ def argwhere(input):
 # ---------------------------------------------------------------------------------------------
 # masked_select
 # ---------------------------------------------------------------------------------------------
-def _infer_size(a, b):
-    """torch's infer_size: the broadcast shape, or its error (naming the first dim that clashes
-    counted from the right)."""
-    n = max(len(a), len(b))
-    out = []
-    for i in range(n - 1, -1, -1):
-        da = a[i - n + len(a)] if i - n + len(a) >= 0 else 1
-        db = b[i - n + len(b)] if i - n + len(b) >= 0 else 1
-        if da != db and da != 1 and db != 1:
-            raise RuntimeError(
-                f"The size of tensor a ({da}) must match the size of tensor b ({db}) at "
-                f"non-singleton dimension {i}"
-            )
-        out.append(da if db == 1 else db)
-    return tuple(reversed(out))
-
-
 class MaskedSelect(Function):
     """input[mask] as a 1-D tensor (mask bool, broadcast with input)."""
 

@@ -18,3 +18,7 @@ from engine.optim.sgd import SGD
 
 __all__ = ["Adagrad", "Adam", "AdamW", "Optimizer", "RMSprop", "SGD", "lr_scheduler"]
 __all__ += ["Adadelta", "Adafactor", "Adamax", "NAdam", "RAdam"]
+from engine.optim.asgd import ASGD  # noqa: E402
+from engine.optim.rprop import Rprop  # noqa: E402
+
+__all__ += ["ASGD", "Rprop"]

@@ -187,6 +187,7 @@ CALLS = {
     ),
     "einsum": lambda L: engine.einsum("ij,kj->ik", L(), L()),
     "baddbmm": lambda L: engine.baddbmm(L(2, 3, 3), L(2, 3, 4), L(2, 4, 3)),
+    "bmm": lambda L: engine.bmm(L(2, 3, 4), L(2, 4, 3)),
     "baddbmm_": lambda L: (L(2, 3, 3) * 1.0).baddbmm_(L(2, 3, 4), L(2, 4, 3)),
     "scatter": lambda L: engine.scatter(L(), 1, _idx(0, 1).reshape(1, 2), L(1, 2)),
     "scatter_": lambda L: (L() * 1.0).scatter_(1, _idx(0, 1).reshape(1, 2), L(1, 2)),
@@ -366,6 +367,7 @@ NOT_WALKED = {
         "a new tensor, no graph",
     ),
     **dict.fromkeys(("normal_", "uniform_", "bernoulli_", "bernoulli"), "random fill"),
+    "exponential_": "random fill",
     "one_hot": "integer input",
     "t": "walked through transpose; t() of a 2-D tensor",
     "__setitem__": None,  # walked (CALLS)

@@ -189,6 +189,7 @@ OP_CALLS = {
     "normal_": (["x"], {"mean": 1.0, "std": 0.5}, [2, 4]),
     "uniform_": (["x"], {"low": -1.0, "high": 1.0}, [2, 4]),
     "bernoulli_": (["x"], {"p": 0.3}, [2, 4]),
+    "exponential_": (["x"], {"lambd": 2.0}, [2, 4]),
     **{n: (["x"], {}, [2, 4]) for n in ("zeros_like", "ones_like", "empty_like")},
     **{n: (["x"], {}, [2, 4]) for n in ("rand_like", "randn_like")},
     "full_like": (["x"], {"fill_value": 3.0}, [2, 4]),

@@ -16,8 +16,9 @@ import warnings
 from engine.ops.nn.common import _live
 
 
-def exponential_noise_(t, generator=None):
-    """Fill t in place with Exp(1) samples from the engine's generator (torch's exponential_())."""
+def exponential_noise_(t, generator=None, bump_version: bool = True):
+    """Fill t in place with Exp(1) samples from the engine's generator (torch's exponential_();
+    bump_version=False for a caller whose autograd Function moves the version itself)."""
     from engine import creation, kernels
 
     dev = t._device
@@ -32,7 +33,8 @@ def exponential_noise_(t, generator=None):
                 gen.standard_exponential(out=arr, dtype=arr.dtype)
             else:
                 arr[...] = gen.standard_exponential(arr.shape)
-    t._storage.version += 1
+    if bump_version:
+        t._storage.version += 1
     return t
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from engine import kernels
 from engine.autograd.function import Function
+from engine.ops.common import infer_size as _infer_size
 from engine.ops.nn.common import _live
 
 
@@ -129,23 +130,6 @@ _COMPUTE_MODES = {
     "use_mm_for_euclid_dist": 1,
     "donot_use_mm_for_euclid_dist": 2,
 }
-
-
-def _infer_size(a, b):
-    """ATen's infer_size: the batch dims' broadcast (its words when they do not)."""
-    n = max(len(a), len(b))
-    out = [0] * n
-    for i in reversed(range(n)):
-        offset = n - 1 - i
-        sa = a[len(a) - 1 - offset] if offset < len(a) else 1
-        sb = b[len(b) - 1 - offset] if offset < len(b) else 1
-        if sa != sb and sa != 1 and sb != 1:
-            raise RuntimeError(
-                f"The size of tensor a ({sa}) must match the size of tensor b ({sb}) at "
-                f"non-singleton dimension {i}"
-            )
-        out[i] = sb if sa == 1 else sa
-    return tuple(out)
 
 
 def _expanded(t, batch):
