@@ -52,7 +52,7 @@ class _Transposed(Function):
     input's own layout: handed on as it is."""
 
     def __init__(self, edge, sequence_nr):
-        self.next_functions = (edge,)
+        self._edges = (edge,)
         self.sequence_nr = sequence_nr
         self.saved = []
 
@@ -105,7 +105,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
     parents = {} if targets is not None else None  # node -> nodes with an edge to it
     while stack:
         node = stack.pop()
-        for edge in node.next_functions:
+        for edge in node._edges:
             if edge is None:
                 continue
             nxt = edge[0]
@@ -163,14 +163,14 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
             retained = node.retained
             if retained:
                 _retain_grads(retained, grads)
-            edges = node.next_functions
+            edges = node._edges
             if needed is not None:
                 for nr, i in wanted.get(node, ()):
                     results[i] = grads[nr]
                 if node not in needed:
                     grads = [None]  # not on a path to an input: nothing to compute
                 else:  # compute only the gradients that lead somewhere wanted
-                    node.next_functions = tuple(
+                    node._edges = tuple(
                         e if e is not None and e[0] in keep else None for e in edges
                     )
             # While observers listen, backward allocations are attributed to their node (the op
@@ -185,7 +185,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                     g = grads[0]
                     del grads
                     if g is None:
-                        out = [None] * len(node.next_functions)
+                        out = [None] * len(node._edges)
                     else:
                         out = list(node.backward(g))
                         del g
@@ -199,7 +199,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                     set_op(prev_op)
                     scope.__exit__(None, None, None)
                 if needed is not None:
-                    node.next_functions = edges
+                    node._edges = edges
             if not retain_graph:
                 node.release_saved()
             dtypes = node.input_dtypes

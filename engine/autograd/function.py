@@ -184,6 +184,9 @@ class PackedSavedTensor(SavedTensor):
         self.packed = self.unpack_hook = None
 
 
+_NO_EDGE = (None, 0)
+
+
 class Function:
     """Base class of primitives (and the graph node of one call).
 
@@ -208,7 +211,15 @@ class Function:
     inplace_view = False  # an in-place op that changes only metadata (t_, transpose_)
     writes_overlap = False  # may write into an expanded tensor (fill_ / zero_, as PyTorch)
 
-    next_functions: tuple = ()
+    # (node, input_nr) per input, None for an input that needs no gradient (the engine's own
+    # walk tests `is None`); torch's view of them is next_functions, (None, 0) for those
+    _edges: tuple = ()
+
+    @property
+    def next_functions(self) -> tuple:
+        """torch's next_functions: one (node, input_nr) pair per input, (None, 0) where the
+        input needs no gradient."""
+        return tuple(_NO_EDGE if e is None else e for e in self._edges)
     _named: dict | None = None  # what save() kept, by name
     saved: list
     sequence_nr: int
@@ -324,7 +335,7 @@ class Function:
         # comprehension is a call of its own)
         if len(tensors) == 2:
             a, b = tensors
-            node.next_functions = (
+            node._edges = (
                 _edge(a) if a.requires_grad else None,
                 _edge(b) if b.requires_grad else None,
             )
@@ -332,10 +343,10 @@ class Function:
             node.input_dtypes = dt._paired if b._dtype is dt else (dt, b._dtype)
         elif len(tensors) == 1:
             a = tensors[0]
-            node.next_functions = (_edge(a) if a.requires_grad else None,)
+            node._edges = (_edge(a) if a.requires_grad else None,)
             node.input_dtypes = a._dtype._alone
         else:
-            node.next_functions = tuple([_edge(t) if t.requires_grad else None for t in tensors])
+            node._edges = tuple([_edge(t) if t.requires_grad else None for t in tensors])
             node.input_dtypes = tuple([t._dtype for t in tensors])
         if to_save or node.retain_output:
             saved = []
@@ -372,7 +383,7 @@ class Function:
 
     def _record_inplace_view(self, args, out, op, attrs, tensors):
         # The edges are taken before the metadata changes; the tensor keeps its own history.
-        self.next_functions = tuple(gradient_edge(t) if t.requires_grad else None for t in tensors)
+        self._edges = tuple(gradient_edge(t) if t.requires_grad else None for t in tensors)
         self.sequence_nr = next(_sequence)
         self.saved = []
         result = self._forward_named(op, args, out, attrs)

@@ -24,7 +24,7 @@ class AccumulateGrad(Function):
     def __init__(self, variable: Tensor):
         self.variable = variable
         self.sequence_nr = _MAX_SEQ
-        self.next_functions = ()
+        self._edges = ()
         self.saved = []
 
     def name(self) -> str:
@@ -121,7 +121,7 @@ class CopySlices(Function):
         self.dtype = dtype
         self.device = device
         self.sequence_nr = fn.sequence_nr
-        self.next_functions = (base_edge,) + tuple(fn.next_functions[1:])
+        self._edges = (base_edge,) + tuple(fn._edges[1:])
         self.saved = []
 
     def name(self) -> str:
@@ -152,7 +152,7 @@ class ViewRegenBackward(Function):
         self.sequence_nr = next(
             __import__("engine.autograd.function", fromlist=["_sequence"])._sequence
         )
-        self.next_functions = (base_edge,)
+        self._edges = (base_edge,)
         self.saved = []
 
     def name(self) -> str:

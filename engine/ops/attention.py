@@ -483,7 +483,7 @@ class FusedAttention(Function):
         saved = self.saved_tensors
         q, k, v = saved[0], saved[1], saved[2]
         mask = saved[3] if self.has_mask else None
-        needs = tuple(e is not None for e in self.next_functions)
+        needs = tuple(e is not None for e in self._edges)
         cpu = _cpu_kernel(q, k, v) and not self.cuda_efficient
         cuda_eff = self.cuda_efficient
         if cuda_eff:

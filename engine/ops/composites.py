@@ -220,7 +220,7 @@ class LinalgCross(Function):
 
     def backward(self, g):
         a, b = self.saved_tensors
-        nf = self.next_functions
+        nf = self._edges
         gb = LinalgCross.apply(g, a, op="linalg_cross", dim=self.dim) if nf[1] is not None else None
         ga = LinalgCross.apply(b, g, op="linalg_cross", dim=self.dim) if nf[0] is not None else None
         return (

@@ -236,7 +236,7 @@ class Baddbmm(Function):
 
     def backward(self, g):
         saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
-        nf = self.next_functions
+        nf = self._edges
         gx = g1 = g2 = None
         if nf[0] is not None:
             gx = sum_to(g if self.beta == 1 else g * self.beta, self.x_shape)

@@ -126,7 +126,7 @@ class ConvTranspose2d(Function):
 
     def backward(self, gy):
         x, weight = self.saved_tensors
-        needs = [e is not None for e in self.next_functions]
+        needs = [e is not None for e in self._edges]
         n, cout, hout, wout = self.shape
         (kh, kw), (sh, sw), (ph, pw), (dh, dw), (h, w) = self.geom
         g = self.g

@@ -466,7 +466,7 @@ class Clamp(Function):
         saved = list(self.saved_tensors)
         x = saved.pop(0)
         lo, hi = (saved.pop(0) if b is _SAVED else b for b in self.bounds)
-        nf = iter(self.next_functions)
+        nf = iter(self._edges)
         inside = upper = None
         if lo is not None:
             inside = x >= lo
@@ -621,8 +621,8 @@ class Binary(Function):
         )
 
     def _needs(self):
-        """(a needs grad, b needs grad) in terms of next_functions."""
-        nf = self.next_functions
+        """(a needs grad, b needs grad) in terms of _edges."""
+        nf = self._edges
         i = 0
         na = nb = False
         if self.a_t:
@@ -649,7 +649,7 @@ class Add(Binary):
 
     def backward(self, g):
         if not (self.a_t and self.b_t):  # a tensor and a number: g has the tensor's shape
-            if self.next_functions[0] is None:
+            if self._edges[0] is None:
                 return (None,)
             return (g if self.a_t or self.alpha == 1 else g * self.alpha,)
         na, nb = self._needs()
@@ -704,7 +704,7 @@ class Mul(Binary):
 
     def backward(self, g):
         if not (self.a_t and self.b_t):  # a tensor and a number: g has the tensor's shape
-            return (None if self.next_functions[0] is None else g * self.scalar,)
+            return (None if self._edges[0] is None else g * self.scalar,)
         na, nb = self._needs()
         saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
         # MulBackward0 makes other's gradient first, then self's (torch 2.13's profiler)
@@ -943,13 +943,13 @@ class Where(Function):
         if self.x_t:
             grads.append(
                 sum_to(Where.apply(cond, g, 0.0), self.shapes[0])
-                if self.next_functions[1] is not None
+                if self._edges[1] is not None
                 else None
             )
         if self.y_t:
             grads.append(
                 sum_to(Where.apply(cond, 0.0, g), self.shapes[1])
-                if self.next_functions[-1] is not None
+                if self._edges[-1] is not None
                 else None
             )
         return tuple(grads)
@@ -988,7 +988,7 @@ class MaskedFill(Function):
 
     def backward(self, g):
         (mask,) = self.saved_tensors
-        nf = self.next_functions
+        nf = self._edges
         gx = sum_to(g.masked_fill(mask, 0), self.x_shape) if nf[0] is not None else None
         if not self.v_t:
             return (gx, None)

@@ -86,7 +86,7 @@ class GroupNorm(Function):
         weight = saved[1] if self.present[0] else None
         mean, rstd = self.mean.unpack(), self.rstd.unpack()
         n, c, g, hw = self.dims
-        needs = [e is not None for e in self.next_functions]
+        needs = [e is not None for e in self._edges]
         slots = [0] + [i + 1 for i, p in enumerate(self.present) if p]
         want = {slot: needs[k] for k, slot in enumerate(slots)}
         dev, dt = gy._device, gy._dtype

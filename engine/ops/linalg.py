@@ -137,22 +137,22 @@ class Matmul(Function):
             # PyTorch folds a batched `a` times a matrix into one mm (a.view(-1, k) @ b): one
             # gradient buffer per operand, no batch of per-matrix products summed afterwards.
             g2 = g.reshape(-1, b2s[-1])
-            if self.next_functions[1] is not None:
+            if self._edges[1] is not None:
                 a2 = saved[0].reshape(-1, sa[-1])
                 if self.cols[1]:  # grad.t().mm(mat1).t()
                     gb = g2.transpose(0, 1).matmul(a2).transpose(0, 1).reshape(sb)
                 else:
                     gb = a2.transpose(0, 1).matmul(g2).reshape(sb)
-            if self.next_functions[0] is not None:
+            if self._edges[0] is not None:
                 ga = g2.matmul(saved[1].reshape(b2s).transpose(0, 1)).reshape(sa)
             return (ga, gb)
         g2 = g.reshape(matmul_shape(a2s, b2s))
         if len(sa) == 2 and len(sb) == 2 and (self.cols[0] or self.cols[1]):
             return self._mm_backward(saved, g2)
-        if self.next_functions[1] is not None:
+        if self._edges[1] is not None:
             a2 = saved[0].reshape(a2s)
             gb = sum_to(a2.transpose(-1, -2).matmul(g2), b2s).reshape(sb)
-        if self.next_functions[0] is not None:
+        if self._edges[0] is not None:
             b2 = saved[1].reshape(b2s)
             ga = sum_to(g2.matmul(b2.transpose(-1, -2)), a2s).reshape(sa)
         return (ga, gb)
@@ -161,10 +161,10 @@ class Matmul(Function):
         """MmBackward0 with a column-major operand (derivatives.yaml's mm_mat2_backward, then
         mm_mat1_backward): its gradient computed transposed."""
         ga = gb = None
-        if self.next_functions[1] is not None:
+        if self._edges[1] is not None:
             a = saved[0]
             gb = g.t().matmul(a).t() if self.cols[1] else a.t().matmul(g)
-        if self.next_functions[0] is not None:
+        if self._edges[0] is not None:
             b = saved[1]
             ga = b.matmul(g.t()).t() if self.cols[0] else g.matmul(b.t())
         return (ga, gb)
@@ -227,7 +227,7 @@ class AddProduct(Function):
 
     def backward(self, g):
         saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
-        nf = self.next_functions
+        nf = self._edges
         gi = ga = gb = None
         if nf[0] is not None and not self.input_grad_last:
             gi = sum_to(_maybe_multiply(g, self.beta), self.in_shape)

@@ -383,7 +383,7 @@ class Dist(Function):
     def backward(self, g):
         a, b, result = self.saved_tensors
         dims = tuple(range(len(broadcast_shape(a, b, "dist"))))
-        need_a, need_b = (edge is not None for edge in self.next_functions)
+        need_a, need_b = (edge is not None for edge in self._edges)
         gb = ga = None
         if need_b:
             diff = a - b

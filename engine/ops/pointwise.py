@@ -414,7 +414,7 @@ class ClampMin(Clamp):
         saved = list(self.saved_tensors)
         x = saved.pop(0)
         bound = saved.pop(0) if saved else next(b for b in self.bounds if b is not None)
-        nf = self.next_functions
+        nf = self._edges
         gx = gb = None
         if nf[0] is not None:
             keep = self._keeps(x, bound)

@@ -199,7 +199,7 @@ class Scatter(Function):
         if self.reduce is not None:
             raise RuntimeError("derivative for aten::scatter is not implemented")
         (index,) = self.saved_tensors
-        nf = self.next_functions
+        nf = self._edges
         gx = None
         if nf[0] is not None:
             gx = g if self.add else scatter(g, self.dim, index, 0.0)
@@ -297,7 +297,7 @@ class ScatterReduce(Function):
     def backward(self, g):
         x, index, src, result = self.saved_tensors
         d = self.dim
-        nf = self.next_functions
+        nf = self._edges
         gx = gs = None
         if self.reduce == "sum":
             gx = g if self.include_self else scatter(g, d, index, 0.0)
@@ -430,7 +430,7 @@ class IndexWrite(Function):
 
     def backward(self, g):
         (index,) = self.saved_tensors
-        nf = self.next_functions
+        nf = self._edges
         d = self.dim
         gx = None
         if nf[0] is not None:
@@ -533,7 +533,7 @@ class MaskedScatter(Function):
 
     def backward(self, g):
         (mask,) = self.saved_tensors
-        nf = self.next_functions
+        nf = self._edges
         gx = g.masked_fill(mask, 0.0) if nf[0] is not None else None
         gs = _masked_scatter_backward(g, mask, self.src_shape) if nf[2] is not None else None
         return (gx, None, gs)
@@ -643,7 +643,7 @@ class Put(Function):
 
     def backward(self, g):
         (index,) = self.saved_tensors
-        nf = self.next_functions
+        nf = self._edges
         gx = None
         if nf[0] is not None:
             if self.accumulate:

@@ -170,12 +170,12 @@ class _Scatter(Function):
     def backward(self, g):
         # derivatives.yaml: self: <op>(grad, zeros_like(src), ...); src: <view>(grad)
         gx = None
-        if self.next_functions[0] is not None:
+        if self._edges[0] is not None:
             zeros = kernels.zeros(self.src_shape, g._dtype, g._device)
             gx = kernels.copy_new(g)
             kernels.copy_into(self.view(gx, *self.args), zeros)
             del zeros
-        gs = self.view(g.detach(), *self.args) if self.next_functions[1] is not None else None
+        gs = self.view(g.detach(), *self.args) if self._edges[1] is not None else None
         if gs is not None and self.src_dtype != g._dtype:
             gs = gs.to(self.src_dtype)
         return gx, gs
@@ -403,12 +403,12 @@ class AsStridedScatter(_Scatter):
         # gradient is the slice's, not the rest's; kept as torch computes it)
         gx = gs = None
         c = g.detach().contiguous()
-        if self.next_functions[0] is not None:
+        if self._edges[0] is not None:
             gx = kernels.zeros(g.shape, g._dtype, g._device)
             target = self.view(gx, *self.args)
             kernels.copy_into(target, self.view(c, *self.args))
             del target
-        if self.next_functions[1] is not None:
+        if self._edges[1] is not None:
             gs = self.view(c, *self.args)
             if self.src_dtype != g._dtype:
                 gs = gs.to(self.src_dtype)

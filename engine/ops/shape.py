@@ -111,7 +111,7 @@ class Cat(Function):
     def backward(self, g):
         lead = (slice(None),) * self.dim
         grads = []
-        for piece, nf in zip(self.pieces, self.next_functions, strict=True):
+        for piece, nf in zip(self.pieces, self._edges, strict=True):
             if piece is None or nf is None:
                 grads.append(None)
             else:
@@ -148,7 +148,7 @@ class Stack(Function):
     def backward(self, g):
         lead = (slice(None),) * self.dim
         return tuple(
-            g[lead + (i,)] if nf is not None else None for i, nf in enumerate(self.next_functions)
+            g[lead + (i,)] if nf is not None else None for i, nf in enumerate(self._edges)
         )
 
     def name(self):

@@ -576,7 +576,7 @@ class Copy(Function):
         # values did not reach the result, so its gradient is 0, not absent), made first
         grads = [
             None
-            if self.next_functions[0] is None
+            if self._edges[0] is None
             else kernels.zeros(tuple(g.shape), g._dtype, g._device)
         ]
         if self.src_t:
@@ -620,7 +620,7 @@ class Fill(Function):
         zeros = kernels.zeros(g.shape, g._dtype, g._device)
         if not self.v_t:
             return (zeros,)
-        return (zeros, g.sum() if self.next_functions[1] is not None else None)
+        return (zeros, g.sum() if self._edges[1] is not None else None)
 
     def name(self):
         return "FillBackward0"

@@ -799,3 +799,23 @@ def test_nodes_run_in_torchs_order_through_branches_and_chains(torch):
     theirs, tgx = _node_order(torch)
     assert mine == theirs
     np.testing.assert_allclose(gx.numpy(), tgx.numpy(), rtol=1e-6)
+
+
+def test_next_functions_are_torchs_pairs_none_included():
+    """next_functions as torch's: a (node, input_nr) pair per tensor input, (None, 0) for one
+    that needs no gradient (code that unpacks `for fn, nr in node.next_functions` runs)."""
+    import torch
+
+    seen = {}
+    for m in (torch, engine):
+        x = m.ones(3, requires_grad=True)
+        c = m.ones(3)
+        y = (x * c).sum()
+        mul = y.grad_fn.next_functions[0][0]
+        pairs = mul.next_functions
+        seen[m] = (
+            len(pairs),
+            [(fn is None, nr) for fn, nr in pairs],
+            pairs[0][0].name().removeprefix("torch::autograd::"),
+        )
+    assert seen[engine] == seen[torch]

@@ -329,12 +329,12 @@ def test_gumbel_softmax_nodes_as_torch(tau, hard, dim):
 
 
 def _graph(fn):
-    """Every node's name and its inputs' names, depth first (hard's y_hard has no node: torch
-    shows (None, 0) where the engine shows None)."""
+    """Every node's name and its inputs' names, depth first (hard's y_hard has no node: its
+    edge is (None, 0))."""
     out, stack = [], [fn]
     while stack:
         fn = stack.pop()
-        nexts = [e[0] for e in fn.next_functions if e is not None and e[0] is not None]
+        nexts = [e[0] for e in fn.next_functions if e[0] is not None]
         names = [n.name().removeprefix("torch::autograd::") for n in nexts]
         out.append((fn.name(), names))
         stack.extend(n for n in reversed(nexts) if "AccumulateGrad" not in n.name())

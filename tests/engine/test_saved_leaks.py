@@ -428,7 +428,7 @@ def _node_fields(node: Function):
         for slot in getattr(cls, "__slots__", ()):
             if hasattr(node, slot):
                 fields[slot] = getattr(node, slot)
-    for skip in ("next_functions", "variable", "fn"):  # edges; AccumulateGrad's leaf
+    for skip in ("_edges", "variable", "fn"):  # edges; AccumulateGrad's leaf
         fields.pop(skip, None)
     return fields
 
@@ -444,7 +444,7 @@ def _graph(roots) -> list[Function]:
         inner = getattr(n, "fn", None)
         if isinstance(inner, Function):
             stack.append(inner)
-        stack.extend(e[0] for e in n.next_functions if e is not None)
+        stack.extend(e[0] for e in n.next_functions if e[0] is not None)
     return nodes
 
 

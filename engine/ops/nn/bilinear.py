@@ -139,7 +139,7 @@ class Trilinear(Function):
         i1, i2, i3 = self.saved_tensors
         e1, e2, e3 = self.expand
         sd = self.sumdim
-        n1, n2, n3 = (edge is not None for edge in self.next_functions)
+        n1, n2, n3 = (edge is not None for edge in self._edges)
         # derivatives.yaml's _trilinear_backward: the gradient takes the place of one operand
         g1 = _trilinear_kernel(g, i2, i3, sd, e2, e3, e1) if n1 else None
         g2 = _trilinear_kernel(i1, g, i3, e1, sd, e3, e2) if n2 else None

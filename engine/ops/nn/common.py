@@ -22,7 +22,7 @@ def _live(dev) -> bool:
 
 def _needs(node: Function) -> tuple[bool, ...]:
     """Which tensor arguments of a recorded call want a gradient."""
-    return tuple(e is not None for e in node.next_functions)
+    return tuple(e is not None for e in node._edges)
 
 
 def _batched(arr, ndim: int):

@@ -331,7 +331,7 @@ class GridSampler(Function):
 
     def backward(self, g):
         x, grid = self.saved_tensors
-        needs_input = self.next_functions[0] is not None
+        needs_input = self._edges[0] is not None
         # torch's output_mask: grad_input only when the input needs it, grad_grid always
         gx = kernels.zeros(tuple(x.shape), g._dtype, g._device) if needs_input else None
         gg = kernels.empty(tuple(grid.shape), grid._dtype, grid._device)

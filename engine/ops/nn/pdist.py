@@ -221,7 +221,7 @@ class Cdist(Function):
         from engine.ops.common import sum_to
 
         x1, x2, res = self.saved_tensors
-        need1, need2 = (e is not None for e in self.next_functions)
+        need1, need2 = (e is not None for e in self._edges)
         with no_grad():
             g1 = _cdist_backward(g.contiguous(), x1, x2, self.p, res) if need1 else None
             g2 = None

@@ -370,7 +370,7 @@ class BinaryCrossEntropyWithLogits(Function):
                     ls *= pos_weight._data
                     gd -= ls
                 self._finish(xp, gd, weight, n, g, scale)
-        return (gx, gt) + (None,) * (len(self.next_functions) - 2)
+        return (gx, gt) + (None,) * (len(self._edges) - 2)
 
     def _finish(self, xp, gd, weight, n, g, scale):
         if weight is not None:
