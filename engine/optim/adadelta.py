@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.autograd.grad_mode import no_grad
 from engine.optim import foreach
-from engine.optim.optimizer import Optimizer, by_device_and_dtype, implementation, number
+from engine.optim.optimizer import Optimizer, by_device_and_dtype, number
 from engine.tensor import Tensor
 
 
@@ -53,13 +53,7 @@ class Adadelta(Optimizer):
 
     @no_grad()
     def step(self, closure=None):
-        loss = self._closure_loss(closure)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            states = [self._lazy_state(p, "square_avg", "acc_delta") for p in params]
-            if params:
-                getattr(self, "_" + implementation(group, params))(group, params, states)
-        return loss
+        return self._step_groups(closure, lambda p, group: self._lazy_state(p, "square_avg", "acc_delta"))
 
     @staticmethod
     def _single(group, params, states) -> None:

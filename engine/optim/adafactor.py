@@ -15,7 +15,7 @@ import numpy as np
 from engine.autograd.grad_mode import no_grad
 from engine.creation import tensor
 from engine.optim import foreach
-from engine.optim.optimizer import Optimizer, by_device_and_dtype, implementation, number
+from engine.optim.optimizer import Optimizer, by_device_and_dtype, number
 from engine.tensor import Tensor
 
 # torch.finfo(dtype).eps by dtype name (bfloat16 has no numpy type)
@@ -109,16 +109,12 @@ class Adafactor(Optimizer):
 
     @no_grad()
     def step(self, closure=None):
-        loss = self._closure_loss(closure)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            for p in params:
-                if p.is_complex():
-                    raise RuntimeError("Adafactor does not support complex parameters")
-            states = [self._init_state(p) for p in params]
-            if params:
-                getattr(self, "_" + implementation(group, params))(group, params, states)
-        return loss
+        return self._step_groups(closure, self._checked_state)
+
+    def _checked_state(self, p, group):
+        if p.is_complex():
+            raise RuntimeError("Adafactor does not support complex parameters")
+        return self._init_state(p)
 
     @staticmethod
     def _single(group, params, states) -> None:

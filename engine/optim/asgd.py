@@ -7,7 +7,7 @@ from engine import dtypes
 from engine.autograd.grad_mode import no_grad
 from engine.creation import as_tensor, ones, zeros, zeros_like
 from engine.optim import foreach
-from engine.optim.optimizer import Optimizer, by_device_and_dtype, implementation, number
+from engine.optim.optimizer import Optimizer, by_device_and_dtype, number
 from engine.tensor import Tensor
 
 
@@ -95,13 +95,7 @@ class ASGD(Optimizer):
 
     @no_grad()
     def step(self, closure=None):
-        loss = self._closure_loss(closure)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            states = [self._init_state(p, group["lr"]) for p in params]
-            if params:
-                getattr(self, "_" + implementation(group, params))(group, params, states)
-        return loss
+        return self._step_groups(closure, lambda p, group: self._init_state(p, group["lr"]))
 
     def _single(self, group, params, states) -> None:
         """torch.optim.asgd._single_tensor_asgd."""

@@ -7,7 +7,7 @@ from engine.autograd.grad_mode import no_grad
 from engine.creation import tensor
 from engine.optim import foreach
 from engine.optim._checks import check_lr_eps_betas
-from engine.optim.optimizer import Optimizer, by_device_and_dtype, implementation, number
+from engine.optim.optimizer import Optimizer, by_device_and_dtype, number
 
 
 class NAdam(Optimizer):
@@ -64,13 +64,7 @@ class NAdam(Optimizer):
 
     @no_grad()
     def step(self, closure=None):
-        loss = self._closure_loss(closure)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            states = [self._init_state(p) for p in params]
-            if params:
-                getattr(self, "_" + implementation(group, params))(group, params, states)
-        return loss
+        return self._step_groups(closure, lambda p, group: self._init_state(p))
 
     @staticmethod
     def _single(group, params, states) -> None:

@@ -318,6 +318,18 @@ class Optimizer:
         with enable_grad():
             return closure()
 
+    def _step_groups(self, closure, state_of):
+        """The step of an optimizer with a single-tensor and a foreach update (torch's shape):
+        per group, the parameters that have a gradient, their state (state_of(param, group):
+        made on first use), then `_single` or `_foreach` as `implementation` picks."""
+        loss = self._closure_loss(closure)
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            states = [state_of(p, group) for p in params]
+            if params:
+                getattr(self, "_" + implementation(group, params))(group, params, states)
+        return loss
+
     @staticmethod
     def _state_context():
         """Allocations of optimizer state are attributed to category 'optimizer_state'."""

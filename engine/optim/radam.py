@@ -5,7 +5,7 @@ from __future__ import annotations
 from engine.autograd.grad_mode import no_grad
 from engine.optim import foreach
 from engine.optim._checks import check_lr_eps_betas
-from engine.optim.optimizer import Optimizer, by_device_and_dtype, implementation, number
+from engine.optim.optimizer import Optimizer, by_device_and_dtype, number
 
 
 def _reciprocal_(ts) -> None:
@@ -53,13 +53,7 @@ class RAdam(Optimizer):
 
     @no_grad()
     def step(self, closure=None):
-        loss = self._closure_loss(closure)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            states = [self._lazy_state(p, "exp_avg", "exp_avg_sq") for p in params]
-            if params:
-                getattr(self, "_" + implementation(group, params))(group, params, states)
-        return loss
+        return self._step_groups(closure, lambda p, group: self._lazy_state(p, "exp_avg", "exp_avg_sq"))
 
     @staticmethod
     def _single(group, params, states) -> None:

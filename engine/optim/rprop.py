@@ -7,7 +7,7 @@ from engine import dtypes
 from engine.autograd.grad_mode import no_grad
 from engine.creation import full_like, tensor, zeros_like
 from engine.optim import foreach
-from engine.optim.optimizer import Optimizer, by_device_and_dtype, implementation, number
+from engine.optim.optimizer import Optimizer, by_device_and_dtype, number
 from engine.tensor import Tensor
 
 
@@ -66,13 +66,7 @@ class Rprop(Optimizer):
 
     @no_grad()
     def step(self, closure=None):
-        loss = self._closure_loss(closure)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            states = [self._init_state(p, group["lr"]) for p in params]
-            if params:
-                getattr(self, "_" + implementation(group, params))(group, params, states)
-        return loss
+        return self._step_groups(closure, lambda p, group: self._init_state(p, group["lr"]))
 
     @staticmethod
     def _single(group, params, states) -> None:

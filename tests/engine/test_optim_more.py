@@ -58,15 +58,16 @@ def _steps(case) -> int:
     return STEPS.get(case.split()[0], 3)
 
 
-def _cases():
-    for case in CASES:
+def _cases(cases=CASES):
+    for case in cases:
         for impl in IMPLS:
             yield pytest.param(case, impl, id=f"{case}-{impl}")
 
 
-def _setup(m, case, impl, dtype):
+def _setup(m, case, impl, dtype, cases=CASES):
+    """(params, optimizer named by the case's first word with its kwargs, make-gradients)."""
     params, loss = _model(m, dtype)
-    opt = getattr(m.optim, case.split()[0])(params, **CASES[case], **IMPLS[impl])
+    opt = getattr(m.optim, case.split()[0])(params, **cases[case], **IMPLS[impl])
 
     def grads():
         opt.zero_grad(set_to_none=True)
@@ -75,9 +76,10 @@ def _setup(m, case, impl, dtype):
     return params, opt, grads
 
 
-def _run(m, case, impl, dtype):
-    params, opt, grads = _setup(m, case, impl, dtype)
-    for _ in range(_steps(case)):
+def _run(m, case, impl, dtype, cases=CASES, steps=None):
+    """Parameters and state after the case's steps (`steps`, else _steps(case))."""
+    params, opt, grads = _setup(m, case, impl, dtype, cases)
+    for _ in range(steps or _steps(case)):
         grads()
         opt.step()
     state = [{k: np.asarray(v.detach().numpy()) for k, v in opt.state[p].items()} for p in params]

@@ -10,23 +10,8 @@ import pytest
 
 import engine
 from tests.conftest import assert_raises_as_torch
+from tests.engine import test_optim_more as _more
 from tests.engine.test_memory_vs_torch import assert_steps_as_torch
-
-# two Linear layers' weights and biases and a 3-d parameter
-SHAPES = [(24, 16), (24,), (8, 24), (8,), (3, 4, 5)]
-
-
-def _model(m, dtype=np.float64, seed=0):
-    rng = np.random.default_rng(seed)
-    params = [m.tensor(rng.standard_normal(s).astype(dtype), requires_grad=True) for s in SHAPES]
-    x = m.tensor(rng.standard_normal((5, 16)).astype(dtype))
-
-    def loss():
-        h = (x @ params[0].t() + params[1]).tanh()
-        return ((h @ params[2].t() + params[3]) ** 2).mean() + (params[4] ** 3).sum() * 0.01
-
-    return params, loss
-
 
 CASES = {
     "Rprop": dict(),
@@ -41,33 +26,18 @@ CASES = {
     "ASGD t0 lambd alpha": dict(lr=0.05, t0=1.0, lambd=0.01, alpha=0.5),
 }
 STEPS = 5
-IMPLS = {"single": dict(foreach=False), "foreach": dict(foreach=True)}
 
 
 def _cases():
-    for case in CASES:
-        for impl in IMPLS:
-            yield pytest.param(case, impl, id=f"{case}-{impl}")
+    return _more._cases(CASES)
 
 
 def _setup(m, case, impl, dtype):
-    params, loss = _model(m, dtype)
-    opt = getattr(m.optim, case.split()[0])(params, **CASES[case], **IMPLS[impl])
-
-    def grads():
-        opt.zero_grad(set_to_none=True)
-        loss().backward()
-
-    return params, opt, grads
+    return _more._setup(m, case, impl, dtype, CASES)
 
 
 def _run(m, case, impl, dtype):
-    params, opt, grads = _setup(m, case, impl, dtype)
-    for _ in range(STEPS):
-        grads()
-        opt.step()
-    state = [{k: np.asarray(v.detach().numpy()) for k, v in opt.state[p].items()} for p in params]
-    return [p.detach().numpy().copy() for p in params], state, opt
+    return _more._run(m, case, impl, dtype, CASES, STEPS)
 
 
 @pytest.mark.torch
