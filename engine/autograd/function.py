@@ -220,6 +220,7 @@ class Function:
         """torch's next_functions: one (node, input_nr) pair per input, (None, 0) where the
         input needs no gradient."""
         return tuple(_NO_EDGE if e is None else e for e in self._edges)
+
     _named: dict | None = None  # what save() kept, by name
     saved: list
     sequence_nr: int

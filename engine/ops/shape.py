@@ -147,9 +147,7 @@ class Stack(Function):
 
     def backward(self, g):
         lead = (slice(None),) * self.dim
-        return tuple(
-            g[lead + (i,)] if nf is not None else None for i, nf in enumerate(self._edges)
-        )
+        return tuple(g[lead + (i,)] if nf is not None else None for i, nf in enumerate(self._edges))
 
     def name(self):
         return "StackBackward0"

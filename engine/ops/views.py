@@ -575,9 +575,7 @@ class Copy(Function):
         # torch's CopyBackwards: zeros for dst's history when that needs a gradient (dst's old
         # values did not reach the result, so its gradient is 0, not absent), made first
         grads = [
-            None
-            if self._edges[0] is None
-            else kernels.zeros(tuple(g.shape), g._dtype, g._device)
+            None if self._edges[0] is None else kernels.zeros(tuple(g.shape), g._dtype, g._device)
         ]
         if self.src_t:
             gs = sum_to(g, self.src_shape)

@@ -53,7 +53,9 @@ class Adadelta(Optimizer):
 
     @no_grad()
     def step(self, closure=None):
-        return self._step_groups(closure, lambda p, group: self._lazy_state(p, "square_avg", "acc_delta"))
+        return self._step_groups(
+            closure, lambda p, group: self._lazy_state(p, "square_avg", "acc_delta")
+        )
 
     @staticmethod
     def _single(group, params, states) -> None:

@@ -53,7 +53,9 @@ class RAdam(Optimizer):
 
     @no_grad()
     def step(self, closure=None):
-        return self._step_groups(closure, lambda p, group: self._lazy_state(p, "exp_avg", "exp_avg_sq"))
+        return self._step_groups(
+            closure, lambda p, group: self._lazy_state(p, "exp_avg", "exp_avg_sq")
+        )
 
     @staticmethod
     def _single(group, params, states) -> None:
