@@ -215,11 +215,16 @@ class Function:
     # walk tests `is None`); torch's view of them is next_functions, (None, 0) for those
     _edges: tuple = ()
 
+    def _public_edges(self) -> tuple:
+        """The edges torch's node lists: its inputs in its order (a node whose inputs differ
+        from the engine's, a mask or a Python number, says so here)."""
+        return self._edges
+
     @property
     def next_functions(self) -> tuple:
         """torch's next_functions: one (node, input_nr) pair per input, (None, 0) where the
         input needs no gradient."""
-        return tuple(_NO_EDGE if e is None else e for e in self._edges)
+        return tuple(_NO_EDGE if e is None else e for e in self._public_edges())
 
     _named: dict | None = None  # what save() kept, by name
     saved: list

@@ -505,8 +505,19 @@ def _is_bool(v) -> bool:
     return v._dtype is dtypes.bool_ if isinstance(v, Tensor) else isinstance(v, bool)
 
 
+# Python's `x op number` (and `number op x` for + and *) wraps the number in a tensor: torch's
+# node lists it second, an input with no gradient
+_SCALAR_OTHER_NODES = frozenset({"AddBackward0", "SubBackward0", "MulBackward0", "DivBackward0"})
+
+
 class Binary(Function):
     """z = f(a, b); a and/or b are tensors (at least one), the other may be a Python number."""
+
+    def _public_edges(self) -> tuple:
+        if getattr(self, "a_t", True) != getattr(self, "b_t", True):
+            if self.name() in _SCALAR_OTHER_NODES:
+                return self._edges + (None,)
+        return self._edges
 
     opname = "binary"
     ufunc = None
@@ -726,6 +737,15 @@ class Div(Binary):
             return super().forward(a, b, out=out)
         self.float_result = False
         return super().forward(a, b, out=out, rounding_mode=rounding_mode)
+
+    def name(self) -> str:
+        # div.Tensor_mode (a Python number is wrapped): DivBackward2
+        return "DivBackward0" if getattr(self, "rounding_mode", None) is None else "DivBackward2"
+
+    def _public_edges(self) -> tuple:
+        if getattr(self, "rounding_mode", None) is not None and self.a_t != self.b_t:
+            return self._edges + (None,)
+        return super()._public_edges()
 
     def kernel(self, xp, a, b, y, rounding_mode=None, dtype=None):
         if rounding_mode is None:
@@ -954,6 +974,12 @@ class Where(Function):
             )
         return tuple(grads)
 
+    def _public_edges(self) -> tuple:
+        # torch's node lists self and other (a number: an input with no gradient), not the
+        # condition
+        rest = iter(self._edges[1:])
+        return (next(rest) if self.x_t else None, next(rest) if self.y_t else None)
+
     def name(self) -> str:
         return "WhereBackward0"
 
@@ -996,6 +1022,12 @@ class MaskedFill(Function):
         if nf[2] is not None:
             gv = g.where(mask, 0.0).sum()
         return (gx, None, gv)
+
+    def _public_edges(self) -> tuple:
+        return (self._edges[0], self._edges[2]) if self.v_t else (self._edges[0],)  # not the mask
+
+    def name(self) -> str:
+        return "MaskedFillBackward1" if self.v_t else "MaskedFillBackward0"
 
 
 class LogicalNot(Function):

@@ -819,3 +819,31 @@ def test_next_functions_are_torchs_pairs_none_included():
             pairs[0][0].name().removeprefix("torch::autograd::"),
         )
     assert seen[engine] == seen[torch]
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "x * 2", "2 * x", "x + 2", "2 + x", "x - 2", "2 - x", "x / 2", "2 / x", "x ** 2",
+        "2 ** x", "m.where(x > 0, x, 0.0)", "m.where(x > 0, 0.0, x)", "m.where(x > 0, x, x * 2)",
+        "x.add(2, alpha=3)", "m.mul(x, 2)", "x.clamp(0, 1)", "m.maximum(x, x * 2)",
+        "x.masked_fill(x > 0, 1.0)", "x.masked_fill(x > 0, v)", "x.clone().masked_fill_(x > 0, 1.0)",
+        "x.sub(2, alpha=2)", "x.div(2, rounding_mode='floor')", "x.div(x * 2, rounding_mode='trunc')",
+    ],
+)  # fmt: skip
+def test_node_and_its_inputs_as_torchs(expr):
+    """The node's name and what its next_functions list, in torch's order: a Python number
+    wrapped by torch's binding is an input with no gradient, where's condition and a mask are
+    not inputs."""
+    import torch
+
+    seen = {}
+    for m in (torch, engine):
+        x = m.ones(3, requires_grad=True)
+        v = m.tensor(2.0, requires_grad=True)
+        fn = eval(expr, {"m": m, "x": x, "v": v}).grad_fn
+        seen[m] = (
+            fn.name(),
+            [None if f is None else f.name().removeprefix("torch::autograd::") for f, _ in fn.next_functions],
+        )  # fmt: skip
+    assert seen[engine] == seen[torch]
