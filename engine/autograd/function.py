@@ -216,9 +216,23 @@ class Function:
     _edges: tuple = ()
 
     def _public_edges(self) -> tuple:
-        """The edges torch's node lists: its inputs in its order (a node whose inputs differ
-        from the engine's, a mask or a Python number, says so here)."""
-        return self._edges
+        """The edges torch's node lists: its inputs in its order (edge_order), an input it
+        reaches through a transpose behind that TBackward0 (t_edges); a node whose inputs
+        differ from the engine's otherwise (a mask, a Python number) says so here."""
+        edges = self._edges
+        if self.t_edges:
+            shown = self.__dict__.get("_shown_t")  # one TBackward0 per input, kept: `is` holds
+            if shown is None:
+                from engine.autograd.engine import _Transposed
+
+                shown = self._shown_t = {
+                    i: (_Transposed(edges[i], self.sequence_nr), 0)
+                    for i in self.t_edges
+                    if i < len(edges) and edges[i] is not None
+                }
+            edges = tuple(shown.get(i, e) for i, e in enumerate(edges))
+        order = self.edge_order
+        return tuple(edges[i] for i in order) if order else edges
 
     @property
     def next_functions(self) -> tuple:

@@ -847,3 +847,40 @@ def test_node_and_its_inputs_as_torchs(expr):
             [None if f is None else f.name().removeprefix("torch::autograd::") for f, _ in fn.next_functions],
         )  # fmt: skip
     assert seen[engine] == seen[torch]
+
+
+def _tree(fn, depth=0) -> list[str]:
+    if fn is None:
+        return ["  " * depth + "None"]
+    out = ["  " * depth + fn.name().removeprefix("torch::autograd::")]
+    if "AccumulateGrad" not in fn.name():
+        for f, _ in fn.next_functions:
+            out += _tree(f, depth + 1)
+    return out
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m, lin, x: lin(x),
+        lambda m, lin, x: lin(m.ones(5, 2, 4)),
+        lambda m, lin, x: m.nn.functional.linear(x, lin.weight),
+        lambda m, lin, x: lin(m.ones(4)),
+    ],
+    ids=["2d-bias", "3d-bias", "no-bias", "vector-bias"],
+)
+def test_linear_graph_as_torchs(call):
+    """Linear's graph node by node: addmm(bias, input, weight.t()) lists the bias, the input and
+    the weight behind its TBackward0, in that order (the engine's node keeps its own order and
+    runs the transpose in its backward walk)."""
+    import torch
+
+    trees = {}
+    for m in (torch, engine):
+        m.manual_seed(0)
+        lin = m.nn.Linear(4, 3)
+        x = m.ones(2, 4, requires_grad=True)
+        y = call(m, lin, x)
+        trees[m] = _tree(y.grad_fn)
+        assert y.grad_fn.next_functions == y.grad_fn.next_functions  # the same nodes each time
+    assert trees[engine] == trees[torch]
