@@ -56,7 +56,24 @@ def test_every_engine_optimizer_is_a_scenario_optimizer(tmp_path):
         if isinstance(getattr(engine.optim, n), type) and n != "Optimizer"
     }
     assert set(OPTIMIZERS) == exported >= {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad"}
-    for opt, state in (("RMSprop", 1), ("Adagrad", 1)):
+    params, x = (8 * 8 + 8) * 4, 4 * 8 * 4
+    # per parameter tensor its state after the step (gradients freed): square_avg / sum /
+    # two moments, the parameter's size; Adafactor's (8, 8) weight row_var (8, 1) and col_var
+    # (1, 8), its (8,) bias a variance (8,); Rprop prev and step_size; ASGD ax and step, eta,
+    # mu (4 bytes each, on the device). The other 4-byte steps (and NAdam's mu_product) live on
+    # the cpu, as PyTorch's (not capturable), so the meta device does not hold them
+    state_bytes = {
+        "RMSprop": params,
+        "Adagrad": params,
+        "Adafactor": (8 + 8 + 8) * 4,
+        "NAdam": 2 * params,
+        "RAdam": 2 * params,
+        "Adamax": 2 * params,
+        "Adadelta": 2 * params,
+        "Rprop": 2 * params,
+        "ASGD": params + 2 * 3 * 4,
+    }
+    for opt, state in state_bytes.items():
         doc = {
             "name": "opt",
             "device": "meta",
@@ -72,8 +89,4 @@ def test_every_engine_optimizer_is_a_scenario_optimizer(tmp_path):
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         [variant] = run_scenario(path)["variants"]
         assert variant["status"] == "ok", variant["error"]
-        params, x = (8 * 8 + 8) * 4, 4 * 8 * 4
-        # after the step (gradients freed): x, the parameters, and per parameter tensor its
-        # state (square_avg / sum: the parameter's size); the 4-byte steps live on the cpu,
-        # as PyTorch's (not capturable), so the meta device does not hold them
-        assert variant["final_allocated_bytes"] == x + params + state * params
+        assert variant["final_allocated_bytes"] == x + params + state, opt
