@@ -53,21 +53,44 @@ def _inputs(m, shapes, dtype):
     return [m.tensor(rng.standard_normal(s).astype(dtype), requires_grad=True) for s in shapes]
 
 
-def _run(m, name, dtype=np.float64):
-    shapes, call = CASES[name]
+def run_case(m, case, dtype=np.float64):
+    """case = (input shapes, call(m, *inputs)): the result, every input's gradient for a seeded
+    cotangent, and the node chain."""
+    shapes, call = case
     ins = _inputs(m, shapes, dtype)
     y = call(m, *ins)
     y.backward(m.tensor(np.random.default_rng(2).standard_normal(tuple(y.shape)).astype(dtype)))
-    return y.detach().numpy(), [t.grad.numpy() for t in ins], node_chain(y.grad_fn)
+    chain = [n.removeprefix("torch::autograd::") for n in node_chain(y.grad_fn)]
+    return y.detach().numpy(), [t.grad.numpy() for t in ins], chain
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_values_gradients_and_nodes_as_torch(name):
-    (ey, eg, en), (ty, tg, tn) = _run(engine, name), _run(torch, name)
+def assert_case_as_torch(case) -> None:
+    """float64 values and gradients to 1e-13 and the node chain, engine against torch."""
+    (ey, eg, en), (ty, tg, tn) = run_case(engine, case), run_case(torch, case)
     np.testing.assert_allclose(ey, ty, rtol=1e-13, atol=1e-13)
     for a, b in zip(eg, tg, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
     assert en == tn
+
+
+def assert_case_blocks_as_torch(case) -> None:
+    """Every block forward and backward (float32) as torch's profiler shows it."""
+    shapes, call = case
+
+    def make(m):
+        ins = _inputs(m, shapes, np.float32)
+        return forward_backward(m, lambda: call(m, *ins) * 1.5)
+
+    assert_steps_as_torch(make)
+
+
+def _run(m, name, dtype=np.float64):
+    return run_case(m, CASES[name], dtype)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_values_gradients_and_nodes_as_torch(name):
+    assert_case_as_torch(CASES[name])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -80,13 +103,7 @@ def test_float32_values_as_torch(name):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_allocations_forward_and_backward_as_torch(name):
-    shapes, call = CASES[name]
-
-    def make(m):
-        ins = _inputs(m, shapes, np.float32)
-        return forward_backward(m, lambda: call(m, *ins) * 1.5)
-
-    assert_steps_as_torch(make)
+    assert_case_blocks_as_torch(CASES[name])
 
 
 def test_beta_zero_ignores_nan_input():
@@ -157,33 +174,14 @@ SMALL = {  # name -> (input shapes, call(m, *inputs))
 }
 
 
-def _run_small(m, name, dtype=np.float64):
-    shapes, call = SMALL[name]
-    ins = _inputs(m, shapes, dtype)
-    y = call(m, *ins)
-    y.backward(m.tensor(np.random.default_rng(2).standard_normal(tuple(y.shape)).astype(dtype)))
-    chain = [n.removeprefix("torch::autograd::") for n in node_chain(y.grad_fn)]
-    return y.detach().numpy(), [t.grad.numpy() for t in ins], chain
-
-
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_small_methods_values_gradients_and_nodes_as_torch(name):
-    (ey, eg, en), (ty, tg, tn) = _run_small(engine, name), _run_small(torch, name)
-    np.testing.assert_allclose(ey, ty, rtol=1e-13, atol=1e-13)
-    for a, b in zip(eg, tg, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
-    assert en == tn
+    assert_case_as_torch(SMALL[name])
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_small_methods_allocations_as_torch(name):
-    shapes, call = SMALL[name]
-
-    def make(m):
-        ins = _inputs(m, shapes, np.float32)
-        return forward_backward(m, lambda: call(m, *ins) * 1.5)
-
-    assert_steps_as_torch(make)
+    assert_case_blocks_as_torch(SMALL[name])
 
 
 ALIASES = ["absolute_", "arccos_", "arcsin_", "arctan_", "greater_", "greater_equal_", "less_"]

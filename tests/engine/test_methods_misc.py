@@ -8,19 +8,15 @@ import numpy as np
 import pytest
 
 import engine
-from tests.conftest import assert_raises_as_torch, node_chain
+from tests.conftest import assert_raises_as_torch
 from tests.engine.test_memory_vs_torch import (
     assert_sequence_as_torch,
     assert_steps_as_torch,
     forward_backward,
 )
+from tests.engine.test_methods_extra import assert_case_as_torch, assert_case_blocks_as_torch
 
 torch = pytest.importorskip("torch")
-
-
-def _inputs(m, shapes, dtype):
-    rng = np.random.default_rng(11)
-    return [m.tensor(rng.standard_normal(s).astype(dtype), requires_grad=True) for s in shapes]
 
 
 def _sum_pieces(pieces, weights=(1.0, -2.0, 0.5, 3.0)):
@@ -68,33 +64,14 @@ def _aw(m, x):
     return m.tensor(np.array([0.5, 1.0, 2.0, 0.1, 0.3]).astype(str(x.dtype).split(".")[1]))
 
 
-def _run(m, name, dtype=np.float64):
-    shapes, call = CASES[name]
-    ins = _inputs(m, shapes, dtype)
-    y = call(m, *ins)
-    y.backward(m.tensor(np.random.default_rng(2).standard_normal(tuple(y.shape)).astype(dtype)))
-    chain = [n.removeprefix("torch::autograd::") for n in node_chain(y.grad_fn)]
-    return y.detach().numpy(), [t.grad.numpy() for t in ins], chain
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_values_gradients_and_nodes_as_torch(name):
-    (ey, eg, en), (ty, tg, tn) = _run(engine, name), _run(torch, name)
-    np.testing.assert_allclose(ey, ty, rtol=1e-13, atol=1e-13)
-    for a, b in zip(eg, tg, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
-    assert en == tn
+    assert_case_as_torch(CASES[name])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_allocations_forward_and_backward_as_torch(name):
-    shapes, call = CASES[name]
-
-    def make(m):
-        ins = _inputs(m, shapes, np.float32)
-        return forward_backward(m, lambda: call(m, *ins) * 1.5)
-
-    assert_steps_as_torch(make)
+    assert_case_blocks_as_torch(CASES[name])
 
 
 @pytest.mark.parametrize("fn", ["unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes"])
