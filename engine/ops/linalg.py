@@ -102,11 +102,9 @@ class Matmul(Function):
         self.shapes = (a.shape, b.shape)
         # torch's mm_mat1/mm_mat2_backward make a column-major operand's gradient transposed
         # (so that its .t() comes back contiguous: w.t()'s weight gradient is then taken over
-        # by AccumulateGrad, not copied); the mm of a folded batch reads b as mat2
-        self.cols = (
-            a.ndim == 2 and b.ndim == 2 and _column_major(a._data),
-            a.ndim >= 2 and b.ndim == 2 and _column_major(b._data),
-        )
+        # by AccumulateGrad, not copied)
+        mats = a.ndim == 2 and b.ndim == 2
+        self.cols = (mats and _column_major(a._data), mats and _column_major(b._data))
         y = result_buffer(out, shape, result_type(a, b), dev, "matmul")
         if dev.type != "meta":
             ad, bd = a._data, b._data
@@ -133,19 +131,6 @@ class Matmul(Function):
         a2s = (1,) + sa if len(sa) == 1 else sa
         b2s = sb + (1,) if len(sb) == 1 else sb
         ga = gb = None
-        if len(sa) >= 3 and len(sb) <= 2:
-            # PyTorch folds a batched `a` times a matrix into one mm (a.view(-1, k) @ b): one
-            # gradient buffer per operand, no batch of per-matrix products summed afterwards.
-            g2 = g.reshape(-1, b2s[-1])
-            if self._edges[1] is not None:
-                a2 = saved[0].reshape(-1, sa[-1])
-                if self.cols[1]:  # grad.t().mm(mat1).t()
-                    gb = g2.transpose(0, 1).matmul(a2).transpose(0, 1).reshape(sb)
-                else:
-                    gb = a2.transpose(0, 1).matmul(g2).reshape(sb)
-            if self._edges[0] is not None:
-                ga = g2.matmul(saved[1].reshape(b2s).transpose(0, 1)).reshape(sa)
-            return (ga, gb)
         g2 = g.reshape(matmul_shape(a2s, b2s))
         if len(sa) == 2 and len(sb) == 2 and (self.cols[0] or self.cols[1]):
             return self._mm_backward(saved, g2)
