@@ -693,14 +693,11 @@ class Row:
 
 def segment_size(nbytes: int) -> int:
     """The segment PyTorch's caching allocator reserves for one block of `nbytes` (0 for 0):
-    2 MiB for a small block (<= 1 MiB), 20 MiB up to 10 MiB, else rounded up to 2 MiB."""
-    if nbytes <= 0:
-        return 0
-    if nbytes <= MiB:
-        return 2 * MiB
-    if nbytes < 10 * MiB:
-        return 20 * MiB
-    return -(-nbytes // (2 * MiB)) * 2 * MiB
+    the engine's caching model's rounding and segment rule."""
+    from engine.allocator.models.base import round_size
+    from engine.allocator.models.base import segment_size as model_segment
+
+    return model_segment(round_size(nbytes)) if nbytes > 0 else 0
 
 
 def compare(row: Row) -> list[str]:
