@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, get_origin
+from typing import Annotated, Any, Literal, get_origin
 
 from engine.ops.registry import Dims, IntOrPair, Reduction  # noqa: F401 - argument types
 
@@ -173,7 +173,7 @@ def _arg_type(name: str, param, hints: dict) -> Any:
         t = _ARG_TYPES[name]
         return t | None if default is None else t
     if name in hints:
-        return hints[name]
+        return _dataclass_arg(hints[name])
     if default is inspect.Parameter.empty or default is None:
         return _JSON_VALUE | None if default is None else _JSON_VALUE
     if isinstance(default, bool):
@@ -187,6 +187,74 @@ def _arg_type(name: str, param, hints: dict) -> Any:
     if isinstance(default, (tuple, list)):
         return list[int] | list[float]
     return _JSON_VALUE
+
+
+# A dataclass argument's field typed `object` (LinearCrossEntropyOptions.acc_dtype): the scenario
+# spelling of its values.
+_DATACLASS_FIELD_TYPES: dict[str, Any] = {
+    "acc_dtype": Literal["float16", "bfloat16", "float32", "float64"] | None,
+}
+
+
+def _dataclass_arg(hint: Any) -> Any:
+    """A hint naming an options dataclass (`LinearCrossEntropyOptions | None`), as a closed mapping.
+
+    pydantic's own handling of a stdlib dataclass takes only an instance in strict mode, and
+    whether it closes the mapping differs between its releases; a model of the dataclass's fields
+    (closed, strict) that becomes the dataclass after validation reads the same YAML everywhere,
+    and the dataclass's own checks (__post_init__) answer for bad values.
+    """
+    import dataclasses
+    import types
+    import typing
+
+    args = typing.get_args(hint)
+    is_union = get_origin(hint) in (typing.Union, types.UnionType)
+    members = args if is_union else (hint,)
+    if not any(isinstance(m, type) and dataclasses.is_dataclass(m) for m in members):
+        return hint
+    converted = tuple(
+        _dataclass_model(m) if isinstance(m, type) and dataclasses.is_dataclass(m) else m
+        for m in members
+    )
+    return typing.Union[converted] if is_union else converted[0]
+
+
+_DATACLASS_MODELS: dict[type, Any] = {}
+
+
+def _dataclass_model(cls: type) -> Any:
+    import dataclasses
+    import inspect
+
+    from pydantic import AfterValidator, ConfigDict, Field, PlainSerializer, create_model
+
+    if cls in _DATACLASS_MODELS:
+        return _DATACLASS_MODELS[cls]
+    hints = _hints(cls)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        t = _DATACLASS_FIELD_TYPES.get(f.name, hints.get(f.name, _JSON_VALUE | None))
+        if t is object:
+            t = _JSON_VALUE | None
+        fields[f.name] = (t, Field(f.default))
+    model = create_model(
+        cls.__name__,
+        __config__=ConfigDict(extra="forbid", strict=True),
+        __doc__=inspect.getdoc(cls),
+        **fields,
+    )
+
+    def to_dataclass(value):
+        return cls(**{name: getattr(value, name) for name in fields})
+
+    def serialize(value) -> dict:  # reports and dumps show the mapping the scenario wrote
+        return {name: getattr(value, name) for name in fields}
+
+    _DATACLASS_MODELS[cls] = Annotated[
+        model, AfterValidator(to_dataclass), PlainSerializer(serialize)
+    ]
+    return _DATACLASS_MODELS[cls]
 
 
 def _hints(fn) -> dict:

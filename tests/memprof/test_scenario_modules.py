@@ -460,3 +460,55 @@ def test_unknown_module_type_suggests_engine_layers(tmp_path):
         "expected a module type such as Linear, Conv2d or ReLU (did you mean 'LayerNorm'?), "
         "found 'LayerNrom'"
     ]
+
+
+# --- an options dataclass argument (LinearCrossEntropyLoss's options) -------------------------
+
+LCE = """\
+name: lce
+modules:
+  loss: {type: LinearCrossEntropyLoss, in_features: 32, num_classes: 1000, OPTIONS}
+inputs:
+  x: {shape: [64, 32], requires_grad: true}
+  t: {shape: [64], init: randint, high: 1000, dtype: int64}
+program:
+  - {id: l, module: loss, in: [x, t]}
+phases: [forward, {backward: l}]
+"""
+
+
+def test_an_options_dataclass_is_written_as_a_mapping_and_reaches_the_engine(tmp_path):
+    text = LCE.replace("OPTIONS", "options: {batch_chunk_size: $chunk}") + (
+        "variants:\n  whole: {chunk: 64}\n  chunked: {chunk: 8}\n"
+    )
+    report = run_scenario(write(tmp_path, text), device="cpu")
+    by_name = variants(report)
+    assert {v["status"] for v in by_name.values()} == {"ok"}
+    got = {n: by_name[n]["peak_allocated_bytes"] for n in ("whole", "chunked")}
+    assert got["chunked"] < got["whole"]  # the option reached engine.nn.LinearCrossEntropyLoss
+    assert got == {"whole": _engine_lce_peak(64), "chunked": _engine_lce_peak(8)}
+
+
+def _engine_lce_peak(chunk: int) -> int:
+    """The same program in Python on the engine: the reference bytes."""
+    from engine.allocator import get_allocator
+
+    engine.manual_seed(0)
+    get_allocator("cpu").reset()
+    options = engine.nn.LinearCrossEntropyOptions(batch_chunk_size=chunk)
+    loss_fn = engine.nn.LinearCrossEntropyLoss(32, 1000, options=options)
+    x = engine.randn(64, 32, requires_grad=True)
+    t = engine.randint(0, 1000, (64,))
+    engine.memory.reset_peak_memory_stats("cpu")
+    loss = loss_fn(x, t)
+    loss.backward()
+    return engine.memory.max_memory_allocated("cpu")
+
+
+def test_an_options_dataclass_refuses_unknown_keys_and_bad_values(tmp_path):
+    found = problems(tmp_path, LCE.replace("OPTIONS", "options: {batch_chunk_size: 8, bogus: 1}"))
+    assert found == ["unexpected field 'bogus'"]
+    found = problems(tmp_path, LCE.replace("OPTIONS", "options: {acc_policy: fast}"))
+    assert found == ["invalid acc_policy: 'fast' (in module 'loss')"]
+    found = problems(tmp_path, LCE.replace("OPTIONS", "options: {acc_dtype: int8}"))
+    assert found == ["expected 'float16', 'bfloat16', 'float32' or 'float64', found 'int8'"]
