@@ -14,7 +14,9 @@ Three parts (targets from issue 2):
 3. Dispatch: 10,000 ops on 4-element tensors, per-op time beside torch's and numpy's.
    Target: within 1.5x of torch (issue 15; issue 2 asked for 3x).
 4. erf and GELU on 4M float32 values (issue 15: an accurate float32 erf that is not ~10x
-   torch's): time beside torch's, and each side's largest error against float64 erf/GELU.
+   torch's): time beside torch's, and each side's largest error against float64 erf/GELU;
+   float32 erf runs engine._native's compiled loop where it was built, and its numpy passes
+   (the same bits) are timed beside it.
 
 Engine and torch runs are interleaved round by round, so a noisy (shared) machine slows both
 sides alike. Each figure is the best round (the least disturbed one, as `timeit` advises) and
@@ -216,9 +218,22 @@ def special_ops(rounds: int) -> list[dict]:
     gelu = engine.nn.functional.gelu
     rows = []
     ops = {"erf": (engine.erf, "erf"), "gelu": (gelu, "gelu")}
+    from engine import kernels
+
+    native = kernels.native
+
+    def numpy_form(fn):  # engine._native switched off for the call: its numpy passes
+        kernels.native = None
+        try:
+            return fn(ex)
+        finally:
+            kernels.native = native
+
     for name, (fn, tname) in ops.items():
         row = {"op": name}
         fns = {"engine": lambda fn=fn: fn(ex)}
+        if name == "erf" and native is not None:  # the compiled loop's numpy form, beside it
+            fns["numpy form"] = lambda fn=fn: numpy_form(fn)
         ours = fn(ex).numpy().astype(np.float64)
         if torch is not None:
             tx = torch.from_numpy(x)
@@ -229,6 +244,8 @@ def special_ops(rounds: int) -> list[dict]:
             row["torch_max_err"] = float(np.abs(tfn(tx).numpy().astype(np.float64) - ref).max())
         times = interleaved(fns, rounds, inner=2)
         row["engine_ms"] = best(times["engine"]) * 1e3
+        if "numpy form" in times:
+            row["numpy_form_ms"] = best(times["numpy form"]) * 1e3
         if torch is not None:
             row["torch_ms"] = best(times["torch"]) * 1e3
             row["engine_over_torch"] = ratio(times, "engine", "torch")
@@ -284,6 +301,12 @@ def print_table(large, small, info, special=()) -> None:
                 f"{r.get('engine_over_torch', nan):>11.2f}{r.get('engine_max_err', nan):>13.2e}"
                 f"{r.get('torch_max_err', nan):>12.2e}"
             )
+            if "numpy_form_ms" in r:
+                print(
+                    f"{'  (numpy)':<12}{r['numpy_form_ms']:>10.2f}{'':>10}"
+                    f"{r['numpy_form_ms'] / r['torch_ms'] if 'torch_ms' in r else nan:>11.2f}"
+                    "   erf's numpy passes, the same bits (MEMPROF_NATIVE=0, or not built)"
+                )
 
 
 def main(argv=None) -> int:

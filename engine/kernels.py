@@ -1071,8 +1071,26 @@ def _erf_rational_block(out, x, z, u, p):
     np.divide(p, _horner(u, _ERF_Q, z), out=out, casting="unsafe")
 
 
+def _load_native():
+    """engine._native (engine/_native.c) when it was built and MEMPROF_NATIVE is not 0, else None:
+    its loops give the numpy forms' bits, without their passes over memory or the GIL."""
+    if os.environ.get("MEMPROF_NATIVE", "1") == "0":
+        return None
+    try:
+        from engine import _native
+    except ImportError:
+        return None
+    _native.set_erf_coefficients(_ERF_P, _ERF_Q)
+    return _native
+
+
+# the compiled loops, or None: the numpy forms below (tests switch it to compare the two)
+native = _load_native()
+
+
 def _erf_rational(out, x) -> None:
-    """_erf_rational_block over blocks of _ERF_BLOCK elements, one set of scratch per thread.
+    """_erf_rational_block over blocks of _ERF_BLOCK elements, one set of scratch per thread
+    (or engine._native's loop over the same chunks, for contiguous float32).
 
     Each thread makes its scratch once a call and reuses it for every block: fresh 1 MiB
     temporaries for every block went back to the operating system (glibc trims the heap's top
@@ -1090,6 +1108,22 @@ def _erf_rational(out, x) -> None:
         )
         return
     n = fo.size
+    if (
+        native is not None
+        and fo.dtype == np.float32
+        and fx.dtype == np.float32
+        # element for element in place, or apart (a shifted overlap is numpy's to buffer)
+        and (fo.ctypes.data == fx.ctypes.data or not np.may_share_memory(fo, fx))
+    ):
+
+        def part(bounds):
+            native.erf_f32(fx[bounds[0] : bounds[1]], fo[bounds[0] : bounds[1]])
+
+        if pool_threads(n) > 1:
+            list(_get_pool().map(part, _chunks(n)))
+        elif n:
+            part((0, n))
+        return
     scratch: dict[int, np.ndarray] = {}  # thread id -> its scratch, for this call
 
     def part(bounds):
