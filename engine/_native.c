@@ -9,6 +9,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 /* kernels._ERF_P and kernels._ERF_Q: erf(x) = x P(x^2) / Q(x^2) for |x| <= 4 (x clamped to
  * +-4 beyond), evaluated in double and rounded once to float. kernels.py passes the
@@ -113,12 +116,200 @@ static PyObject *erf_f32(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* --- max pooling ---------------------------------------------------------------------------- */
+
+/* Buffers of one element type: 'f' (float32) or 'd' (float64); indices 8-byte integers. */
+static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    return PyObject_GetBuffer(obj, view, flags);
+}
+
+static char real_kind(Py_buffer *v) {
+    if (v->format == NULL) return 0;
+    if (strcmp(v->format, "f") == 0 && v->itemsize == 4) return 'f';
+    if (strcmp(v->format, "d") == 0 && v->itemsize == 8) return 'd';
+    return 0;
+}
+
+static int is_int64(Py_buffer *v) {
+    return v->format != NULL && v->itemsize == 8 &&
+           (strcmp(v->format, "q") == 0 || strcmp(v->format, "l") == 0);
+}
+
+/* PyTorch's max_pool2d_with_indices cpu kernel (aten/src/ATen/native/cpu/MaxPoolKernel.cpp),
+ * one window at a time: the scan starts at -inf with the window's first in-bounds position as
+ * its index and goes row-major over the in-bounds positions; a value takes over when strictly
+ * greater or NaN (so the first maximum wins, and the last NaN). */
+#define MAX_POOL_LOOP(T, U)                                                                      \
+    static void max_pool2d_##T(const T *x, T *y, long long *idx, Py_ssize_t planes,           \
+                               Py_ssize_t h, Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw,       \
+                               Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,     \
+                               Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t oh, Py_ssize_t ow) {   \
+        for (Py_ssize_t p = 0; p < planes; p++) {                                              \
+            const T *xp = x + p * h * w;                                                       \
+            for (Py_ssize_t i = 0; i < oh; i++) {                                              \
+                Py_ssize_t hs = i * sh - ph;                                                   \
+                Py_ssize_t he = hs + (kh - 1) * dh + 1;                                        \
+                if (he > h) he = h;                                                            \
+                while (hs < 0) hs += dh;                                                       \
+                for (Py_ssize_t j = 0; j < ow; j++) {                                          \
+                    Py_ssize_t ws = j * sw - pw;                                               \
+                    Py_ssize_t we = ws + (kw - 1) * dw + 1;                                    \
+                    if (we > w) we = w;                                                        \
+                    while (ws < 0) ws += dw;                                                   \
+                    long long best = (long long)(hs * w + ws);                                 \
+                    T m = -(T)INFINITY;                                                        \
+                    for (Py_ssize_t a = hs; a < he; a += dh) {                                 \
+                        for (Py_ssize_t b = ws; b < we; b += dw) {                             \
+                            T v = xp[a * w + b];                                               \
+                            /* bit masks, not branches (random data mispredicts them) */      \
+                            U take = (U)0 - (U)((v > m) | (v != v));                           \
+                            U vb, mb;                                                          \
+                            memcpy(&vb, &v, sizeof v);                                         \
+                            memcpy(&mb, &m, sizeof m);                                         \
+                            mb = (vb & take) | (mb & ~take);                                   \
+                            memcpy(&m, &mb, sizeof m);                                         \
+                            long long tk = -(long long)(take & 1);                             \
+                            best = ((long long)(a * w + b) & tk) | (best & ~tk);               \
+                        }                                                                      \
+                    }                                                                          \
+                    *y++ = m;                                                                  \
+                    *idx++ = best;                                                             \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+MAX_POOL_LOOP(float, uint32_t)
+MAX_POOL_LOOP(double, uint64_t)
+
+static PyObject *max_pool2d(PyObject *self, PyObject *args) {
+    PyObject *xo, *yo, *io;
+    Py_ssize_t planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+    if (!PyArg_ParseTuple(args, "OOOnnnnnnnnnnnnn", &xo, &yo, &io, &planes, &h, &w, &kh, &kw,
+                          &sh, &sw, &ph, &pw, &dh, &dw, &oh, &ow))
+        return NULL;
+    if (planes < 0 || h < 1 || w < 1 || kh < 1 || kw < 1 || sh < 1 || sw < 1 || ph < 0 ||
+        pw < 0 || dh < 1 || dw < 1 || oh < 0 || ow < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_pool2d: invalid geometry");
+        return NULL;
+    }
+    Py_buffer x, y, idx;
+    if (get_buffer(xo, &x, 0, "x") < 0) return NULL;
+    if (get_buffer(yo, &y, 1, "y") < 0) { PyBuffer_Release(&x); return NULL; }
+    if (get_buffer(io, &idx, 1, "indices") < 0) {
+        PyBuffer_Release(&x); PyBuffer_Release(&y);
+        return NULL;
+    }
+    char kind = real_kind(&x);
+    const char *error = NULL;
+    if (kind == 0 || real_kind(&y) != kind) error = "x and y must be float32 or float64 alike";
+    else if (!is_int64(&idx)) error = "indices must be int64";
+    else if (x.len != planes * h * w * x.itemsize) error = "x must hold planes * h * w values";
+    else if (y.len != planes * oh * ow * y.itemsize || idx.len != planes * oh * ow * 8)
+        error = "y and indices must hold planes * oh * ow values";
+    else {
+        /* every window must reach the input (PyTorch's output size rule guarantees it) */
+        for (Py_ssize_t i = 0; i < oh && !error; i++) {
+            Py_ssize_t hs = i * sh - ph, he = hs + (kh - 1) * dh + 1;
+            while (hs < 0) hs += dh;
+            if (hs >= h || hs >= he) error = "a window lies wholly in the padding";
+        }
+        for (Py_ssize_t j = 0; j < ow && !error; j++) {
+            Py_ssize_t ws = j * sw - pw, we = ws + (kw - 1) * dw + 1;
+            while (ws < 0) ws += dw;
+            if (ws >= w || ws >= we) error = "a window lies wholly in the padding";
+        }
+    }
+    if (error) {
+        PyErr_SetString(PyExc_ValueError, error);
+        PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&idx);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == 'f')
+        max_pool2d_float((const float *)x.buf, (float *)y.buf, (long long *)idx.buf, planes, h, w,
+                         kh, kw, sh, sw, ph, pw, dh, dw, oh, ow);
+    else
+        max_pool2d_double((const double *)x.buf, (double *)y.buf, (long long *)idx.buf, planes, h,
+                          w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&idx);
+    Py_RETURN_NONE;
+}
+
+/* max pooling's backward: per plane, in output order, gx[index] += g (accumulate, PyTorch's
+ * kernel and numpy's ufunc.at), or gx[index] = g for windows that do not overlap (the numpy
+ * form's put_along_axis; every index then appears once). */
+#define MAX_POOL_BACKWARD_LOOP(T)                                                               \
+    static void max_pool2d_backward_##T(const T *g, const long long *idx, T *gx,              \
+                                        Py_ssize_t planes, Py_ssize_t in_n, Py_ssize_t out_n,  \
+                                        int accumulate) {                                      \
+        for (Py_ssize_t p = 0; p < planes; p++) {                                              \
+            T *gp = gx + p * in_n;                                                             \
+            if (accumulate)                                                                    \
+                for (Py_ssize_t o = 0; o < out_n; o++) gp[*idx++] += *g++;                     \
+            else                                                                               \
+                for (Py_ssize_t o = 0; o < out_n; o++) gp[*idx++] = *g++;                      \
+        }                                                                                      \
+    }
+MAX_POOL_BACKWARD_LOOP(float)
+MAX_POOL_BACKWARD_LOOP(double)
+
+static PyObject *max_pool2d_backward(PyObject *self, PyObject *args) {
+    PyObject *go, *io, *gxo;
+    Py_ssize_t planes, in_n, out_n;
+    int accumulate;
+    if (!PyArg_ParseTuple(args, "OOOnnnp", &go, &io, &gxo, &planes, &in_n, &out_n, &accumulate))
+        return NULL;
+    Py_buffer g, idx, gx;
+    if (get_buffer(go, &g, 0, "grad") < 0) return NULL;
+    if (get_buffer(io, &idx, 0, "indices") < 0) { PyBuffer_Release(&g); return NULL; }
+    if (get_buffer(gxo, &gx, 1, "grad_input") < 0) {
+        PyBuffer_Release(&g); PyBuffer_Release(&idx);
+        return NULL;
+    }
+    char kind = real_kind(&g);
+    const char *error = NULL;
+    if (planes < 0 || in_n < 1 || out_n < 0) error = "invalid sizes";
+    else if (kind == 0 || real_kind(&gx) != kind) error = "grad and grad_input must be alike";
+    else if (!is_int64(&idx)) error = "indices must be int64";
+    else if (g.len != planes * out_n * g.itemsize || idx.len != planes * out_n * 8)
+        error = "grad and indices must hold planes * out_n values";
+    else if (gx.len != planes * in_n * gx.itemsize) error = "grad_input must hold planes * in_n";
+    else {
+        const long long *ip = (const long long *)idx.buf;
+        for (Py_ssize_t k = 0; k < planes * out_n; k++)
+            if (ip[k] < 0 || ip[k] >= in_n) { error = "an index lies outside its plane"; break; }
+    }
+    if (error) {
+        PyErr_SetString(PyExc_ValueError, error);
+        PyBuffer_Release(&g); PyBuffer_Release(&idx); PyBuffer_Release(&gx);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == 'f')
+        max_pool2d_backward_float((const float *)g.buf, (const long long *)idx.buf,
+                                  (float *)gx.buf, planes, in_n, out_n, accumulate);
+    else
+        max_pool2d_backward_double((const double *)g.buf, (const long long *)idx.buf,
+                                   (double *)gx.buf, planes, in_n, out_n, accumulate);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&g); PyBuffer_Release(&idx); PyBuffer_Release(&gx);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"set_erf_coefficients", set_erf_coefficients, METH_VARARGS,
      "set_erf_coefficients(P, Q): kernels._ERF_P and _ERF_Q (7 and 6 floats)."},
     {"erf_f32", erf_f32, METH_VARARGS,
      "erf_f32(x, out): out = erf(x) for contiguous float32 buffers of equal length, as "
      "kernels._erf_rational_block computes it (bit for bit), without the GIL."},
+    {"max_pool2d", max_pool2d, METH_VARARGS,
+     "max_pool2d(x, y, indices, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow): "
+     "PyTorch's max_pool2d_with_indices over contiguous planes, without the GIL."},
+    {"max_pool2d_backward", max_pool2d_backward, METH_VARARGS,
+     "max_pool2d_backward(g, indices, grad_input, planes, in_n, out_n, accumulate): "
+     "grad_input[plane, index] += g (or = g), in output order, without the GIL."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,23 +16,11 @@ from engine import kernels
 NATIVE = kernels.native
 
 
-@pytest.fixture(params=["numpy", "native"])
-def form(request, monkeypatch):
-    """Which loop float32 erf runs: numpy's passes, or the compiled one (skipped unbuilt)."""
-    if request.param == "native":
-        if NATIVE is None:
-            pytest.skip("engine._native is off (not built, or MEMPROF_NATIVE=0): numpy form only")
-        monkeypatch.setattr(kernels, "native", NATIVE)
-    else:
-        monkeypatch.setattr(kernels, "native", None)
-    return request.param
-
-
 def _erf64(x: np.ndarray) -> np.ndarray:
     return np.array([math.erf(v) for v in x.astype(np.float64).tolist()])
 
 
-def test_float32_erf_is_within_half_an_ulp_of_float64_erf(form):
+def test_float32_erf_is_within_half_an_ulp_of_float64_erf(kernel_form):
     x = np.concatenate(
         [np.linspace(-8, 8, 200_001, dtype=np.float32), np.float32([0, -0.0, 1e-30, -1e-7, 4, -4])]
     )
@@ -47,7 +35,7 @@ def test_float32_erf_is_within_half_an_ulp_of_float64_erf(form):
     assert got[-2] == 1.0 and got[-1] == -1.0
 
 
-def test_float32_erf_is_the_same_on_one_and_many_threads(form):
+def test_float32_erf_is_the_same_on_one_and_many_threads(kernel_form):
     x = engine.randn(1 << 19) * 3
     before = engine.get_num_threads()
     try:
@@ -60,7 +48,7 @@ def test_float32_erf_is_the_same_on_one_and_many_threads(form):
     assert np.array_equal(one, two)
 
 
-def test_float32_erf_of_strided_and_odd_sized_tensors_is_elementwise(form):
+def test_float32_erf_of_strided_and_odd_sized_tensors_is_elementwise(kernel_form):
     """Blocks and per-thread scratch must not show: a transposed tensor (the strided path), and
     lengths either side of a block's, give each element what it gives alone."""
     x = engine.randn(700, 500) * 3
@@ -84,7 +72,7 @@ def test_float64_erf_keeps_float64_precision():
     assert np.abs(got - _erf64(x)).max() < 1e-15
 
 
-def test_float32_erf_matches_torch(form):
+def test_float32_erf_matches_torch(kernel_form):
     torch = pytest.importorskip("torch")
     x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32) * 3
     ours = engine.erf(engine.tensor(x)).numpy()

@@ -135,7 +135,7 @@ def _tiled_max(xp, x3, y3, i3, geo, q0: int, q1: int) -> bool:
             i, j = divmod(k, kw)
             v = x3[p0:p1, i:hh:kh, j:ww:kw]
             xp.greater(v, yr, out=m)
-            xp.maximum(yr, v, out=yr)
+            xp.copyto(yr, v, where=m)  # the value at the index, as torch (a tie of +-0 too)
             xp.multiply(m, code_dtype(k), out=tk)
             xp.maximum(cr, tk, out=cr)
         ir = i3[p0:p1]
@@ -185,7 +185,7 @@ def _general_max(xp, x3, y3, i3, geo, q0: int, q1: int) -> None:
                 nm = nan[: p1 - p0, lh:hh, lw:hw]
                 xp.not_equal(v, v, out=nm)  # NaN wins, as in torch
                 xp.logical_or(m, nm, out=m)
-            xp.maximum(yr, v, out=yr)
+            xp.copyto(yr, v, where=m)  # the value at the index, as torch (a tie of +-0 too)
             tk = taken[: p1 - p0, lh:hh, lw:hw]
             xp.multiply(m, code_dtype(k + 1), out=tk)
             cs = cr[: p1 - p0, lh:hh, lw:hw]
@@ -203,6 +203,28 @@ def _general_max(xp, x3, y3, i3, geo, q0: int, q1: int) -> None:
         ir += cl
         ir += base
         xp.copyto(ir, first, where=none)
+
+
+def _native_ok(*arrays) -> bool:
+    """engine._native's max pooling can take these arrays: built, numpy, float32/float64 values
+    and C-contiguous (the numpy forms take any other)."""
+    return (
+        kernels.native is not None
+        and all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in arrays)
+        and arrays[0].dtype in (np.float32, np.float64)
+    )
+
+
+def _native_planes(run, planes: int, plane_elems: int) -> None:
+    """run(q0, q1) over ranges of whole planes, on the engine's pool when the work is large
+    (the compiled loops release the GIL); a plane's result does not depend on the split."""
+    threads = kernels.pool_threads(planes * plane_elems)
+    if threads <= 1 or planes < 2:
+        run(0, planes)
+        return
+    step = -(-planes // min(planes, threads))
+    bounds = [(q, min(q + step, planes)) for q in range(0, planes, step)]
+    list(kernels._get_pool().map(lambda b: run(*b), bounds))
 
 
 class MaxPool2d(Function):
@@ -227,7 +249,15 @@ class MaxPool2d(Function):
             x3, keep = _reshaped(x, (n * c, h, w))
             y3, i3 = y._data.reshape(n * c, oh, ow), idx._data.reshape(n * c, oh, ow)
 
-            if not (self.tiled and _tiled_max(xp, x3, y3, i3, geo, 0, n * c)):
+            if _native_ok(x3, y3, i3):
+                _native_planes(
+                    lambda q0, q1: kernels.native.max_pool2d(
+                        x3[q0:q1], y3[q0:q1], i3[q0:q1], q1 - q0, *geo[2:]
+                    ),
+                    n * c,
+                    h * w,
+                )
+            elif not (self.tiled and _tiled_max(xp, x3, y3, i3, geo, 0, n * c)):
                 _general_max(xp, x3, y3, i3, geo, 0, n * c)
             del keep
         self.save(indices=idx)
@@ -239,6 +269,21 @@ class MaxPool2d(Function):
         idx = self.kept("indices")
         dev = g._device
         gx = kernels.zeros(self.x_shape, g._dtype, dev)
+        if _live(dev) and kernels.native is not None:
+            g2, gkeep = _reshaped(g, (n * c, oh * ow))
+            i2 = idx._data.reshape(n * c, oh * ow)
+            gx2 = gx._data.reshape(n * c, h * w)
+            if _native_ok(g2, i2, gx2):
+                # engine._native: the same sums in the same order as the numpy forms below
+                _native_planes(
+                    lambda q0, q1: kernels.native.max_pool2d_backward(
+                        g2[q0:q1], i2[q0:q1], gx2[q0:q1], q1 - q0, h * w, oh * ow, not self.tiled
+                    ),
+                    n * c,
+                    h * w,
+                )
+                return (gx,)
+            del g2, gkeep
         if _live(dev) and self.tiled:
             # windows that do not overlap: each input gets at most one gradient, so the
             # gradient is scattered to the argmax positions in one pass

@@ -1,0 +1,22 @@
+"""Fixtures of the engine's tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import kernels
+
+NATIVE = kernels.native  # engine._native, or None (not built, or MEMPROF_NATIVE=0)
+
+
+@pytest.fixture(params=["numpy", "native"])
+def kernel_form(request, monkeypatch):
+    """Which form a kernel with a compiled loop runs: numpy's passes, or engine._native's loop
+    (skipped where it is off). The two must give the same bits."""
+    if request.param == "native":
+        if NATIVE is None:
+            pytest.skip("engine._native is off (not built, or MEMPROF_NATIVE=0): numpy form only")
+        monkeypatch.setattr(kernels, "native", NATIVE)
+    else:
+        monkeypatch.setattr(kernels, "native", None)
+    return request.param
