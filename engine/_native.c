@@ -81,45 +81,8 @@ static void erf_f32_loop(const float *x, float *out, Py_ssize_t n) {
     }
 }
 
-static int get_floats(PyObject *obj, Py_buffer *view, int writable, const char *what) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    if (view->itemsize != 4 || view->format == NULL || strcmp(view->format, "f") != 0) {
-        PyErr_Format(PyExc_TypeError, "%s must be a contiguous float32 buffer", what);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
-static PyObject *erf_f32(PyObject *self, PyObject *args) {
-    PyObject *src, *dst;
-    if (!PyArg_ParseTuple(args, "OO", &src, &dst)) return NULL;
-    if (!erf_ready) {
-        PyErr_SetString(PyExc_RuntimeError, "set_erf_coefficients was not called");
-        return NULL;
-    }
-    Py_buffer in, out;
-    if (get_floats(src, &in, 0, "x") < 0) return NULL;
-    if (get_floats(dst, &out, 1, "out") < 0) { PyBuffer_Release(&in); return NULL; }
-    if (in.len != out.len) {
-        PyErr_SetString(PyExc_ValueError, "x and out must have the same number of elements");
-        PyBuffer_Release(&in); PyBuffer_Release(&out);
-        return NULL;
-    }
-    Py_ssize_t n = in.len / 4;
-    Py_BEGIN_ALLOW_THREADS
-    erf_f32_loop((const float *)in.buf, (float *)out.buf, n);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&in);
-    PyBuffer_Release(&out);
-    Py_RETURN_NONE;
-}
-
-/* --- max pooling ---------------------------------------------------------------------------- */
-
 /* Buffers of one element type: 'f' (float32) or 'd' (float64); indices 8-byte integers. */
-static int get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what) {
+static int get_buffer(PyObject *obj, Py_buffer *view, int writable) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     return PyObject_GetBuffer(obj, view, flags);
 }
@@ -135,6 +98,41 @@ static int is_int64(Py_buffer *v) {
     return v->format != NULL && v->itemsize == 8 &&
            (strcmp(v->format, "q") == 0 || strcmp(v->format, "l") == 0);
 }
+
+static PyObject *erf_f32(PyObject *self, PyObject *args) {
+    PyObject *src, *dst;
+    if (!PyArg_ParseTuple(args, "OO", &src, &dst)) return NULL;
+    if (!erf_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "set_erf_coefficients was not called");
+        return NULL;
+    }
+    Py_buffer in, out;
+    if (get_buffer(src, &in, 0) < 0) return NULL;
+    if (get_buffer(dst, &out, 1) < 0) { PyBuffer_Release(&in); return NULL; }
+    PyObject *error = NULL;
+    const char *why = NULL;
+    if (real_kind(&in) != 'f' || real_kind(&out) != 'f') {
+        error = PyExc_TypeError;
+        why = "x and out must be contiguous float32 buffers";
+    } else if (in.len != out.len) {
+        error = PyExc_ValueError;
+        why = "x and out must have the same number of elements";
+    }
+    if (error) {
+        PyErr_SetString(error, why);
+        PyBuffer_Release(&in); PyBuffer_Release(&out);
+        return NULL;
+    }
+    Py_ssize_t n = in.len / 4;
+    Py_BEGIN_ALLOW_THREADS
+    erf_f32_loop((const float *)in.buf, (float *)out.buf, n);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    Py_RETURN_NONE;
+}
+
+/* --- max pooling ---------------------------------------------------------------------------- */
 
 /* PyTorch's max_pool2d_with_indices cpu kernel (aten/src/ATen/native/cpu/MaxPoolKernel.cpp),
  * one window at a time: the scan starts at -inf with the window's first in-bounds position as
@@ -194,9 +192,9 @@ static PyObject *max_pool2d(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer x, y, idx;
-    if (get_buffer(xo, &x, 0, "x") < 0) return NULL;
-    if (get_buffer(yo, &y, 1, "y") < 0) { PyBuffer_Release(&x); return NULL; }
-    if (get_buffer(io, &idx, 1, "indices") < 0) {
+    if (get_buffer(xo, &x, 0) < 0) return NULL;
+    if (get_buffer(yo, &y, 1) < 0) { PyBuffer_Release(&x); return NULL; }
+    if (get_buffer(io, &idx, 1) < 0) {
         PyBuffer_Release(&x); PyBuffer_Release(&y);
         return NULL;
     }
@@ -262,9 +260,9 @@ static PyObject *max_pool2d_backward(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOnnnp", &go, &io, &gxo, &planes, &in_n, &out_n, &accumulate))
         return NULL;
     Py_buffer g, idx, gx;
-    if (get_buffer(go, &g, 0, "grad") < 0) return NULL;
-    if (get_buffer(io, &idx, 0, "indices") < 0) { PyBuffer_Release(&g); return NULL; }
-    if (get_buffer(gxo, &gx, 1, "grad_input") < 0) {
+    if (get_buffer(go, &g, 0) < 0) return NULL;
+    if (get_buffer(io, &idx, 0) < 0) { PyBuffer_Release(&g); return NULL; }
+    if (get_buffer(gxo, &gx, 1) < 0) {
         PyBuffer_Release(&g); PyBuffer_Release(&idx);
         return NULL;
     }

@@ -1119,21 +1119,17 @@ def _erf_rational(out, x) -> None:
         def part(bounds):
             native.erf_f32(fx[bounds[0] : bounds[1]], fo[bounds[0] : bounds[1]])
 
-        if pool_threads(n) > 1:
-            list(_get_pool().map(part, _chunks(n)))
-        elif n:
-            part((0, n))
-        return
-    scratch: dict[int, np.ndarray] = {}  # thread id -> its scratch, for this call
+    else:
+        scratch: dict[int, np.ndarray] = {}  # thread id -> its scratch, for this call
 
-    def part(bounds):
-        lo, hi = bounds
-        s = scratch.get(threading.get_ident())
-        if s is None:
-            s = scratch[threading.get_ident()] = np.empty((3, min(_ERF_BLOCK, n)))
-        for i in range(lo, hi, _ERF_BLOCK):
-            j = min(i + _ERF_BLOCK, hi)
-            _erf_rational_block(fo[i:j], fx[i:j], *s[:, : j - i])
+        def part(bounds):
+            lo, hi = bounds
+            s = scratch.get(threading.get_ident())
+            if s is None:
+                s = scratch[threading.get_ident()] = np.empty((3, min(_ERF_BLOCK, n)))
+            for i in range(lo, hi, _ERF_BLOCK):
+                j = min(i + _ERF_BLOCK, hi)
+                _erf_rational_block(fo[i:j], fx[i:j], *s[:, : j - i])
 
     # (elementwise: where the chunks and blocks are cut does not change a value)
     if pool_threads(n) > 1:

@@ -7,7 +7,6 @@ forward program (`run_forward`); imports the engine lazily.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import itertools
@@ -64,11 +63,10 @@ def build_module(engine, spec, device: str, dtype_name: str):
         )
     cls = getattr(engine.nn, spec.type)
     nested = MODULES[spec.type].module_args
-    kwargs = module_kwargs(spec.model_dump(exclude={"type", *nested}, exclude_unset=True))
-    for name in kwargs:  # an options dataclass (LinearCrossEntropyOptions) as validated, not dumped
-        value = getattr(spec, name)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            kwargs[name] = value
+    # the arguments the spec sets, as validated (an options dataclass stays one: a dump would
+    # make it a mapping)
+    set_args = spec.model_fields_set - {"type", *nested}
+    kwargs = module_kwargs({name: getattr(spec, name) for name in set_args})
     for name in nested:  # a module argument (TransformerEncoder's encoder_layer) is built first
         sub = getattr(spec, name)
         if sub is not None:

@@ -9,6 +9,7 @@ arguments to editors, and the runner calls `OpDef.call`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_origin
@@ -208,29 +209,24 @@ def _dataclass_arg(hint: Any) -> Any:
     import types
     import typing
 
-    args = typing.get_args(hint)
     is_union = get_origin(hint) in (typing.Union, types.UnionType)
-    members = args if is_union else (hint,)
-    if not any(isinstance(m, type) and dataclasses.is_dataclass(m) for m in members):
-        return hint
+    members = typing.get_args(hint) if is_union else (hint,)
     converted = tuple(
         _dataclass_model(m) if isinstance(m, type) and dataclasses.is_dataclass(m) else m
         for m in members
     )
+    if converted == members:
+        return hint
     return typing.Union[converted] if is_union else converted[0]
 
 
-_DATACLASS_MODELS: dict[type, Any] = {}
-
-
+@functools.cache
 def _dataclass_model(cls: type) -> Any:
     import dataclasses
     import inspect
 
     from pydantic import AfterValidator, ConfigDict, Field, PlainSerializer, create_model
 
-    if cls in _DATACLASS_MODELS:
-        return _DATACLASS_MODELS[cls]
     hints = _hints(cls)
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
@@ -245,16 +241,13 @@ def _dataclass_model(cls: type) -> Any:
         **fields,
     )
 
-    def to_dataclass(value):
-        return cls(**{name: getattr(value, name) for name in fields})
-
-    def serialize(value) -> dict:  # reports and dumps show the mapping the scenario wrote
+    def mapping(value) -> dict:  # the model's or the dataclass's fields
         return {name: getattr(value, name) for name in fields}
 
-    _DATACLASS_MODELS[cls] = Annotated[
-        model, AfterValidator(to_dataclass), PlainSerializer(serialize)
+    # validated: the dataclass; dumped (reports): the mapping the scenario wrote
+    return Annotated[
+        model, AfterValidator(lambda value: cls(**mapping(value))), PlainSerializer(mapping)
     ]
-    return _DATACLASS_MODELS[cls]
 
 
 def _hints(fn) -> dict:

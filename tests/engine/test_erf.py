@@ -6,6 +6,9 @@ was built), which must give the same bits."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -119,10 +122,7 @@ def test_the_compiled_loop_refuses_what_it_cannot_read():
 
 
 def test_memprof_native_0_turns_the_compiled_loops_off():
-    import subprocess
-    import sys
-
     code = "from engine import kernels; print(kernels.native is None)"
-    env = {**__import__("os").environ, "MEMPROF_NATIVE": "0"}
+    env = {**os.environ, "MEMPROF_NATIVE": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "True", out.stderr

@@ -269,36 +269,29 @@ class MaxPool2d(Function):
         idx = self.kept("indices")
         dev = g._device
         gx = kernels.zeros(self.x_shape, g._dtype, dev)
-        if _live(dev) and kernels.native is not None:
-            g2, gkeep = _reshaped(g, (n * c, oh * ow))
-            i2 = idx._data.reshape(n * c, oh * ow)
-            gx2 = gx._data.reshape(n * c, h * w)
-            if _native_ok(g2, i2, gx2):
-                # engine._native: the same sums in the same order as the numpy forms below
-                _native_planes(
-                    lambda q0, q1: kernels.native.max_pool2d_backward(
-                        g2[q0:q1], i2[q0:q1], gx2[q0:q1], q1 - q0, h * w, oh * ow, not self.tiled
-                    ),
-                    n * c,
-                    h * w,
-                )
-                return (gx,)
-            del g2, gkeep
-        if _live(dev) and self.tiled:
+        if not _live(dev):
+            return (gx,)
+        xp = kernels.xp_of(g)
+        g2, gkeep = _reshaped(g, (n * c, oh * ow))
+        i2 = idx._data.reshape(n * c, oh * ow)
+        gx2 = gx._data.reshape(n * c, h * w)
+        if _native_ok(g2, i2, gx2):
+            # engine._native: the same sums in the same order as the numpy forms below
+            _native_planes(
+                lambda q0, q1: kernels.native.max_pool2d_backward(
+                    g2[q0:q1], i2[q0:q1], gx2[q0:q1], q1 - q0, h * w, oh * ow, not self.tiled
+                ),
+                n * c,
+                h * w,
+            )
+        elif self.tiled:
             # windows that do not overlap: each input gets at most one gradient, so the
             # gradient is scattered to the argmax positions in one pass
-            xp = kernels.xp_of(g)
-            g2, gkeep = _reshaped(g, (n * c, oh * ow))
-            i2 = idx._data.reshape(n * c, oh * ow)
-            xp.put_along_axis(gx._data.reshape(n * c, h * w), i2, g2, axis=1)
-            del gkeep
-        elif _live(dev):
+            xp.put_along_axis(gx2, i2, g2, axis=1)
+        else:
             # windows that overlap: an input may be the maximum of several, so the gradients
             # are added at the argmax positions one after the other in output order (ufunc.at),
             # as torch's kernel adds them; the flat positions cover a chunk of planes at a time
-            xp = kernels.xp_of(g)
-            g2, gkeep = _reshaped(g, (n * c, oh * ow))
-            i2 = idx._data.reshape(n * c, oh * ow)
             gflat = gx._data.reshape(-1)
             chunks, step = _plane_chunks(n * c, oh * ow)
             pos = xp.empty((step, oh * ow), dtype=np.int64)
@@ -308,7 +301,7 @@ class MaxPool2d(Function):
                 xp.add(i2[p0:p1], plane[: p1 - p0], out=pr)
                 pr += p0 * h * w
                 xp.add.at(gflat, pr.reshape(-1), g2[p0:p1].reshape(-1))
-            del gkeep
+        del gkeep
         return (gx,)
 
     def name(self):
