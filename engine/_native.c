@@ -137,48 +137,111 @@ static PyObject *erf_f32(PyObject *self, PyObject *args) {
 /* PyTorch's max_pool2d_with_indices cpu kernel (aten/src/ATen/native/cpu/MaxPoolKernel.cpp),
  * one window at a time: the scan starts at -inf with the window's first in-bounds position as
  * its index and goes row-major over the in-bounds positions; a value takes over when strictly
- * greater or NaN (so the first maximum wins, and the last NaN). */
-#define MAX_POOL_LOOP(T, U)                                                                      \
+ * greater or NaN (so the first maximum wins, and the last NaN).
+ *
+ * Takeovers are bit masks, not branches (random data mispredicts them). One window's scan is a
+ * chain of dependent compares, so windows that lie wholly inside the input are scanned
+ * POOL_LANES at a time, side by side (independent chains the core overlaps: 3x faster for 2x2
+ * windows); each window's own scan, and so its value and index, is the same as alone. */
+#define POOL_LANES 8
+#if defined(__GNUC__)
+#define NOINLINE __attribute__((noinline)) /* vectorized alone; inlined, gcc leaves it scalar */
+#else
+#define NOINLINE
+#endif
+
+#define MAX_POOL_LOOP(T, U, S)                                                                    \
+    static inline void max_pool_take_##T(T v, T *m, long long pos, long long *best) {          \
+        U take = (U)0 - (U)((v > *m) | (v != v));                                              \
+        U vb, mb;                                                                              \
+        memcpy(&vb, &v, sizeof v);                                                             \
+        memcpy(&mb, m, sizeof mb);                                                             \
+        mb = (vb & take) | (mb & ~take);                                                       \
+        memcpy(m, &mb, sizeof mb);                                                             \
+        long long tk = -(long long)(take & 1);                                                 \
+        *best = (pos & tk) | (*best & ~tk);                                                    \
+    }                                                                                          \
+    /* POOL_LANES windows side by side from `start` on, each wholly inside the plane; offsets  \
+     * within a window held as S, the values' width (so that the compiler can vectorize the     \
+     * lanes: 3x faster for float32's 2x2 windows than with 64-bit offsets) */                  \
+    static NOINLINE void max_pool_lanes_##T(const T *xp, T *y, long long *idx,                   \
+                                          Py_ssize_t start, Py_ssize_t w, Py_ssize_t kh,       \
+                                          Py_ssize_t kw, Py_ssize_t sw, Py_ssize_t dh,         \
+                                          Py_ssize_t dw) {                                     \
+        T m[POOL_LANES];                                                                       \
+        S best[POOL_LANES];                                                                    \
+        for (int l = 0; l < POOL_LANES; l++) {                                                 \
+            m[l] = -(T)INFINITY;                                                               \
+            best[l] = 0;                                                                       \
+        }                                                                                      \
+        const T *base = xp + start;                                                            \
+        for (Py_ssize_t a = 0; a < kh; a++) {                                                  \
+            for (Py_ssize_t b = 0; b < kw; b++) {                                              \
+                S off = (S)(a * dh * w + b * dw);                                              \
+                const T *r = base + off;                                                       \
+                for (int l = 0; l < POOL_LANES; l++) {                                         \
+                    T v = r[l * sw];                                                           \
+                    U take = (U)0 - (U)((v > m[l]) | (v != v));                                \
+                    U vb, mb;                                                                  \
+                    memcpy(&vb, &v, sizeof v);                                                 \
+                    memcpy(&mb, &m[l], sizeof mb);                                             \
+                    mb = (vb & take) | (mb & ~take);                                           \
+                    memcpy(&m[l], &mb, sizeof mb);                                             \
+                    best[l] = (off & (S)take) | (best[l] & ~(S)take);                          \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        for (int l = 0; l < POOL_LANES; l++) {                                                 \
+            y[l] = m[l];                                                                       \
+            idx[l] = (long long)(start + l * sw) + (long long)best[l];                         \
+        }                                                                                      \
+    }                                                                                          \
     static void max_pool2d_##T(const T *x, T *y, long long *idx, Py_ssize_t planes,           \
                                Py_ssize_t h, Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw,       \
                                Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,     \
                                Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t oh, Py_ssize_t ow) {   \
+        /* the output columns whose windows lie wholly inside: [j0, j1) */                    \
+        Py_ssize_t j0 = (pw + sw - 1) / sw, j1 = j0;                                           \
+        while (j1 < ow && j1 * sw - pw + (kw - 1) * dw < w) j1++;                              \
+        if ((kh - 1) * dh * w + (kw - 1) * dw > (Py_ssize_t)((~(U)0) >> 1))                    \
+            j1 = j0; /* offsets within a window too large for S: one by one */               \
         for (Py_ssize_t p = 0; p < planes; p++) {                                              \
             const T *xp = x + p * h * w;                                                       \
             for (Py_ssize_t i = 0; i < oh; i++) {                                              \
                 Py_ssize_t hs = i * sh - ph;                                                   \
                 Py_ssize_t he = hs + (kh - 1) * dh + 1;                                        \
+                int inside = hs >= 0 && he <= h;                                               \
                 if (he > h) he = h;                                                            \
                 while (hs < 0) hs += dh;                                                       \
                 for (Py_ssize_t j = 0; j < ow; j++) {                                          \
+                    if (inside && j == j0 && j1 - j0 >= POOL_LANES) {                          \
+                        /* whole groups of POOL_LANES windows; the rest one by one */         \
+                        for (; j + POOL_LANES <= j1; j += POOL_LANES) {                        \
+                            max_pool_lanes_##T(xp, y, idx, hs * w + j * sw - pw, w, kh, kw,    \
+                                               sw, dh, dw);                                    \
+                            y += POOL_LANES;                                                   \
+                            idx += POOL_LANES;                                                 \
+                        }                                                                      \
+                        if (j == ow) break;                                                    \
+                    }                                                                          \
                     Py_ssize_t ws = j * sw - pw;                                               \
                     Py_ssize_t we = ws + (kw - 1) * dw + 1;                                    \
                     if (we > w) we = w;                                                        \
                     while (ws < 0) ws += dw;                                                   \
                     long long best = (long long)(hs * w + ws);                                 \
                     T m = -(T)INFINITY;                                                        \
-                    for (Py_ssize_t a = hs; a < he; a += dh) {                                 \
-                        for (Py_ssize_t b = ws; b < we; b += dw) {                             \
-                            T v = xp[a * w + b];                                               \
-                            /* bit masks, not branches (random data mispredicts them) */      \
-                            U take = (U)0 - (U)((v > m) | (v != v));                           \
-                            U vb, mb;                                                          \
-                            memcpy(&vb, &v, sizeof v);                                         \
-                            memcpy(&mb, &m, sizeof m);                                         \
-                            mb = (vb & take) | (mb & ~take);                                   \
-                            memcpy(&m, &mb, sizeof m);                                         \
-                            long long tk = -(long long)(take & 1);                             \
-                            best = ((long long)(a * w + b) & tk) | (best & ~tk);               \
-                        }                                                                      \
-                    }                                                                          \
+                    for (Py_ssize_t a = hs; a < he; a += dh)                                   \
+                        for (Py_ssize_t b = ws; b < we; b += dw)                               \
+                            max_pool_take_##T(xp[a * w + b], &m, (long long)(a * w + b),       \
+                                              &best);                                          \
                     *y++ = m;                                                                  \
                     *idx++ = best;                                                             \
                 }                                                                              \
             }                                                                                  \
         }                                                                                      \
     }
-MAX_POOL_LOOP(float, uint32_t)
-MAX_POOL_LOOP(double, uint64_t)
+MAX_POOL_LOOP(float, uint32_t, int32_t)
+MAX_POOL_LOOP(double, uint64_t, int64_t)
 
 static PyObject *max_pool2d(PyObject *self, PyObject *args) {
     PyObject *xo, *yo, *io;

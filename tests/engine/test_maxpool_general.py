@@ -78,3 +78,28 @@ def test_overlapping_windows_by_hand():
     assert y.tolist() == [[[[5.0, 5.0, 3.0]]]] and idx.tolist() == [[[[1, 1, 4]]]]
     y.backward(engine.tensor(np.array([[[[1.0, 2.0, 4.0]]]], np.float32)))
     assert x.grad.tolist() == [[[[0.0, 3.0, 0.0, 0.0, 4.0]]]]
+
+
+WIDE_CASES = [
+    (k, s, p, d)
+    for k, s, p, d in itertools.product([1, 2, 3], [1, 2, 3], [0, 1], [1, 2])
+    if p <= (d * (k - 1) + 1) // 2
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kind", ["rand", "ties", "zeros", "nan", "ninf"])
+def test_wide_rows_are_torchs(kind, dtype, torch, kernel_form):
+    # rows of 53: most windows lie wholly inside, which the compiled loop scans 8 at a time
+    # side by side (the rest, and the padded borders, one by one); each window's value bits
+    # and index are torch's all the same
+    for i, (k, s, p, d) in enumerate(WIDE_CASES):
+        a = _input(kind, 200 + i)  # (2, 3, 11, 9): tiled out to rows of 53
+        a = np.concatenate([a] * 6, axis=-1)[..., :53].astype(dtype)
+        a[..., 9:] = np.roll(a[..., 9:], i + 1, axis=-2)  # not periodic
+        ty, ti = torch.nn.functional.max_pool2d(
+            torch.from_numpy(a), k, s, p, d, return_indices=True
+        )
+        ey, ei = engine.nn.functional.max_pool2d(engine.tensor(a), k, s, p, d, return_indices=True)
+        assert ey.numpy().tobytes() == ty.numpy().tobytes(), (k, s, p, d)
+        assert np.array_equal(ei.numpy(), ti.numpy()), (k, s, p, d)
