@@ -359,6 +359,54 @@ static PyObject *max_pool2d_backward(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* threshold_backward (torch's ReLU and Threshold gradients): out = v <= threshold ? 0 : g, a
+ * literal +0 where the input is at or below the threshold (a NaN input passes its gradient),
+ * g's own bits elsewhere. out may be g or v itself (element for element). */
+#define THRESHOLD_BACKWARD_LOOP(T)                                                              \
+    static void threshold_backward_##T(const T *g, const T *v, T *out, Py_ssize_t n,          \
+                                       T threshold) {                                          \
+        for (Py_ssize_t i = 0; i < n; i++) { /* both loads first: a select gcc vectorizes */  \
+            T gi = g[i], vi = v[i];                                                            \
+            out[i] = vi <= threshold ? (T)0 : gi;                                              \
+        }                                                                                      \
+    }
+THRESHOLD_BACKWARD_LOOP(float)
+THRESHOLD_BACKWARD_LOOP(double)
+
+static PyObject *threshold_backward(PyObject *self, PyObject *args) {
+    PyObject *go, *vo, *oo;
+    double threshold;
+    if (!PyArg_ParseTuple(args, "OOOd", &go, &vo, &oo, &threshold)) return NULL;
+    Py_buffer g, v, out;
+    if (get_buffer(go, &g, 0) < 0) return NULL;
+    if (get_buffer(vo, &v, 0) < 0) { PyBuffer_Release(&g); return NULL; }
+    if (get_buffer(oo, &out, 1) < 0) {
+        PyBuffer_Release(&g); PyBuffer_Release(&v);
+        return NULL;
+    }
+    char kind = real_kind(&out);
+    if (kind == 0 || real_kind(&g) != kind || real_kind(&v) != kind) {
+        PyErr_SetString(PyExc_TypeError, "g, v and out must be float32 or float64 alike");
+        PyBuffer_Release(&g); PyBuffer_Release(&v); PyBuffer_Release(&out);
+        return NULL;
+    }
+    if (g.len != out.len || v.len != out.len) {
+        PyErr_SetString(PyExc_ValueError, "g, v and out must have the same number of elements");
+        PyBuffer_Release(&g); PyBuffer_Release(&v); PyBuffer_Release(&out);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == 'f')
+        threshold_backward_float((const float *)g.buf, (const float *)v.buf, (float *)out.buf,
+                                 out.len / 4, (float)threshold);
+    else
+        threshold_backward_double((const double *)g.buf, (const double *)v.buf,
+                                  (double *)out.buf, out.len / 8, threshold);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&g); PyBuffer_Release(&v); PyBuffer_Release(&out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"set_erf_coefficients", set_erf_coefficients, METH_VARARGS,
      "set_erf_coefficients(P, Q): kernels._ERF_P and _ERF_Q (7 and 6 floats)."},
@@ -371,6 +419,9 @@ static PyMethodDef methods[] = {
     {"max_pool2d_backward", max_pool2d_backward, METH_VARARGS,
      "max_pool2d_backward(g, indices, grad_input, planes, in_n, out_n, accumulate): "
      "grad_input[plane, index] += g (or = g), in output order, without the GIL."},
+    {"threshold_backward", threshold_backward, METH_VARARGS,
+     "threshold_backward(g, v, out, threshold): out = v <= threshold ? 0 : g over contiguous "
+     "float32/float64 buffers of equal length, without the GIL."},
     {NULL, NULL, 0, NULL},
 };
 

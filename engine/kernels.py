@@ -1138,6 +1138,40 @@ def _erf_rational(out, x) -> None:
         part((0, n))
 
 
+def threshold_backward(xp, g, v, out, threshold: float = 0.0):
+    """out = v <= threshold ? 0 : g, as torch's threshold_backward (ReLU's gradient from its
+    result, Threshold's from its input): a literal +0 at or below the threshold, g's own bits
+    elsewhere (a NaN input passes its gradient; a NaN or infinite gradient below is 0, where a
+    product with a 0/1 mask would give NaN). engine._native's loop for contiguous float32 and
+    float64 operands, numpy's passes otherwise (the same bits: a select)."""
+    t = v.dtype.type
+    if xp is not np:
+        below = xp.less_equal(v, t(threshold))
+        xp.copyto(out, g)
+        xp.copyto(out, 0.0, where=below)
+        return out
+    if (
+        native is not None
+        and out.dtype in (np.float32, np.float64)
+        and g.dtype == out.dtype
+        and v.dtype == out.dtype
+        and g.shape == v.shape == out.shape
+        and out.flags.c_contiguous
+        and g.flags.c_contiguous
+        and v.flags.c_contiguous
+    ):
+        run_parallel(lambda gc, vc, oc: native.threshold_backward(gc, vc, oc, threshold), out, g, v)
+        return out
+
+    def part(gc, vc, oc):
+        below = np.less_equal(vc, t(threshold))  # (before out is written: out may be v)
+        np.copyto(oc, gc)
+        np.copyto(oc, 0.0, where=below)
+
+    run_parallel(part, out, np.broadcast_to(g, out.shape), np.broadcast_to(v, out.shape))
+    return out
+
+
 def erf_into(xp, x, out):
     """out = erf(x): to float64 precision for float64, within half an ulp + 2e-9 for float32 and
     float16 (_ERF_P); numpy has no erf, CuPy has cupyx.scipy.special.erf."""

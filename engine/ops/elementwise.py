@@ -315,13 +315,11 @@ class Relu(Unary):
 
     def backward(self, g):
         (y,) = self.saved_tensors
-        # threshold_backward(g, y, 0): g where y > 0 else 0; one buffer, no mask temporary:
-        # y >= 0, so sign(y) is exactly the 0/1 mask.
+        # threshold_backward(g, y, 0): 0 where y <= 0, else g (a select, not g * mask: a NaN
+        # result passes its gradient, and a NaN or infinite gradient at 0 gives 0)
         out = kernels.empty_for(g.shape, g._dtype, g._device, g._data, y._data)
         if g._device.type != "meta":
-            xp = kernels.xp_of(g)
-            _uf(xp, np.sign, y._data, out=out._data)
-            _uf(xp, np.multiply, out._data, g._data, out=out._data)
+            kernels.threshold_backward(kernels.xp_of(g), g._data, y._data, out._data)
         return (out,)
 
 
