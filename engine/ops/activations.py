@@ -189,12 +189,9 @@ class _Activation(Function):
     # product with it) where the input is inside, a literal 0 outside. A product with a 0/1
     # derivative differs where it matters: a NaN or infinite gradient outside (NaN, not 0), a
     # negative one (-0, not 0) and a NaN input (NaN, not the gradient: no comparison holds).
+    # Those subclasses set `selects` and write `grad(v, g, out, s1, s2)`: out = the input's
+    # gradient from the saved v and the gradient g, as torch's kernel selects it.
     selects = False
-
-    def grad(self, v, g, out, s1, s2) -> None:
-        """out = the input's gradient from saved v and gradient g, as torch's kernel selects
-        it (subclasses with `selects`)."""
-        raise NotImplementedError(f"{type(self).__name__} multiplies by df")  # pragma: no cover
 
     def name(self) -> str:
         return self.node_name
