@@ -87,6 +87,22 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int writable) {
     return PyObject_GetBuffer(obj, view, flags);
 }
 
+/* A loop's three buffers, all or none: a read, b read (or written: b_writable), c written. */
+static int get_three(PyObject *a, PyObject *b, PyObject *c, Py_buffer *va, Py_buffer *vb,
+                     Py_buffer *vc, int b_writable) {
+    if (get_buffer(a, va, 0) < 0) return -1;
+    if (get_buffer(b, vb, b_writable) < 0) { PyBuffer_Release(va); return -1; }
+    if (get_buffer(c, vc, 1) < 0) {
+        PyBuffer_Release(va); PyBuffer_Release(vb);
+        return -1;
+    }
+    return 0;
+}
+
+static void release_three(Py_buffer *va, Py_buffer *vb, Py_buffer *vc) {
+    PyBuffer_Release(va); PyBuffer_Release(vb); PyBuffer_Release(vc);
+}
+
 static char real_kind(Py_buffer *v) {
     if (v->format == NULL) return 0;
     if (strcmp(v->format, "f") == 0 && v->itemsize == 4) return 'f';
@@ -150,17 +166,22 @@ static PyObject *erf_f32(PyObject *self, PyObject *args) {
 #define NOINLINE
 #endif
 
+/* One step of a window's scan: v at offset `pos` takes over m (and its offset `best`, of type
+ * B) when greater or NaN, by bit masks of U (the values' bits) and of B. */
+#define MAX_POOL_TAKE(T, U, B, v, m, pos, best)                                                  \
+    do {                                                                                       \
+        T v_ = (v);                                                                            \
+        U take_ = (U)0 - (U)((v_ > (m)) | (v_ != v_));                                         \
+        U vb_, mb_;                                                                            \
+        memcpy(&vb_, &v_, sizeof vb_);                                                         \
+        memcpy(&mb_, &(m), sizeof mb_);                                                        \
+        mb_ = (vb_ & take_) | (mb_ & ~take_);                                                  \
+        memcpy(&(m), &mb_, sizeof mb_);                                                        \
+        B tk_ = -(B)(take_ & 1);                                                               \
+        (best) = ((pos) & tk_) | ((best) & ~tk_);                                              \
+    } while (0)
+
 #define MAX_POOL_LOOP(T, U, S)                                                                    \
-    static inline void max_pool_take_##T(T v, T *m, long long pos, long long *best) {          \
-        U take = (U)0 - (U)((v > *m) | (v != v));                                              \
-        U vb, mb;                                                                              \
-        memcpy(&vb, &v, sizeof v);                                                             \
-        memcpy(&mb, m, sizeof mb);                                                             \
-        mb = (vb & take) | (mb & ~take);                                                       \
-        memcpy(m, &mb, sizeof mb);                                                             \
-        long long tk = -(long long)(take & 1);                                                 \
-        *best = (pos & tk) | (*best & ~tk);                                                    \
-    }                                                                                          \
     /* POOL_LANES windows side by side from `start` on, each wholly inside the plane; offsets  \
      * within a window held as S, the values' width (so that the compiler can vectorize the     \
      * lanes: 3x faster for float32's 2x2 windows than with 64-bit offsets) */                  \
@@ -179,16 +200,8 @@ static PyObject *erf_f32(PyObject *self, PyObject *args) {
             for (Py_ssize_t b = 0; b < kw; b++) {                                              \
                 S off = (S)(a * dh * w + b * dw);                                              \
                 const T *r = base + off;                                                       \
-                for (int l = 0; l < POOL_LANES; l++) {                                         \
-                    T v = r[l * sw];                                                           \
-                    U take = (U)0 - (U)((v > m[l]) | (v != v));                                \
-                    U vb, mb;                                                                  \
-                    memcpy(&vb, &v, sizeof v);                                                 \
-                    memcpy(&mb, &m[l], sizeof mb);                                             \
-                    mb = (vb & take) | (mb & ~take);                                           \
-                    memcpy(&m[l], &mb, sizeof mb);                                             \
-                    best[l] = (off & (S)take) | (best[l] & ~(S)take);                          \
-                }                                                                              \
+                for (int l = 0; l < POOL_LANES; l++)                                           \
+                    MAX_POOL_TAKE(T, U, S, r[l * sw], m[l], off, best[l]);                    \
             }                                                                                  \
         }                                                                                      \
         for (int l = 0; l < POOL_LANES; l++) {                                                 \
@@ -232,8 +245,8 @@ static PyObject *erf_f32(PyObject *self, PyObject *args) {
                     T m = -(T)INFINITY;                                                        \
                     for (Py_ssize_t a = hs; a < he; a += dh)                                   \
                         for (Py_ssize_t b = ws; b < we; b += dw)                               \
-                            max_pool_take_##T(xp[a * w + b], &m, (long long)(a * w + b),       \
-                                              &best);                                          \
+                            MAX_POOL_TAKE(T, U, long long, xp[a * w + b], m,                   \
+                                          (long long)(a * w + b), best);                       \
                     *y++ = m;                                                                  \
                     *idx++ = best;                                                             \
                 }                                                                              \
@@ -255,12 +268,7 @@ static PyObject *max_pool2d(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer x, y, idx;
-    if (get_buffer(xo, &x, 0) < 0) return NULL;
-    if (get_buffer(yo, &y, 1) < 0) { PyBuffer_Release(&x); return NULL; }
-    if (get_buffer(io, &idx, 1) < 0) {
-        PyBuffer_Release(&x); PyBuffer_Release(&y);
-        return NULL;
-    }
+    if (get_three(xo, yo, io, &x, &y, &idx, 1) < 0) return NULL;
     char kind = real_kind(&x);
     const char *error = NULL;
     if (kind == 0 || real_kind(&y) != kind) error = "x and y must be float32 or float64 alike";
@@ -283,7 +291,7 @@ static PyObject *max_pool2d(PyObject *self, PyObject *args) {
     }
     if (error) {
         PyErr_SetString(PyExc_ValueError, error);
-        PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&idx);
+        release_three(&x, &y, &idx);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -294,7 +302,7 @@ static PyObject *max_pool2d(PyObject *self, PyObject *args) {
         max_pool2d_double((const double *)x.buf, (double *)y.buf, (long long *)idx.buf, planes, h,
                           w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&idx);
+    release_three(&x, &y, &idx);
     Py_RETURN_NONE;
 }
 
@@ -323,12 +331,7 @@ static PyObject *max_pool2d_backward(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOnnnp", &go, &io, &gxo, &planes, &in_n, &out_n, &accumulate))
         return NULL;
     Py_buffer g, idx, gx;
-    if (get_buffer(go, &g, 0) < 0) return NULL;
-    if (get_buffer(io, &idx, 0) < 0) { PyBuffer_Release(&g); return NULL; }
-    if (get_buffer(gxo, &gx, 1) < 0) {
-        PyBuffer_Release(&g); PyBuffer_Release(&idx);
-        return NULL;
-    }
+    if (get_three(go, io, gxo, &g, &idx, &gx, 0) < 0) return NULL;
     char kind = real_kind(&g);
     const char *error = NULL;
     if (planes < 0 || in_n < 1 || out_n < 0) error = "invalid sizes";
@@ -344,7 +347,7 @@ static PyObject *max_pool2d_backward(PyObject *self, PyObject *args) {
     }
     if (error) {
         PyErr_SetString(PyExc_ValueError, error);
-        PyBuffer_Release(&g); PyBuffer_Release(&idx); PyBuffer_Release(&gx);
+        release_three(&g, &idx, &gx);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -355,7 +358,7 @@ static PyObject *max_pool2d_backward(PyObject *self, PyObject *args) {
         max_pool2d_backward_double((const double *)g.buf, (const long long *)idx.buf,
                                    (double *)gx.buf, planes, in_n, out_n, accumulate);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&g); PyBuffer_Release(&idx); PyBuffer_Release(&gx);
+    release_three(&g, &idx, &gx);
     Py_RETURN_NONE;
 }
 
@@ -378,21 +381,16 @@ static PyObject *threshold_backward(PyObject *self, PyObject *args) {
     double threshold;
     if (!PyArg_ParseTuple(args, "OOOd", &go, &vo, &oo, &threshold)) return NULL;
     Py_buffer g, v, out;
-    if (get_buffer(go, &g, 0) < 0) return NULL;
-    if (get_buffer(vo, &v, 0) < 0) { PyBuffer_Release(&g); return NULL; }
-    if (get_buffer(oo, &out, 1) < 0) {
-        PyBuffer_Release(&g); PyBuffer_Release(&v);
-        return NULL;
-    }
+    if (get_three(go, vo, oo, &g, &v, &out, 0) < 0) return NULL;
     char kind = real_kind(&out);
     if (kind == 0 || real_kind(&g) != kind || real_kind(&v) != kind) {
         PyErr_SetString(PyExc_TypeError, "g, v and out must be float32 or float64 alike");
-        PyBuffer_Release(&g); PyBuffer_Release(&v); PyBuffer_Release(&out);
+        release_three(&g, &v, &out);
         return NULL;
     }
     if (g.len != out.len || v.len != out.len) {
         PyErr_SetString(PyExc_ValueError, "g, v and out must have the same number of elements");
-        PyBuffer_Release(&g); PyBuffer_Release(&v); PyBuffer_Release(&out);
+        release_three(&g, &v, &out);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -403,7 +401,7 @@ static PyObject *threshold_backward(PyObject *self, PyObject *args) {
         threshold_backward_double((const double *)g.buf, (const double *)v.buf,
                                   (double *)out.buf, out.len / 8, threshold);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&g); PyBuffer_Release(&v); PyBuffer_Release(&out);
+    release_three(&g, &v, &out);
     Py_RETURN_NONE;
 }
 
