@@ -1088,6 +1088,16 @@ def _load_native():
 native = _load_native()
 
 
+def native_takes(*arrays) -> bool:
+    """engine._native's loops can take these arrays: built, numpy, float32/float64 values (the
+    first array's) and C-contiguous (the numpy forms take any other)."""
+    return (
+        native is not None
+        and all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in arrays)
+        and arrays[0].dtype in (np.float32, np.float64)
+    )
+
+
 def _erf_rational(out, x) -> None:
     """_erf_rational_block over blocks of _ERF_BLOCK elements, one set of scratch per thread
     (or engine._native's loop over the same chunks, for contiguous float32).

@@ -205,16 +205,6 @@ def _general_max(xp, x3, y3, i3, geo, q0: int, q1: int) -> None:
         xp.copyto(ir, first, where=none)
 
 
-def _native_ok(*arrays) -> bool:
-    """engine._native's max pooling can take these arrays: built, numpy, float32/float64 values
-    and C-contiguous (the numpy forms take any other)."""
-    return (
-        kernels.native is not None
-        and all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in arrays)
-        and arrays[0].dtype in (np.float32, np.float64)
-    )
-
-
 def _native_planes(run, planes: int, plane_elems: int) -> None:
     """run(q0, q1) over ranges of whole planes, on the engine's pool when the work is large
     (the compiled loops release the GIL); a plane's result does not depend on the split."""
@@ -249,7 +239,7 @@ class MaxPool2d(Function):
             x3, keep = _reshaped(x, (n * c, h, w))
             y3, i3 = y._data.reshape(n * c, oh, ow), idx._data.reshape(n * c, oh, ow)
 
-            if _native_ok(x3, y3, i3):
+            if kernels.native_takes(x3, y3, i3):
                 _native_planes(
                     lambda q0, q1: kernels.native.max_pool2d(
                         x3[q0:q1], y3[q0:q1], i3[q0:q1], q1 - q0, *geo[2:]
@@ -275,7 +265,7 @@ class MaxPool2d(Function):
         g2, gkeep = _reshaped(g, (n * c, oh * ow))
         i2 = idx._data.reshape(n * c, oh * ow)
         gx2 = gx._data.reshape(n * c, h * w)
-        if _native_ok(g2, i2, gx2):
+        if kernels.native_takes(g2, i2, gx2):
             # engine._native: the same sums in the same order as the numpy forms below
             _native_planes(
                 lambda q0, q1: kernels.native.max_pool2d_backward(
