@@ -1148,6 +1148,15 @@ def _erf_rational(out, x) -> None:
         part((0, n))
 
 
+def zero_where(xp, out, g, below) -> None:
+    """out = below ? 0 : g: a literal +0 where the mask `below` holds, g's own bits elsewhere
+    (NaN payloads included); torch's gradient kernels that select write this. The mask is made
+    before out is written (out may be an operand it was made from)."""
+    if g is not out:
+        xp.copyto(out, g)
+    xp.copyto(out, 0.0, where=below)
+
+
 def threshold_backward(xp, g, v, out, threshold: float = 0.0):
     """out = v <= threshold ? 0 : g, as torch's threshold_backward (ReLU's gradient from its
     result, Threshold's from its input): a literal +0 at or below the threshold, g's own bits
@@ -1155,30 +1164,20 @@ def threshold_backward(xp, g, v, out, threshold: float = 0.0):
     product with a 0/1 mask would give NaN). engine._native's loop for contiguous float32 and
     float64 operands, numpy's passes otherwise (the same bits: a select)."""
     t = v.dtype.type
-    if xp is not np:
-        below = xp.less_equal(v, t(threshold))
-        xp.copyto(out, g)
-        xp.copyto(out, 0.0, where=below)
-        return out
-    if (
-        native is not None
-        and out.dtype in (np.float32, np.float64)
-        and g.dtype == out.dtype
-        and v.dtype == out.dtype
-        and g.shape == v.shape == out.shape
-        and out.flags.c_contiguous
-        and g.flags.c_contiguous
-        and v.flags.c_contiguous
-    ):
-        run_parallel(lambda gc, vc, oc: native.threshold_backward(gc, vc, oc, threshold), out, g, v)
-        return out
 
     def part(gc, vc, oc):
-        below = np.less_equal(vc, t(threshold))  # (before out is written: out may be v)
-        np.copyto(oc, gc)
-        np.copyto(oc, 0.0, where=below)
+        zero_where(xp, oc, gc, xp.less_equal(vc, t(threshold)))
 
-    run_parallel(part, out, np.broadcast_to(g, out.shape), np.broadcast_to(v, out.shape))
+    if xp is not np:
+        part(g, v, out)
+    elif (
+        native_takes(out, g, v)
+        and g.dtype == v.dtype == out.dtype
+        and g.shape == v.shape == out.shape
+    ):
+        run_parallel(lambda gc, vc, oc: native.threshold_backward(gc, vc, oc, threshold), out, g, v)
+    else:
+        run_parallel(part, out, np.broadcast_to(g, out.shape), np.broadcast_to(v, out.shape))
     return out
 
 

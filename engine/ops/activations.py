@@ -31,7 +31,7 @@ import numpy as np
 
 from engine import kernels
 from engine.autograd.function import Function
-from engine.backends import cuda_fast, cupy_module
+from engine.backends import cuda_fast
 from engine.ops.common import result_buffer
 from engine.ops.registry import REQUIRED, Scenario, register
 from engine.tensor import Tensor
@@ -104,33 +104,17 @@ def _run(xp, func, out, *arrays):
         func(*[a[idx] for a in arrays], o, s1[:k].reshape(o.shape), s2[:k].reshape(o.shape))
 
 
-def _xp_of(a):
-    """numpy for a numpy array (a block of one), CuPy for a CuPy array."""
-    return np if isinstance(a, np.ndarray) else cupy_module()
-
-
-def _inside(v, low, high):
+def _inside(xp, v, low, high):
     """low < v < high, the bounds in v's dtype as torch's kernels compare them (NaN: False)."""
-    xp = _xp_of(v)
     t = v.dtype.type
     mask = xp.greater(v, t(low))
     xp.logical_and(mask, xp.less(v, t(high)), out=mask)
     return mask
 
 
-def _select(out, g, outside) -> None:
-    """out = outside ? 0 : g (a literal +0; g's own bits elsewhere, NaN payloads included)."""
-    xp = _xp_of(out)
-    if g is not out:
-        xp.copyto(out, g)
-    xp.copyto(out, 0.0, where=outside)
-
-
-def _select_inside(out, g, inside) -> None:
-    """out = inside ? g : 0."""
-    xp = _xp_of(out)
-    xp.logical_not(inside, out=inside)
-    _select(out, g, inside)
+def _select_inside(xp, out, g, inside) -> None:
+    """out = inside ? g : 0 (kernels.zero_where outside)."""
+    kernels.zero_where(xp, out, g, xp.logical_not(inside, out=inside))
 
 
 def _float_input(x: Tensor, opname: str) -> None:
@@ -182,14 +166,17 @@ class _Activation(Function):
                 self.df(xp, a, s1, o, s2)  # s1 = f'(v), using o as scratch
                 xp.multiply(s1, b, out=o)
 
-            _run(xp, self.grad if self.selects else grad, gx._data, v._data, g._data)
+            def select(a, b, o, s1, s2):
+                self.grad(xp, a, b, o, s1, s2)
+
+            _run(xp, select if self.selects else grad, gx._data, v._data, g._data)
         return (gx,)
 
     # torch's backward kernels for the piecewise activations select: the gradient itself (or a
     # product with it) where the input is inside, a literal 0 outside. A product with a 0/1
     # derivative differs where it matters: a NaN or infinite gradient outside (NaN, not 0), a
     # negative one (-0, not 0) and a NaN input (NaN, not the gradient: no comparison holds).
-    # Those subclasses set `selects` and write `grad(v, g, out, s1, s2)`: out = the input's
+    # Those subclasses set `selects` and write `grad(xp, v, g, out, s1, s2)`: out = the input's
     # gradient from the saved v and the gradient g, as torch's kernel selects it.
     selects = False
 
@@ -367,10 +354,10 @@ class Hardtanh(_Activation):
 
     selects = True
 
-    def grad(self, v, g, out, s1, s2):
+    def grad(self, xp, v, g, out, s1, s2):
         # hardtanh_backward's vectorized form: (min_val < x < max_val) & grad, so a NaN input
         # gets 0 (its scalar form, which torch runs on a loop's last elements, passes it)
-        _select_inside(out, g, _inside(v, self.min_val, self.max_val))
+        _select_inside(xp, out, g, _inside(xp, v, self.min_val, self.max_val))
 
 
 class Hardswish(_Activation):
@@ -396,11 +383,10 @@ class Hardswish(_Activation):
 
     selects = True
 
-    def grad(self, v, g, out, s1, s2):
+    def grad(self, xp, v, g, out, s1, s2):
         # hardswish_backward's vectorized form: x <= -3: 0; x >= 3: grad; else (NaN too)
         # grad * (x / 3 + 1/2) (its scalar form, on a loop's last elements, passes a NaN
         # input's gradient)
-        xp = _xp_of(out)
         t = v.dtype.type
         xp.divide(v, t(3.0), out=out)
         xp.add(out, t(0.5), out=out)
@@ -428,12 +414,11 @@ class Hardsigmoid(_Activation):
 
     selects = True
 
-    def grad(self, v, g, out, s1, s2):
+    def grad(self, xp, v, g, out, s1, s2):
         # hardsigmoid_backward: (-3 < x < 3) ? grad * one_sixth : 0, one_sixth being
         # scalar_t(1.0f / 6.0f): float32's 1/6 for float64 too (0.1666666716337204)
-        xp = _xp_of(out)
         xp.multiply(g, out.dtype.type(np.float32(1.0) / np.float32(6.0)), out=out)
-        _select_inside(out, out, _inside(v, -3.0, 3.0))
+        _select_inside(xp, out, out, _inside(xp, v, -3.0, 3.0))
 
 
 class Threshold(_Activation):
@@ -454,9 +439,9 @@ class Threshold(_Activation):
 
     selects = True
 
-    def grad(self, v, g, out, s1, s2):
+    def grad(self, xp, v, g, out, s1, s2):
         # threshold_backward: x <= threshold ? 0 : grad (a NaN input passes its gradient)
-        kernels.threshold_backward(_xp_of(v), g, v, out, self.threshold)
+        kernels.threshold_backward(xp, g, v, out, self.threshold)
 
 
 class ThresholdInplace(Threshold):
