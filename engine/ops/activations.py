@@ -112,6 +112,22 @@ def _inside(xp, v, low, high):
     return mask
 
 
+def _outside(xp, v, low, high):
+    """v <= low or v >= high, the bounds in v's dtype (NaN: False)."""
+    t = v.dtype.type
+    mask = xp.less_equal(v, t(low))
+    xp.logical_or(mask, xp.greater_equal(v, t(high)), out=mask)
+    return mask
+
+
+def _between(xp, v, low, high):
+    """low <= v <= high, the bounds in v's dtype (NaN: False)."""
+    t = v.dtype.type
+    mask = xp.greater_equal(v, t(low))
+    xp.logical_and(mask, xp.less_equal(v, t(high)), out=mask)
+    return mask
+
+
 def _select_inside(xp, out, g, inside) -> None:
     """out = inside ? g : 0 (kernels.zero_where outside)."""
     kernels.zero_where(xp, out, g, xp.logical_not(inside, out=inside))
@@ -258,6 +274,15 @@ class LeakyRelu(_Activation):
         xp.multiply(out, 1.0 - self.negative_slope, out=out)
         xp.add(out, self.negative_slope, out=out)
 
+    selects = True
+
+    def grad(self, xp, v, g, out, s1, s2):
+        # leaky_relu_backward: x > 0 ? grad : grad * negative_slope, a select: the gradient's
+        # own bits where x > 0 (a product with 1 would give a GPU's canonical NaN for a NaN
+        # gradient, not its payload)
+        xp.multiply(g, out.dtype.type(self.negative_slope), out=out)
+        xp.copyto(out, g, where=xp.greater(v, v.dtype.type(0)))
+
 
 class LeakyReluInplace(LeakyRelu):
     retain_output = True
@@ -273,6 +298,15 @@ class LeakyReluInplace(LeakyRelu):
                 "leakRelu backward calculation with negative slope"
             )
         return super().backward(g)
+
+
+def _elu_positive(xp, v):
+    """Where elu_backward takes the positive branch: cpu's kernel tests v > 0 (a NaN input
+    gets the negative branch's NaN), cuda's v <= 0 for the negative one (a NaN input gets the
+    gradient times scale)."""
+    if xp is np:
+        return xp.greater(v, 0)
+    return xp.logical_not(xp.less_equal(v, 0))
 
 
 class Elu(_Activation):
@@ -296,8 +330,7 @@ class Elu(_Activation):
         xp.multiply(x, self.input_scale, out=s1)
         xp.exp(s1, out=s1)
         xp.multiply(s1, self.scale * self.alpha * self.input_scale, out=s1)
-        xp.greater(x, 0, out=out)
-        xp.copyto(s1, self.scale, where=out != 0)
+        xp.copyto(s1, self.scale, where=_elu_positive(xp, x))
         xp.copyto(out, s1)
 
 
@@ -318,8 +351,7 @@ class EluInplace(Elu):
     def df(self, xp, y, out, s1, s2):
         xp.add(y, self.scale * self.alpha, out=s1)
         xp.multiply(s1, self.input_scale, out=s1)
-        xp.greater(y, 0, out=out)
-        xp.copyto(s1, self.scale, where=out != 0)
+        xp.copyto(s1, self.scale, where=_elu_positive(xp, y))
         xp.copyto(out, s1)
 
 
@@ -345,7 +377,11 @@ class Hardtanh(_Activation):
             raise ValueError("min_val cannot be greater than max_val")
 
     def f(self, xp, x, out, s1, s2):
-        xp.clip(x, self.min_val, self.max_val, out=out)
+        if xp is np:  # x on a tie (-0.0 against 0 stays -0.0), as torch's cpu clamp
+            xp.clip(x, self.min_val, self.max_val, out=out)
+        else:  # torch's cuda clamp: min(max(x, lo), hi), which gives +0.0 for -0.0 against 0
+            xp.maximum(x, self.min_val, out=out)
+            xp.minimum(out, self.max_val, out=out)
 
     def df(self, xp, x, out, s1, s2):
         xp.greater(x, self.min_val, out=out)
@@ -355,9 +391,22 @@ class Hardtanh(_Activation):
     selects = True
 
     def grad(self, xp, v, g, out, s1, s2):
-        # hardtanh_backward's vectorized form: (min_val < x < max_val) & grad, so a NaN input
-        # gets 0 (its scalar form, which torch runs on a loop's last elements, passes it)
-        _select_inside(xp, out, g, _inside(xp, v, self.min_val, self.max_val))
+        # cpu: hardtanh_backward's vectorized form, (min_val < x < max_val) & grad, so a NaN
+        # input gets 0 (its scalar form, which torch runs on a loop's last elements, passes it);
+        # cuda: (x <= min_val || x >= max_val) ? 0 : grad, so a NaN input passes its gradient
+        if xp is np:
+            _select_inside(xp, out, g, _inside(xp, v, self.min_val, self.max_val))
+        else:
+            kernels.zero_where(xp, out, g, _outside(xp, v, self.min_val, self.max_val))
+
+
+def _sixth(xp, v, out) -> None:
+    """out = v / 6 as torch's forward kernels take it: cpu divides by 6; cuda multiplies by
+    one_sixth = 1.0f / 6.0f, float32's 1/6 (a float64 hardswish on cuda is off by its 1e-8)."""
+    if xp is np:
+        xp.divide(v, 6.0, out=out)
+    else:
+        xp.multiply(v, out.dtype.type(np.float32(1.0) / np.float32(6.0)), out=out)
 
 
 class Hardswish(_Activation):
@@ -370,7 +419,7 @@ class Hardswish(_Activation):
         xp.add(x, 3.0, out=s1)
         xp.clip(s1, 0.0, 6.0, out=s1)
         xp.multiply(s1, x, out=s1)
-        xp.divide(s1, 6.0, out=out)
+        _sixth(xp, s1, out)
 
     def df(self, xp, x, out, s1, s2):
         xp.divide(x, 3.0, out=s1)
@@ -384,14 +433,15 @@ class Hardswish(_Activation):
     selects = True
 
     def grad(self, xp, v, g, out, s1, s2):
-        # hardswish_backward's vectorized form: x <= -3: 0; x >= 3: grad; else (NaN too)
-        # grad * (x / 3 + 1/2) (its scalar form, on a loop's last elements, passes a NaN
-        # input's gradient)
+        # x <= -3: 0; x >= 3: grad; else grad * (x / 3 + 1/2). A NaN input: cpu's vectorized
+        # form multiplies (NaN), cuda's kernel (and cpu's scalar form, which torch runs on a
+        # loop's last elements) passes the gradient, as its `x < 3` is false
         t = v.dtype.type
         xp.divide(v, t(3.0), out=out)
         xp.add(out, t(0.5), out=out)
         xp.multiply(out, g, out=out)
-        xp.copyto(out, g, where=xp.greater_equal(v, t(3.0)))
+        passes = xp.greater_equal(v, t(3.0)) if xp is np else xp.logical_not(xp.less(v, t(3.0)))
+        xp.copyto(out, g, where=passes)
         xp.copyto(out, 0.0, where=xp.less_equal(v, t(-3.0)))
 
 
@@ -404,7 +454,7 @@ class Hardsigmoid(_Activation):
     def f(self, xp, x, out, s1, s2):
         xp.add(x, 3.0, out=s1)
         xp.clip(s1, 0.0, 6.0, out=s1)
-        xp.divide(s1, 6.0, out=out)
+        _sixth(xp, s1, out)
 
     def df(self, xp, x, out, s1, s2):
         xp.greater(x, -3.0, out=out)
@@ -492,6 +542,20 @@ class Hardshrink(_Activation):
         xp.abs(x, out=s1)
         xp.greater(s1, self.lambd, out=out)
 
+    selects = True
+
+    def grad(self, xp, v, g, out, s1, s2):
+        # shrink_backward selects: cpu's vectorized form (x < -lambd | x > lambd) & grad, so a
+        # NaN input gets 0; cuda's (-lambd <= x <= lambd) ? 0 : grad passes a NaN input's
+        t = v.dtype.type
+        if xp is np:
+            passes = xp.less(v, t(-self.lambd))
+            _select_inside(
+                xp, out, g, xp.logical_or(passes, xp.greater(v, t(self.lambd)), out=passes)
+            )
+        else:
+            kernels.zero_where(xp, out, g, _between(xp, v, -self.lambd, self.lambd))
+
 
 class Softshrink(_Activation):
     """x - lambd above lambd, x + lambd below -lambd, else 0; backward: grad where |x| >
@@ -519,6 +583,8 @@ class Softshrink(_Activation):
         xp.copyto(out, 0, where=s1 <= self.lambd)
 
     df = Hardshrink.df
+    selects = True
+    grad = Hardshrink.grad
 
 
 # ---------------------------------------------------------------------------------------------

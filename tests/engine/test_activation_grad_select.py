@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import engine
+from tests.conftest import requires_cuda
 
 _NAN, _INF = float("nan"), float("inf")
 # every boundary of the activations below, both zeros, NaN and infinities
@@ -46,6 +47,8 @@ CASES = [
     ("hardsigmoid", ()),
     ("hardswish", ()),
     ("leaky_relu", ()),
+    ("leaky_relu", (0.3,)),
+    ("leaky_relu", (-0.7,)),
 ]
 
 
@@ -66,6 +69,24 @@ def test_gradient_bits_are_torchs(name, args, dtype, torch, kernel_form):
         ex = engine.tensor(x, requires_grad=True)
         getattr(engine.nn.functional, name)(ex, *args).backward(engine.tensor(g))
         assert ex.grad.numpy().tobytes() == tx.grad.numpy().tobytes(), (name, args, seed)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name, args", CASES)
+def test_gradient_bits_on_cuda_are_torch_cudas(name, args, dtype, torch):
+    # CuPy's form (kernels.zero_where's copy-then-zero) against torch.cuda's kernels
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    for seed in range(3):
+        x, g = _pairs(dtype, seed)
+        tx = torch.from_numpy(x.copy()).cuda().requires_grad_()
+        getattr(torch.nn.functional, name)(tx, *args).backward(torch.from_numpy(g).cuda())
+        ex = engine.tensor(x, device="cuda", requires_grad=True)
+        getattr(engine.nn.functional, name)(ex, *args).backward(engine.tensor(g, device="cuda"))
+        ours, theirs = ex.grad.cpu().numpy(), tx.grad.cpu().numpy()
+        assert ours.tobytes() == theirs.tobytes(), (name, args, seed, ours, theirs, x, g)
 
 
 @pytest.mark.parametrize("name, args", [("relu", ()), ("threshold", (0.5, 0.0)), ("hardtanh", ())])

@@ -740,8 +740,6 @@ _ACT = {
     "threshold": lambda m, x: F(m).threshold(x, 0.1, -2.0),
     "threshold_": lambda m, x: F(m).threshold_(x * 1.0, 0.1, 20.0),
     "logsigmoid": lambda m, x: F(m).logsigmoid(x),
-    "hardswish": lambda m, x: F(m).hardswish(x * 3.0),
-    "hardswish_inplace": lambda m, x: F(m).hardswish(x * 3.0, inplace=True),
     "mish": lambda m, x: F(m).mish(x),
     "silu": lambda m, x: F(m).silu(x),
     "silu_inplace": lambda m, x: F(m).silu(x * 1.0, inplace=True),
@@ -751,13 +749,22 @@ _ACT = {
 }
 for _name, _fn in _ACT.items():
     case(f"act_{_name}", _fn, [Transposed(_r(6, 4, scale=2.0))])
-# torch's cpu kernel differentiates hardsigmoid with a float32 1/6 (to 3e-8, relative)
+# torch's kernels take a float32 1/6 where they could divide by 6 (to 3e-8, relative): cpu's
+# and cuda's hardsigmoid backward, cuda's hardsigmoid and hardswish forward (the engine on cuda
+# as torch.cuda; the reference here is torch's cpu)
 case(
     "act_hardsigmoid",
     lambda m, x: F(m).hardsigmoid(x * 3.0),
     [Transposed(_r(6, 4, scale=2.0))],
     rtol=1e-7,
 )
+for _name, _inplace in (("hardswish", False), ("hardswish_inplace", True)):
+    case(
+        f"act_{_name}",
+        lambda m, x, _inplace=_inplace: F(m).hardswish(x * 3.0, inplace=_inplace),
+        [Transposed(_r(6, 4, scale=2.0))],
+        rtol=1e-7,
+    )
 case(
     "act_prelu",
     lambda m, x, w, x3, w1: [F(m).prelu(x, w), F(m).prelu(x3, w1)],
