@@ -668,7 +668,8 @@ def _const_block(dtype, value) -> np.ndarray:
 
 
 def extremum_scalar(f, x, value, out):
-    """out = f(x, value) for f in (np.maximum, np.minimum) and a Python number `value`."""
+    """out = f(value, x) for f in (np.maximum, np.minimum) and a Python number `value`: the
+    value first, so a tie (-0.0 against 0) gives x, as torch's cpu clamp with a number bound."""
     n = out.size
     if (
         n < BLOCK_ELEMS
@@ -677,7 +678,7 @@ def extremum_scalar(f, x, value, out):
         or not (x.flags.c_contiguous and out.flags.c_contiguous)
         or x.dtype != out.dtype
     ):
-        return ufunc(f, x, value, out=out)
+        return ufunc(f, value, x, out=out)
     fx, fo = x.reshape(-1), out.reshape(-1)
     block = _const_block(out.dtype, value)
 
@@ -685,7 +686,7 @@ def extremum_scalar(f, x, value, out):
         lo, hi = bounds
         for i in range(lo, hi, BLOCK_ELEMS):
             j = min(i + BLOCK_ELEMS, hi)
-            f(fx[i:j], block[: j - i], out=fo[i:j])
+            f(block[: j - i], fx[i:j], out=fo[i:j])
 
     if pool_threads(n) > 1:
         list(_get_pool().map(part, _chunks(n)))

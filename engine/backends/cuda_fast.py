@@ -150,3 +150,119 @@ def binary(name: str, a, b, out) -> bool:
         return False
     _launch(_kernel(name, expr, "tt"), n, (a, b, out))
     return True
+
+
+# torch's GELU kernels (ATen/native/cuda/ActivationGeluKernel.cu), each statement as torch writes
+# it, so that the compiler makes the same operations of them (and the same fused multiply-adds:
+# NVRTC contracts as nvcc does by default); erf, exp and tanh of a float are CUDA's erff, expf and
+# tanhf, as in torch's. float32 and float64 (torch computes half types in float: not these).
+# The same bits as torch.cuda's (an H200, 600K inputs) but where torch's float32 result is
+# subnormal: CuPy builds every kernel with -ftz=true (cupy/cuda/compiler.py appends it after the
+# caller's options), so there the engine gives 0 (the gradient below x = -13, 114 of 600K).
+_GELU_CONSTANTS = """
+const T alpha = (T)0.70710678118654752440;
+const T beta_erf = (T)(1.12837916709551257390 * 0.70710678118654752440 * 0.5);
+const T beta_tanh = (T)(1.41421356237309504880 * 1.12837916709551257390 * 0.5);
+const T kappa = (T)0.044715;
+"""
+_GELU = {
+    ("none", "forward"): "y = x * T(0.5) * (T(1) + erf(x * alpha));",
+    ("none", "backward"): """
+const T cdf = T(0.5) * (T(1) + erf(x * alpha));
+const T pdf = exp(T(-0.5) * x * x) * beta_erf;
+y = dy * (cdf + x * pdf);""",
+    ("tanh", "forward"): """
+T x_cube = x * x * x;
+T inner = beta_tanh * (x + kappa * x_cube);
+y = T(0.5) * x * (T(1) + tanh(inner));""",
+    ("tanh", "backward"): """
+T x_sq = x * x;
+T x_cube = x_sq * x;
+T inner = beta_tanh * (x + kappa * x_cube);
+T tanh_inner = tanh(inner);
+T left = T(0.5) * x;
+T right = T(1) + tanh_inner;
+T left_derivative = T(0.5) * right;
+T tanh_derivative = T(1) - tanh_inner * tanh_inner;
+T inner_derivative = beta_tanh * (T(1) + T(3) * kappa * x_sq);
+T right_derivative = left * tanh_derivative * inner_derivative;
+y = dy * (left_derivative + right_derivative);""",
+}
+_GELU_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _gelu_kernel(approximate: str, direction: str):
+    key = ("gelu", approximate, direction)
+    k = _kernels.get(key)
+    if k is None:
+        import cupy
+
+        params = "T x" if direction == "forward" else "T dy, T x"
+        body = _GELU_CONSTANTS + _GELU[(approximate, direction)]
+        name = f"memprof_gelu_{approximate}_{direction}"
+        k = _kernels[key] = cupy.ElementwiseKernel(params, "T y", body, name)
+    return k
+
+
+def gelu(x, out, approximate: str) -> bool:
+    """out[...] = gelu(x) by torch's cuda kernel (float32, float64); False for other dtypes."""
+    if x.dtype not in _GELU_DTYPES or out.dtype != x.dtype:
+        return False
+    _gelu_kernel(approximate, "forward")(x, out)
+    return True
+
+
+def gelu_backward(g, x, out, approximate: str) -> bool:
+    """out[...] = the input's gradient of gelu by torch's cuda kernel; False as gelu()."""
+    if x.dtype not in _GELU_DTYPES or not (g.dtype == out.dtype == x.dtype):
+        return False
+    _gelu_kernel(approximate, "backward")(g, x, out)
+    return True
+
+
+# torch's float floor division (c10/util/generic_math.h, div_floor_floating: Python's //, exact
+# where floor(a / b) rounds wrongly; inf // b is NaN, as fmod(inf, b) is), which CuPy's
+# floor_divide (floor of the quotient) is not.
+_FLOOR_DIVIDE = """
+if (b == T(0)) {
+    y = a / b;
+} else {
+    T mod = fmod(a, b);
+    T div = (a - mod) / b;
+    if ((mod != T(0)) && ((b < T(0)) != (mod < T(0)))) {
+        div -= T(1);
+    }
+    if (div != T(0)) {
+        T floordiv = floor(div);
+        if (div - floordiv > T(0.5)) {
+            floordiv += T(1);
+        }
+        y = floordiv;
+    } else {
+        y = copysign(T(0), a / b);
+    }
+}"""
+
+
+def floor_divide(a, b, out) -> bool:
+    """out[...] = a // b by torch's float kernel: a and b CuPy arrays of out's float dtype, or
+    one of them a Python number (taken in that dtype); False otherwise."""
+    dt = out.dtype
+    if dt not in _GELU_DTYPES:
+        return False
+    ops = []
+    for v in (a, b):
+        if type(v) in _SCALARS:
+            v = dt.type(v)
+        elif not (type(v).__module__.startswith("cupy") and v.dtype == dt):
+            return False
+        ops.append(v)
+    k = _kernels.get("floor_divide")
+    if k is None:
+        import cupy
+
+        k = _kernels["floor_divide"] = cupy.ElementwiseKernel(
+            "T a, T b", "T y", _FLOOR_DIVIDE, "memprof_floor_divide"
+        )
+    k(*ops, out)
+    return True

@@ -95,7 +95,7 @@ class Unary(Function):
             if uf is not None and yd.size < self.small_elems:
                 # Small work: one numpy call. kernel() is for large work (threads, blocks).
                 if self.ufunc_zero:
-                    uf(xd, _ZEROS[yd.dtype], out=yd)
+                    uf(_ZEROS[yd.dtype], xd, out=yd)
                 else:
                     uf(xd, out=yd)
             else:
@@ -111,7 +111,7 @@ class Unary(Function):
         return type(self).__name__.lower()
 
     ufunc = None  # a numpy ufunc of x, or None when the subclass defines kernel()
-    ufunc_zero = False  # the ufunc's second operand is 0 (relu = maximum(x, 0))
+    ufunc_zero = False  # the ufunc's other operand is 0 (relu = maximum(0, x)), taken first
     small_elems = PARALLEL_MIN_ELEMS  # from this many elements on, kernel() does the work
 
     def kernel(self, xp, x, y):
@@ -291,7 +291,9 @@ class Sigmoid(Unary):
 
 
 # A 0-d zero of each dtype: against it numpy takes a quicker loop than against a Python 0
-# (no scalar conversion). Unary ops with `ufunc_zero` pass it as the second operand.
+# (no scalar conversion). Unary ops with `ufunc_zero` pass it as the first operand: numpy's
+# maximum and minimum give their second operand on a tie, so maximum(0, -0.0) is x's -0.0, as
+# torch's cpu clamp with a number bound keeps x unless it lies strictly beyond the bound.
 _ZEROS = {}
 for _d in dtypes.ALL:
     _ZEROS[_d.np] = np.zeros((), _d.np)
@@ -336,9 +338,14 @@ class Abs(Unary):
 
 
 class Sign(Unary):
+    """torch's sign: (0 < x) - (x < 0), so a NaN's sign is 0 (numpy's is NaN) and -0.0's +0."""
+
     float_only = False
 
-    ufunc = np.sign
+    def kernel(self, xp, x, y):
+        _uf(xp, np.sign, x, out=y)
+        if y.dtype.kind == "f":  # y may be x (sign_): y's NaNs are x's
+            xp.copyto(y, 0, where=xp.isnan(y))
 
     def backward(self, g):  # torch's SignBackward0: zeros_like(grad)
         return (kernels.zeros(tuple(g.shape), g._dtype, g._device),)
@@ -366,6 +373,33 @@ class Erf(Unary):
         return (out,)
 
 
+def _pow_scalar(xp, x, e, y) -> None:
+    """y = x ** e as torch's pow(Tensor, Scalar) computes it: for a float x, the exponents it
+    special-cases take their own kernels (1: a copy, 0.5: sqrt, -0.5: 1 / sqrt, -1: 1 / x,
+    2: x * x, 3: x * x * x, -2: 1 / (x * x)), whose bits differ from pow's (pow(-0.0, -0.5) is
+    +inf, 1 / sqrt(-0.0) -inf; x ** 3's last bit); other exponents and integer x: pow."""
+    if e == 2:
+        _uf(xp, np.multiply, x, x, out=y)
+        return
+    if y.dtype.kind != "f" or e not in (1, 0.5, -0.5, -1, 3, -2):
+        _uf(xp, np.power, x, e, out=y)
+        return
+    if e == 1:
+        xp.copyto(y, x)
+    elif e in (0.5, -0.5):
+        _uf(xp, np.sqrt, x, out=y)
+    elif e == -1:
+        _uf(xp, np.reciprocal, x, out=y)
+    elif e == 3:  # the square first: in y, or in scratch when y is x itself (pow_)
+        sq = xp.empty_like(y) if xp.may_share_memory(x, y) else y
+        _uf(xp, np.multiply, x, x, out=sq)
+        _uf(xp, np.multiply, sq, x, out=y)
+    else:  # -2
+        _uf(xp, np.multiply, x, x, out=y)
+    if e in (-0.5, -2):
+        _uf(xp, np.reciprocal, y, out=y)
+
+
 class PowScalar(Unary):
     """x ** e for a Python number e."""
 
@@ -382,11 +416,7 @@ class PowScalar(Unary):
         )
         y = result_buffer(out, x.shape, dtype, x._device, "pow")
         if x._device.type != "meta":
-            xp = kernels.xp_of(x)
-            if exponent == 2:
-                _uf(xp, np.multiply, x._data, x._data, out=y._data)
-            else:
-                _uf(xp, np.power, x._data, exponent, out=y._data)
+            _pow_scalar(kernels.xp_of(x), x._data, exponent, y._data)
         return y
 
     def backward(self, g):
@@ -437,10 +467,11 @@ class Clamp(Function):
                 if yd.size < kernels.BLOCK_ELEMS:
                     # small: plain ufunc calls (np.clip's Python wrapper costs more than a
                     # second pass over data in cache)
+                    # the bound first: x on a tie (-0.0 against a bound 0), as torch's cpu
                     if lo is not None:
-                        np.maximum(xd, lo, out=yd)
+                        np.maximum(lo, xd, out=yd)
                     if hi is not None:
-                        np.minimum(yd if lo is not None else xd, hi, out=yd)
+                        np.minimum(hi, yd if lo is not None else xd, out=yd)
                 elif lo is None:
                     kernels.extremum_scalar(np.minimum, xd, hi, yd)
                 elif hi is None:
@@ -749,7 +780,9 @@ class Div(Binary):
         if rounding_mode is None:
             _uf(xp, np.true_divide, a, b, out=y, dtype=dtype)
         elif rounding_mode == "floor":
-            _uf(xp, np.floor_divide, a, b, out=y, dtype=dtype)
+            # numpy's float floor_divide is torch's (Python's //); CuPy's floors the quotient
+            if xp is np or dtype is not None or not cuda_fast.floor_divide(a, b, y):
+                _uf(xp, np.floor_divide, a, b, out=y, dtype=dtype)
         elif rounding_mode == "trunc":
             xp.true_divide(a, b, out=y, casting="unsafe")
             xp.trunc(y, out=y)
@@ -773,6 +806,13 @@ class Div(Binary):
 
     def backward(self, g):
         na, nb = self._needs()
+        if getattr(self, "rounding_mode", None) is not None:
+            # derivatives.yaml: rounding_mode.has_value() ? zeros_like(grad): +0 whatever the
+            # gradient (NaN and inf too), of its shape (then reduced to a broadcast input's),
+            # other's first as DivBackward0's
+            gb = kernels.zeros(tuple(g.shape), g._dtype, g._device) if nb else None
+            ga = kernels.zeros(tuple(g.shape), g._dtype, g._device) if na else None
+            return self._grads(ga, gb)
         if self.a_t and self.b_t:
             vals = self.saved_tensors
             if len(vals) == 2:

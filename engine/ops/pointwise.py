@@ -61,6 +61,7 @@ class Frac(Unary):
 
     def kernel(self, xp, x, y):
         _uf(xp, np.fmod, x, 1.0, out=y)  # = x - trunc(x), in one pass (y may be x: frac_)
+        _uf(xp, np.add, y, 0.0, out=y)  # fmod's zeros keep x's sign; x - trunc(x)'s are +0.0
 
     small_elems = 0
 
@@ -275,6 +276,20 @@ class Remainder(_Modulo):
     opname = "remainder"
     ufunc = np.remainder
     rounding = "floor"
+    plain_ufunc = False
+
+    def kernel(self, xp, a, b, y, dtype=None):
+        if y.dtype.kind != "f":
+            return super().kernel(xp, a, b, y, dtype)
+        # torch's float remainder: mod = fmod(a, b), plus b where mod is not 0 and its sign is
+        # not b's; a zero keeps a's sign (numpy's takes b's), and every device computes it so
+        if hasattr(b, "dtype") and (b.dtype != y.dtype or xp.may_share_memory(b, y)):
+            b = b.astype(y.dtype)  # b in the result's dtype, as torch adds it (and kept apart)
+        _uf(xp, np.fmod, a, b, out=y, dtype=dtype)
+        fix = xp.not_equal(y, 0)
+        b_neg = xp.less(b, 0) if hasattr(b, "dtype") else b < 0  # b: an array or a number
+        xp.logical_and(fix, xp.not_equal(xp.less(y, 0), b_neg), out=fix)
+        xp.copyto(y, y + b, where=fix)
 
 
 class Fmod(_Modulo):

@@ -9,6 +9,7 @@ import numpy as np
 
 from engine import kernels
 from engine.autograd.function import Function
+from engine.backends import cuda_fast
 from engine.ops.common import result_buffer
 from engine.ops.nn.common import _live
 from engine.tensor import Tensor
@@ -19,8 +20,9 @@ _SQRT2_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-# Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7 in erf) for erfc(a / sqrt(2)) / 2, a = |x|:
-# t = 1 / (1 + p a / sqrt(2)), erfc(a / sqrt(2)) / 2 = t (a1 + t (a2 + ... + t a5)) exp(-a^2 / 2)
+# float32's exact GELU: Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7 in erf) for
+# erfc(a / sqrt(2)) / 2, a = |x|: t = 1 / (1 + p a / sqrt(2)),
+# erfc(a / sqrt(2)) / 2 = t (a1 + t (a2 + ... + t a5)) exp(-a^2 / 2),
 # with the 1/sqrt(2) and the half folded into the constants.
 _AS_P = 0.3275911 * _SQRT1_2
 _AS_A = tuple(0.5 * c for c in (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429))
@@ -54,7 +56,24 @@ def _tanh_inner(xp, x, out):
     xp.tanh(out, out=out)
 
 
+_BETA = 2.0 / math.sqrt(math.pi) * _SQRT1_2 * 0.5  # torch's kBeta: M_2_SQRTPI * M_SQRT1_2 / 2
+
+
+def _one_plus_erf(xp, x, out):
+    """out = 1 + erf(x / sqrt 2) (= 2 Phi(x)), with kernels.erf_into's erf: float64's to its
+    precision. Exact GELU in float64 (and float16) takes torch's formulas with it, where the
+    upper tail's approximation (|error| < 1.5e-7) would be float32's precision."""
+    xp.multiply(x, _SQRT1_2, out=out)
+    kernels.erf_into(xp, out, out)
+    xp.add(out, 1.0, out=out)
+
+
 def _gelu_chunk(xp, approximate, x, out, s1, s2):
+    if approximate != "tanh" and x.dtype != np.float32:
+        _one_plus_erf(xp, x, s1)  # torch's x * 0.5 * (1 + erf(x / sqrt 2))
+        xp.multiply(x, 0.5, out=out)
+        xp.multiply(out, s1, out=out)
+        return
     if approximate == "tanh":
         _tanh_inner(xp, x, s1)
         xp.add(s1, 1.0, out=s1)
@@ -68,6 +87,9 @@ def _gelu_chunk(xp, approximate, x, out, s1, s2):
     xp.add(out, x, out=out)
     xp.multiply(out, 0.5, out=out)
     xp.subtract(out, s2, out=out)
+    # x Phi(x) has x's sign; torch's x * 0.5 * (1 + erf) keeps it where the product is 0 (-0.0
+    # and the far lower tail), which relu(x) - |x| Q(|x|) gives as +0.0
+    xp.copysign(out, x, out=out)
 
 
 def _gelu_grad_chunk(xp, approximate, x, g, out, s1, s2):
@@ -85,6 +107,16 @@ def _gelu_grad_chunk(xp, approximate, x, g, out, s1, s2):
         xp.add(s1, 1.0, out=s1)
         xp.multiply(s1, 0.5, out=s1)
         xp.add(out, s1, out=out)
+    elif x.dtype != np.float32:
+        # torch's: cdf + x * pdf, cdf = 0.5 (1 + erf(x / sqrt 2)), pdf = kBeta exp(-x^2 / 2)
+        _one_plus_erf(xp, x, s1)
+        xp.multiply(s1, 0.5, out=s1)
+        xp.multiply(x, x, out=s2)
+        xp.multiply(s2, -0.5, out=s2)
+        xp.exp(s2, out=s2)
+        xp.multiply(s2, _BETA, out=s2)
+        xp.multiply(s2, x, out=s2)
+        xp.add(s1, s2, out=out)
     else:
         # Phi(x) + x phi(x), Phi(x) = 1/2 + sign(x) (1/2 - Q(|x|)), phi(x) = exp(-x^2/2)/sqrt(2 pi)
         _upper_tail_chunk(xp, x, out, s1, s2)
@@ -150,6 +182,8 @@ class Gelu(Function):
         y = result_buffer(out, x.shape, x._dtype, x._device, "gelu")
         if _live(x._device):
             xp = kernels.xp_of(x)
+            if xp is not np and cuda_fast.gelu(x._data, y._data, approximate):
+                return y  # torch's cuda kernel, any strides
             src, keep = _contiguous(x)
             _chunked(
                 xp, lambda a, o, s1, s2: _gelu_chunk(xp, approximate, a, o, s1, s2), y._data, src
@@ -162,9 +196,11 @@ class Gelu(Function):
         gx = kernels.empty(g.shape, g._dtype, g._device)
         if _live(g._device):
             xp = kernels.xp_of(g)
+            approximate = self.approximate
+            if xp is not np and cuda_fast.gelu_backward(g._data, x._data, gx._data, approximate):
+                return (gx,)
             xs, xkeep = _contiguous(x)
             gs, gkeep = _contiguous(g)
-            approximate = self.approximate
             _chunked(
                 xp,
                 lambda a, b, o, s1, s2: _gelu_grad_chunk(xp, approximate, a, b, o, s1, s2),
