@@ -259,6 +259,8 @@ class _Modulo(Binary):
         return self._save_idx
 
     def backward(self, g):
+        if not self.a_t:  # remainder(number, tensor): torch's node is NotImplemented
+            raise RuntimeError(f"derivative for aten::{self.opname} is not implemented")
         na, nb = self._needs()
         gb = None
         if nb:
@@ -269,6 +271,8 @@ class _Modulo(Binary):
         return self._grads(g if na else None, gb)
 
     def name(self) -> str:
+        if not self.a_t:
+            return "NotImplemented"
         return type(self).__name__ + ("Backward1" if self.a_t and self.b_t else "Backward0")
 
 

@@ -240,6 +240,7 @@ OPERATORS = [
     ("/", lambda a, b: a / b),
     ("**", lambda a, b: a**b),
     ("//", lambda a, b: a // b),
+    ("%", lambda a, b: a % b),
     ("==", lambda a, b: a == b),
     ("!=", lambda a, b: a != b),
     ("<", lambda a, b: a < b),
@@ -568,3 +569,18 @@ def test_out_of_lower_category_dtype_raises():
         RuntimeError, match="result type Float can't be cast to the desired output type Long"
     ):
         engine.add(engine.ones(3), 1.5, out=engine.zeros(3, dtype=engine.int64))
+
+
+def test_remainder_operators_in_place_and_number_first(torch):
+    x = np.array([5.0, -5.0, 7.5, -0.0], np.float32)
+    t = engine.tensor(x.copy())
+    t %= 3
+    ref = torch.from_numpy(x.copy())
+    ref %= 3
+    assert t.numpy().tobytes() == ref.numpy().tobytes()
+    a = engine.tensor([1.5, -2.0], requires_grad=True)
+    y = 7.0 % a
+    assert y.tolist() == (7.0 % torch.tensor([1.5, -2.0])).tolist()
+    assert y.grad_fn.name() == "NotImplemented"  # as torch's remainder(Scalar, Tensor)
+    with pytest.raises(RuntimeError, match="derivative for aten::remainder is not implemented"):
+        y.sum().backward()

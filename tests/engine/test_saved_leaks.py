@@ -256,6 +256,7 @@ CALLS = {
     ),
     "gaussian_nll_loss": lambda L: engine.nn.functional.gaussian_nll_loss(L(), L(), L()),
     "__ifloordiv__": lambda L: _ifloordiv(L),
+    "__imod__": lambda L: _imod(L),
     "masked_select": lambda L: engine.masked_select(L(), L() > 1.0),
     "take_along_dim": lambda L: engine.take_along_dim(L(), _idx(0, 2, 1).reshape(3, 1), 1),
     "dsplit": lambda L: engine.dsplit(L(2, 3, 4), 2),
@@ -345,6 +346,12 @@ def _setitem(L):
 def _ifloordiv(L):
     y = L() * 1.0
     y //= 2.0
+    return y
+
+
+def _imod(L):
+    y = L() * 1.0
+    y %= 2.0
     return y
 
 
