@@ -184,7 +184,17 @@ def scan_into(x: Tensor, y: Tensor, dim: int, dtype, name: str) -> None:
         y._data[...] = x._data
     else:
         xd, copy = cast_copy(x, dtype)
-        getattr(kernels.xp_of(x), name)(xd, axis=dim, dtype=y._data.dtype, out=y._data)
+        xp, yd = kernels.xp_of(x), y._data
+        if xp is np and yd.dtype.kind == "f":
+            # torch's cpu kernel: a running value in double from 0 (cumsum) or 1 (cumprod),
+            # each step rounded to the result's dtype: float32's sums are float64's rounded,
+            # and a cumsum is never -0.0 (0 + -0.0 is +0.0; numpy starts from the first value)
+            run = getattr(np, name)(xd, axis=dim, dtype=np.float64)
+            if name == "cumsum":
+                run += 0.0
+            np.copyto(yd, run, casting="same_kind")
+        else:
+            getattr(xp, name)(xd, axis=dim, dtype=yd.dtype, out=yd)
         del copy
     if dtype.emulated:
         dtypes.round_to_bfloat16_(y._data)

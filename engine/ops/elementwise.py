@@ -422,8 +422,8 @@ class PowScalar(Unary):
     def backward(self, g):
         (x,) = self.saved_tensors
         e = self.exponent
-        if e == 0:
-            return (g * 0,)
+        if e == 0:  # pow_backward: zeros_like(self) (+0, whatever the gradient)
+            return (kernels.zeros(tuple(x.shape), x._dtype, x._device),)
         # derivatives.yaml's pow_backward: grad * (exponent * self.pow(exponent - 1)); both
         # temporaries live until the product is made and die last-made-first, as in PyTorch's
         # C++ expression.

@@ -24,7 +24,7 @@ import numpy as np
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
 from engine.ops.common import result_buffer
-from engine.ops.elementwise import Binary, Unary, _uf
+from engine.ops.elementwise import Binary, Sign, Unary, _uf
 from engine.ops.registry import alias, register
 from engine.tensor import Tensor
 
@@ -234,7 +234,7 @@ class Sgn(Unary):
     input's .grad stays None where torch's is a ZeroTensor)."""
 
     float_only = False
-    ufunc = np.sign
+    kernel = Sign.kernel  # (a NaN's sign is 0)
 
     def forward(self, x, out=None):
         if x._dtype is dtypes.bool_:

@@ -327,10 +327,11 @@ class Softmax(Function):
             xp.subtract(xd, md, out=yd)
             xp.exp(yd, out=yd)
             xp.sum(yd, axis=d, keepdims=True, out=sd)
-            if self.log:  # y = x - (max + log(sum(exp(x - max))))
+            if self.log:  # y = (x - max) - log(sum(exp(x - max))), as torch's kernels: the
+                # max subtracted first (x - (max + log sum) loses log sum beside a large max)
                 xp.log(sd, out=sd)
-                xp.add(sd, md, out=sd)
-                xp.subtract(xd, sd, out=yd)
+                xp.subtract(xd, md, out=yd)
+                xp.subtract(yd, sd, out=yd)
             else:
                 xp.true_divide(yd, sd, out=yd)
         m.release()

@@ -623,8 +623,12 @@ class Var(Function):
                 if v is not None:
                     xp.copyto(y._data, v)
             else:
-                v = xp.var(xd, axis=axes, ddof=correction, keepdims=keepdim)
-                xp.copyto(y._data, v)
+                # float32 and half types in float64, as torch's kernels accumulate (Welford in
+                # double on cpu): float32's own sum overflows past 3.4e38 (var of four 1e38 was
+                # inf, torch's 0) and loses digits to the mean's rounding
+                acc = np.float64 if xd.dtype.itemsize < 8 else None
+                v = xp.var(xd, axis=axes, ddof=correction, keepdims=keepdim, dtype=acc)
+                xp.copyto(y._data, v, casting="same_kind")
             if std:
                 xp.sqrt(y._data, out=y._data)
         return y

@@ -169,3 +169,94 @@ def test_gelu_on_cuda_is_torch_cudas_bits(approximate, dtype, device, torch):
         tol = TOL[dtype]
         assert_same_values(_np(ye), _np(yt), tol, np.maximum(1.0, np.abs(x)), "forward")
         assert_same_values(_np(ge), _np(gt), tol, _scale(x, g), "gradient")
+
+
+# rows of special values for the reductions and row ops (cpu: torch.cuda's scans and reductions
+# take other orders)
+ROWS = [
+    [1.0, 2.0, 3.0, 4.0],
+    [_NAN, 1.0, 2.0, 3.0],
+    [_INF, 1.0, 2.0, 3.0],
+    [-_INF, 1.0, 2.0, 3.0],
+    [_INF, -_INF, 1.0, 2.0],
+    [-_INF, -_INF, -_INF, -_INF],
+    [_INF, _INF, 1.0, 0.0],
+    [-0.0, -0.0, -0.0, -0.0],
+    [_NAN, _NAN, 1.0, _INF],
+    [1e38, 1e38, 1e38, 1e38],  # float32's sums overflow; torch's kernels accumulate in double
+    [-1.0, -2.0, -0.0, 5.0],
+]
+ROW_CASES = {
+    "sum": lambda m, x: x.sum(dim=1),
+    "mean": lambda m, x: x.mean(dim=1),
+    "prod": lambda m, x: x.prod(dim=1),
+    "logsumexp": lambda m, x: x.logsumexp(dim=1),
+    "softmax": lambda m, x: m.nn.functional.softmax(x, dim=1),
+    "log_softmax": lambda m, x: m.nn.functional.log_softmax(x, dim=1),
+    "softmin": lambda m, x: m.nn.functional.softmin(x, dim=1),
+    "cumsum": lambda m, x: x.cumsum(dim=1),
+    "cumprod": lambda m, x: x.cumprod(dim=1),
+    "norm2": lambda m, x: x.norm(dim=1),
+    "norm1": lambda m, x: x.norm(p=1, dim=1),
+    "var": lambda m, x: x.var(dim=1),
+    "std": lambda m, x: x.std(dim=1),
+    "nansum": lambda m, x: x.nansum(dim=1),
+    "nanmean": lambda m, x: x.nanmean(dim=1),
+    "nan_to_num": lambda m, x: x.nan_to_num(),
+    "pow_0": lambda m, x: x**0,
+    "sgn": lambda m, x: m.sgn(x),
+    "mse": lambda m, x: m.nn.functional.mse_loss(x, m.zeros_like(x)),
+    "smooth_l1": lambda m, x: m.nn.functional.smooth_l1_loss(x, m.zeros_like(x)),
+    "cross_entropy": lambda m, x: m.nn.functional.cross_entropy(x, m.arange(11) % 4),
+    "bce_logits": lambda m, x: m.nn.functional.binary_cross_entropy_with_logits(
+        x, m.ones_like(x) * 0.5
+    ),
+    "kl_div": lambda m, x: m.nn.functional.kl_div(
+        m.nn.functional.log_softmax(x, 1), m.full_like(x, 0.25), reduction="batchmean"
+    ),
+    "normalize": lambda m, x: m.nn.functional.normalize(x, dim=1),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(ROW_CASES))
+def test_row_ops_on_special_rows_are_torchs(name, dtype, torch):
+    fn = ROW_CASES[name]
+    x = np.array(ROWS, dtype)
+    tx = torch.from_numpy(x.copy()).requires_grad_()
+    ex = engine.tensor(x, requires_grad=True)
+    yt, ye = fn(torch, tx), fn(engine, ex)
+    scale = np.ones(np.shape(_np(yt))).reshape(-1)
+    assert_same_values(_np(ye), _np(yt), TOL[dtype], scale, f"{name} forward")
+    g = np.random.default_rng(0).standard_normal(tuple(yt.shape)).astype(dtype)
+    yt.backward(torch.from_numpy(g))
+    ye.backward(engine.tensor(g))
+    if name == "sgn":  # torch's gradient is a zero tensor without memory; the engine's None
+        assert ex.grad is None and not tx.grad.any()
+        return
+    assert_same_values(_np(ex.grad), _np(tx.grad), TOL[dtype], np.ones(x.size), f"{name} grad")
+
+
+def test_log_softmax_keeps_large_logits_precision(torch):
+    # (x - max) - log(sum): x - (max + log sum) lost log sum's digits beside a max of 1e4
+    # (4.8e-4 off in float32, now within 4.8e-7 of torch)
+    x = (np.random.default_rng(0).standard_normal((8, 1000)) * 3 + 1e4).astype(np.float32)
+    ours = engine.nn.functional.log_softmax(engine.tensor(x), 1).numpy()
+    theirs = torch.nn.functional.log_softmax(torch.from_numpy(x), 1).numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-6)
+
+
+def test_float32_scans_and_variance_accumulate_in_double(torch):
+    # torch's cpu kernels run a double accumulator: cumsum's and cumprod's every step rounded
+    # from it (the same bits), var's Welford in double (four 1e38 have variance 0, not inf)
+    y = np.random.default_rng(1).standard_normal((3, 100_000)).astype(np.float32)
+    for op in ("cumsum", "cumprod"):
+        z = y if op == "cumsum" else (1 + y / 1e4).astype(np.float32)
+        ours = getattr(engine.tensor(z), op)(1).numpy()
+        theirs = getattr(torch.from_numpy(z), op)(1).numpy()
+        assert ours.tobytes() == theirs.tobytes(), op
+    big = np.full((2, 4), 1e38, np.float32)
+    assert engine.tensor(big).var(1).tolist() == [0.0, 0.0]
+    np.testing.assert_allclose(
+        engine.tensor(y).var(1).numpy(), torch.from_numpy(y).var(1).numpy(), rtol=1e-6
+    )
