@@ -275,9 +275,11 @@ class MaxDim(Function):
             if not x.ndim:  # a 0-d tensor reduces over its single element
                 xd, vd, idd = xd.reshape(1), vd.reshape(1), idd.reshape(1)
             kw = {"axis": d, "keepdims": keepdim or not x.ndim}
-            if xp is np:
-                getattr(xp, self.reducer)(xd, out=vd, **kw)
+            if xp is np:  # the value at the index: among equal values (0.0 and -0.0) the
+                # first, as torch's cpu kernel keeps (numpy's max would give the last)
                 getattr(xp, "arg" + self.reducer)(xd, out=idd, **kw)
+                at = idd if kw["keepdims"] else np.expand_dims(idd, d)
+                vd[...] = np.take_along_axis(xd, at, axis=d).reshape(vd.shape)
             else:  # CuPy 14's min/argmin(out=...) fail inside CuPy (as Amax's note): copy in
                 vd[...] = getattr(xp, self.reducer)(xd, **kw)
                 idd[...] = getattr(xp, "arg" + self.reducer)(xd, **kw)

@@ -260,3 +260,21 @@ def test_float32_scans_and_variance_accumulate_in_double(torch):
     np.testing.assert_allclose(
         engine.tensor(y).var(1).numpy(), torch.from_numpy(y).var(1).numpy(), rtol=1e-6
     )
+
+
+@pytest.mark.parametrize("width", [4, 40])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_min_along_a_dim_give_the_value_at_their_index(op, width, torch):
+    # among equal values (0.0 and -0.0) the first, as torch's cpu kernel (numpy's max and min
+    # give the last); NaN wins, at its first place
+    rows = [
+        [0.0, -0.0] * (width // 2),
+        [-0.0, 0.0] * (width // 2),
+        [1.0, _NAN, 2.0, _NAN] * (width // 4),
+    ]
+    x = np.array(rows, np.float32)
+    for d in (0, 1):
+        ev, ei = getattr(engine.tensor(x), op)(d)
+        tv, ti = getattr(torch.from_numpy(x), op)(d)
+        assert ev.numpy().tobytes() == tv.numpy().tobytes(), d
+        assert ei.tolist() == ti.tolist(), d
