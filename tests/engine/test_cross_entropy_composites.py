@@ -94,3 +94,34 @@ def test_cross_entropy_as_atens_composite(name):
 )
 def test_refusals_as_torch(call):
     assert_raises_as_torch(call)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_ignored_targets_add_nothing_whatever_their_logits(reduction, torch):
+    # torch's nll_loss skips an ignored target: its term and its gradient are +0.0, also where
+    # the row's log-probabilities are -inf (the engine had read class 0 there: -inf * 0 = NaN)
+    inf = float("inf")
+    x = np.array([[0.0, -inf, 1.0], [-inf, -inf, 0.0], [1e4, 0.0, -1e4]], np.float32)
+    target = np.array([0, 2, 1])
+    tx = torch.from_numpy(x.copy()).requires_grad_()
+    yt = torch.nn.functional.cross_entropy(
+        tx, torch.from_numpy(target), ignore_index=2, reduction=reduction
+    )
+    ex = engine.tensor(x, requires_grad=True)
+    ye = engine.nn.functional.cross_entropy(
+        ex, engine.tensor(target), ignore_index=2, reduction=reduction
+    )
+    assert ye.detach().numpy().tobytes() == yt.detach().numpy().tobytes()
+    yt.sum().backward()
+    ye.sum().backward()
+    np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), rtol=1e-6, atol=1e-7)
+    assert not np.signbit(ex.grad.numpy()[1]).any()  # the ignored row: +0.0
+
+
+def test_every_target_ignored_gives_nan_and_zero_gradients(torch):
+    x = np.array([[0.0, 1.0, 2.0]], np.float32)
+    ex = engine.tensor(x, requires_grad=True)
+    y = engine.nn.functional.cross_entropy(ex, engine.tensor([0]), ignore_index=0)
+    assert np.isnan(y.item())
+    y.backward()  # (a Python ZeroDivisionError before)
+    assert ex.grad.tolist() == [[0.0, 0.0, 0.0]]

@@ -127,8 +127,14 @@ class NllLoss(Function):
             picked, pkeep = _work(idx.shape, dt, dev)
             xp.take(flat_in, idx, out=picked)
             xp.multiply(picked, wts, out=picked)
+            # an ignored target's term is 0, as torch's kernel skips it (its stand-in index
+            # reads class 0, whose -inf times the 0 weight would be NaN)
+            ignored = self._ignored(xp, target)
+            xp.copyto(picked, 0, where=ignored)
             if reduction == "none":
-                xp.negative(picked.reshape(target.shape), out=y._data)
+                xp.negative(picked, out=picked)
+                xp.copyto(picked, 0, where=ignored)  # +0.0 (the negation made -0.0)
+                xp.copyto(y._data, picked.reshape(target.shape))
             else:
                 s = -xp.sum(picked, dtype=np.float64)
                 tw = xp.sum(wts, dtype=np.float64)
@@ -140,6 +146,11 @@ class NllLoss(Function):
         if reduction != "none":
             self.save(total_weight=total)
         return y
+
+    def _ignored(self, xp, target):
+        """Where the target is ignore_index, [N, positions] as _index's arrays."""
+        n, inner = self.ishape[0], math.prod(self.ishape[2:])
+        return xp.equal(target._data.reshape(n, inner), self.ignore_index)
 
     def _index(self, xp, target, weight, dev, dt):
         """Flat positions into the input and per-element weights (0 where ignored).
@@ -188,9 +199,11 @@ class NllLoss(Function):
                 xp.negative(wts, out=wts)
             else:
                 scale = -float(g.item())
-                if self.reduction == "mean":
-                    scale /= float(self.kept("total_weight").item())
+                if self.reduction == "mean":  # (every target ignored: a total weight of 0)
+                    total = float(self.kept("total_weight").item())
+                    scale = scale / total if total != 0 else float("nan")
                 xp.multiply(wts, scale, out=wts)
+            xp.copyto(wts, 0, where=self._ignored(xp, target))  # torch's kernel skips them
             xp.put(gx._data.reshape(-1), idx, wts)
             del idx, wts, owners
         return (gx, None, None) if self.has_weight else (gx, None)
