@@ -1469,7 +1469,15 @@ def split(input, split_size_or_sections, dim=0):
     n = input.shape[d]
     if isinstance(split_size_or_sections, int):
         k = split_size_or_sections
-        sizes = [builtins.min(k, n - i) for i in range(0, n, k)] or [0]
+        if k < 0:
+            raise RuntimeError(f"split expects split_size be non-negative, but got split_size={k}")
+        if k == 0 and n:
+            raise RuntimeError(
+                "split_size can only be 0 if dimension size is 0, but got dimension size of "
+                f"{n}"
+            )
+        sizes = [builtins.min(k, n - i) for i in range(0, n, k)] if k else [0]
+        sizes = sizes or [0]
     else:
         sizes = list(split_size_or_sections)
         if builtins.sum(sizes) != n:

@@ -319,7 +319,7 @@ class Softmax(Function):
         src = x if _contiguous(x) else kernels.copy_new(x)
         m = kernels.Scratch(_keep_shape(x.shape, d), dtype, x._device)
         s = kernels.Scratch(_keep_shape(x.shape, d), dtype, x._device)
-        if x._device.type != "meta":
+        if x._device.type != "meta" and x.numel():  # (nothing to compute in an empty tensor)
             xp = kernels.xp_of(x)
             xd, yd = src._data, y._data
             if not x.ndim:
@@ -349,7 +349,7 @@ class Softmax(Function):
         if not self.log:  # torch's CUDA softmax backward reduces a grad * output temporary
             cuda_reduce.transient(g._device, g.numel() * g._dtype.itemsize)
         s = kernels.Scratch(_keep_shape(g.shape, d), g._dtype, g._device)
-        if g._device.type == "meta":
+        if g._device.type == "meta" or not g.numel():
             s.release()
             return (out,)
         xp = kernels.xp_of(g)

@@ -35,8 +35,10 @@ def _tensor_list(tensors, opname):
         raise TypeError(
             f"{opname}(): argument 'tensors' must be tuple of Tensors, not {type(tensors).__name__}"
         )
-    if not tensors:
-        raise RuntimeError(f"{opname}(): expected a non-empty list of Tensors")
+    if not tensors:  # torch's words: cat's own check, the others' TensorList one
+        if opname == "cat":
+            raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+        raise RuntimeError(f"{opname} expects a non-empty TensorList")
     for i, t in enumerate(tensors):
         if not isinstance(t, Tensor):
             raise TypeError(
