@@ -149,11 +149,34 @@ def embedding(
     scale_grad_by_freq=False,
     sparse=False,
 ):
-    """Rows of `weight` picked by the integer tensor `input` (F.embedding's argument order)."""
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError(
-            "embedding: max_norm, scale_grad_by_freq and sparse are not supported"
-        )
+    """Rows of `weight` picked by the integer tensor `input` (F.embedding's argument order);
+    with max_norm, those rows are first renormalised in place (embedding_renorm_)."""
+    if scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding: scale_grad_by_freq and sparse are not supported")
     if padding_idx is not None and padding_idx < 0:
         padding_idx += weight.shape[0]
+    if max_norm is not None:
+        embedding_renorm_(weight, input, max_norm, norm_type)
     return Embedding.apply(weight, input, op="embedding", padding_idx=padding_idx)
+
+
+def embedding_renorm_(weight, input, max_norm, norm_type=2.0):
+    """torch.embedding_renorm_, without grad: each row of `weight` that `input` picks, once and
+    in increasing order, scaled in place by max_norm / (norm + 1e-7) where its norm passes
+    max_norm; a 0-d norm made and freed per row (torch's cpu kernel makes a few 4- and 8-byte
+    scalars per row: the norm and its copies for item()); weight's version goes up once, as
+    after any in-place op. Nothing on meta (no values)."""
+    from engine.autograd.grad_mode import no_grad
+
+    _check_index(input, "embedding_renorm_")
+    if not _live(weight._device):
+        return weight
+    rows = np.unique(kernels.host(input._data)) if input.numel() else ()
+    with no_grad():
+        for i in rows:
+            row = weight[int(i)]
+            norm = float(row.norm(norm_type))
+            if norm > max_norm:
+                row._data *= max_norm / (norm + 1e-7)
+    weight._storage.version += 1  # one in-place op: one version, changed rows or not
+    return weight
