@@ -1473,8 +1473,7 @@ def split(input, split_size_or_sections, dim=0):
             raise RuntimeError(f"split expects split_size be non-negative, but got split_size={k}")
         if k == 0 and n:
             raise RuntimeError(
-                "split_size can only be 0 if dimension size is 0, but got dimension size of "
-                f"{n}"
+                f"split_size can only be 0 if dimension size is 0, but got dimension size of {n}"
             )
         sizes = [builtins.min(k, n - i) for i in range(0, n, k)] if k else [0]
         sizes = sizes or [0]
