@@ -38,6 +38,8 @@ from engine.creation import (
     rand,
     randn,
     tensor,
+    tril_indices,
+    triu_indices,
     zeros,
 )
 from engine.device import device, get_default_device, set_default_device
@@ -74,7 +76,15 @@ globals()["bool"] = bool_
 dtype = _dtypes.dtype
 
 from engine import allocator, amp, autograd, memory  # noqa: E402
-from engine.tensor import layout, strided  # noqa: E402
+from engine.tensor import (  # noqa: E402
+    channels_last,
+    channels_last_3d,
+    contiguous_format,
+    layout,
+    memory_format,
+    preserve_format,
+    strided,
+)
 
 _LAZY = ("nn", "optim", "linalg", "special", "cuda")
 
@@ -110,6 +120,9 @@ __all__ = [  # the names above, plus every op of the table (engine.ops._ns)
     "bool",
     "bool_",
     "broadcast_shapes",
+    "channels_last",
+    "channels_last_3d",
+    "contiguous_format",
     "device",
     "double",
     "dtype",
@@ -143,9 +156,11 @@ __all__ = [  # the names above, plus every op of the table (engine.ops._ns)
     "long",
     "manual_seed",
     "memory",
+    "memory_format",
     "no_grad",
     "ones",
     "ones_like",
+    "preserve_format",
     "rand",
     "rand_like",
     "randn",
@@ -156,6 +171,8 @@ __all__ = [  # the names above, plus every op of the table (engine.ops._ns)
     "set_num_threads",
     "strided",
     "tensor",
+    "tril_indices",
+    "triu_indices",
     "uint8",
     "zeros",
     "zeros_like",

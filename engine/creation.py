@@ -251,6 +251,33 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _finish(t, requires_grad)
 
 
+def _tri_indices(which, row, col, offset, dtype, device) -> Tensor:
+    if row < 0:
+        raise RuntimeError(f"row must be non-negative, got{row}")
+    if col < 0:
+        raise RuntimeError(f"col must be non-negative, got{col}")
+    dt = dtypes.from_any(dtype) if dtype is not None else dtypes.int64
+    if dt not in (dtypes.int64, dtypes.int32):
+        raise RuntimeError(f"\"{which}_indices\" not implemented for '{dt.scalar_name}'")
+    rows, cols = getattr(np, which + "_indices")(int(row), int(offset), int(col))
+    dev = as_device(device)
+    t = kernels.empty((2, rows.size), dt, dev)
+    if dev.type != "meta":
+        t._data[...] = get_xp(dev.type).asarray(np.stack([rows, cols]).astype(dt.np))
+    return t
+
+
+def tril_indices(row, col, offset=0, *, dtype=None, device=None, layout=None) -> Tensor:
+    """[2, N]: the row and column of each element of a row x col matrix's lower triangle (on or
+    below diagonal `offset`), in row-major order."""
+    return _tri_indices("tril", row, col, offset, dtype, device)
+
+
+def triu_indices(row, col, offset=0, *, dtype=None, device=None, layout=None) -> Tensor:
+    """[2, N]: the upper triangle's indices (on or above diagonal `offset`), row-major."""
+    return _tri_indices("triu", row, col, offset, dtype, device)
+
+
 def dense_strides_like(shape, strides) -> tuple[int, ...]:
     """The strides of `empty_like(x)` (memory_format=torch.preserve_format) for a tensor of
     this shape and these strides: its own when it is non-overlapping and dense, else a dense

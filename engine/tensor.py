@@ -446,3 +446,29 @@ def _layout_named(name: str) -> layout:
 
 
 strided = layout("strided")
+
+
+class memory_format(str):  # noqa: N801  (torch.memory_format's name)
+    """torch.contiguous_format, preserve_format, channels_last, channels_last_3d: the engine's
+    functions take these (or their names); its tensors are dense and strided, made C-contiguous
+    or laid out as their input (preserve_format), never channels-last."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"engine.{str(self)}"
+
+
+contiguous_format = memory_format("contiguous_format")
+preserve_format = memory_format("preserve_format")
+channels_last = memory_format("channels_last")
+channels_last_3d = memory_format("channels_last_3d")
+
+
+def check_memory_format(fmt, opname: str) -> None:
+    """Refuse the channels-last formats by name (the engine makes no such layout)."""
+    if fmt is not None and fmt not in (contiguous_format, preserve_format):
+        raise NotImplementedError(
+            f"{opname}: memory_format={fmt!s} is not supported by the engine (its tensors are "
+            "contiguous, or laid out as their input with preserve_format)"
+        )

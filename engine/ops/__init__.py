@@ -23,7 +23,7 @@ from engine.ops import sorting as S
 from engine.ops import views as V
 from engine.ops.common import data  # noqa: F401
 from engine.ops.registry import REQUIRED, Dims, Scenario, alias, register
-from engine.tensor import Tensor
+from engine.tensor import Tensor, check_memory_format
 
 
 def _export(name, **options):
@@ -192,6 +192,25 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
 @_export("allclose")
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
     return bool(isclose(input, other, rtol, atol, equal_nan).all().item())
+
+
+@_export("equal")
+def equal(input, other) -> bool:
+    """torch.equal: a Python bool, True when both have the same size and the same values (NaN
+    equals nothing; an int 1 equals a float 1.0). No tensor is made, as torch's kernel makes
+    none (it had been an alias of eq, which gives a bool tensor)."""
+    if not isinstance(other, Tensor):
+        raise TypeError(
+            f"equal(): argument 'other' (position 2) must be Tensor, not {type(other).__name__}"
+        )
+    if "meta" in (input._device.type, other._device.type):
+        raise NotImplementedError(
+            "aten::equal: attempted to run this operator with Meta tensors (its result depends "
+            "on values)"
+        )
+    if input.shape != other.shape:
+        return False
+    return bool(kernels.xp_of(input).array_equal(input._data, other._data))
 
 
 @_export("select")
@@ -493,7 +512,6 @@ for _name, _target in (
     ("less", "lt"),
     ("greater_equal", "ge"),
     ("less_equal", "le"),
-    ("equal", "eq"),
     ("not_equal", "ne"),
 ):
     alias(_name, _target)
@@ -1407,10 +1425,12 @@ def meshgrid(*tensors, indexing=None):
 
 @_export("clone", scenario=Scenario(doc="a copy with its own memory"))
 def clone(input, *, memory_format=None):
+    check_memory_format(memory_format, "clone")
     return V.Clone.apply(input, op="clone")
 
 
 def contiguous(input, memory_format=None):
+    check_memory_format(memory_format, "contiguous")
     return input if input.is_contiguous() else V.Clone.apply(input, op="contiguous")
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
 from engine.ops.common import infer_size as _infer_size
@@ -156,7 +158,79 @@ def take_along_dim(input, indices, dim=None, *, out=None):
     return src.gather(d, idx)
 
 
+# ---------------------------------------------------------------------------------------------
+# bincount, histc (counts: no gradient)
+# ---------------------------------------------------------------------------------------------
+def bincount(input, weights=None, minlength=0):
+    """Counts of each value of a 1-D non-negative integer tensor (or sums of their weights):
+    [max(input) + 1] at least minlength long, int64 (the weights' float dtype, float64 for others),
+    the weights added in the input's order, in their dtype (as torch's cpu kernel)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"bincount(): argument 'input' must be Tensor, not {type(input).__name__}")
+    if input._dtype.is_floating_point or input._dtype is dtypes.bool_:
+        raise NotImplementedError(
+            f"\"bincount_cpu\" not implemented for '{input._dtype.scalar_name}'"
+        )
+    _need_values(input, "bincount")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    x = kernels.host(input._data)
+    if input.ndim != 1 or (x.size and int(x.min()) < 0):
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and (weights.ndim != 1 or weights.shape[0] != input.shape[0]):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    n = max(minlength, int(x.max()) + 1 if x.size else 0)
+    if weights is None:
+        y = kernels.zeros((n,), dtypes.int64, input._device)
+        ones = 1
+    else:
+        dt = weights._dtype if weights._dtype.is_floating_point else dtypes.float64
+        y = kernels.zeros((n,), dt, input._device)
+        ones = kernels.host(weights._data).astype(dt.np, copy=False)
+    counts = np.zeros(n, y._data.dtype)
+    np.add.at(counts, x, ones)
+    y._data[...] = kernels.xp_of(y).asarray(counts)
+    return y
+
+
+def histc(input, bins=100, min=0, max=0, *, out=None):  # noqa: A002 - torch's names
+    """A histogram of a float tensor's values in `bins` equal bins over [min, max] (the data's
+    range when min == max, widened by 1 each side when that is one value); values outside (NaN
+    too) are left out, the right edge falls in the last bin. A value's bin is torch's cpu kernel's:
+    (x - min) * bins / (max - min) in the input's dtype, truncated. No gradient (torch has none)."""
+    if not input._dtype.is_floating_point:
+        raise NotImplementedError(
+            f"\"histogram_cpu\" not implemented for '{input._dtype.scalar_name}'"
+        )
+    if bins <= 0:
+        raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
+    if out is not None:
+        raise NotImplementedError("histc: out= is not supported")
+    _need_values(input, "histc")
+    x = kernels.host(input._data).reshape(-1)
+    t = x.dtype.type
+    lo, hi = float(min), float(max)
+    if lo == hi and x.size:
+        lo, hi = float(x.min()), float(x.max())
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise RuntimeError(f"torch.histc: range of [{lo}, {hi}] is not finite")
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if lo > hi:
+        raise RuntimeError("torch.histc: max must be larger than min")
+    y = kernels.zeros((bins,), input._dtype, input._device)
+    left, right = t(lo), t(hi)
+    inside = x[(x >= left) & (x <= right)]
+    pos = ((inside - left) * t(bins) / (right - left)).astype(np.int64)
+    pos[pos == bins] = bins - 1
+    counts = np.bincount(pos, minlength=bins).astype(x.dtype)
+    y._data[...] = kernels.xp_of(y).asarray(counts)
+    return y
+
+
 register("nonzero", nonzero, method=True)
+register("bincount", bincount, method=True)
+register("histc", histc, method=True)
 register("argwhere", argwhere, method=True)
 register("masked_select", masked_select, method=True)
 register("take_along_dim", take_along_dim, method=True)

@@ -403,6 +403,8 @@ NOT_WALKED = {
         "integer and bool tensors only: no gradient",
     ),
     "is_nonzero": "a Python bool of a one-element tensor",
+    "equal": "a Python bool",
+    "bincount": "integer input: counts, no gradient",
     "unique_consecutive": "no derivative: backward raises, as torch's",
     **dict.fromkeys(("byte",), "cast"),
 }
