@@ -55,6 +55,10 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
     if t._dtype.emulated and t._device.type != "meta":
         dtypes.round_to_bfloat16_(t._data)
     if requires_grad:
+        if not t._dtype.is_floating_point:  # a factory's words (requires_grad_ has its own)
+            raise RuntimeError(
+                "Only Tensors of floating point and complex dtype can require gradients"
+            )
         t.requires_grad_(True)
     return t
 

@@ -89,6 +89,22 @@ def randint(*args, size=None, generator=None, dtype=None, device=None, requires_
     return _finish(t, requires_grad)
 
 
+def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A random permutation of 0..n-1, int64 by default (the engine's generator draws it: the
+    same seed gives the same permutation here, not torch's)."""
+    n = int(n)
+    if n < 0:
+        raise RuntimeError(f"Trying to create tensor with negative dimension {n}: [{n}]")
+    dt = dtypes.from_any(dtype) if dtype is not None else dtypes.int64
+    dev = as_device(device)
+    t = kernels.empty((n,), dt, dev)
+    if dev.type == "cuda":
+        t._data[...] = get_xp("cuda").random.permutation(n)
+    elif dev.type != "meta":
+        t._data[...] = (generator or get_generator()).permutation(n)
+    return _finish(t, requires_grad)
+
+
 def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False):
     if high is None:
         low, high = 0, low
@@ -248,6 +264,7 @@ _row(
         doc="a new int64 tensor of integers drawn from [low, high)",
     ),
 )
+_row("randperm", randperm, method=False)
 _row(
     "randint_like",
     randint_like,

@@ -228,6 +228,82 @@ def histc(input, bins=100, min=0, max=0, *, out=None):  # noqa: A002 - torch's n
     return y
 
 
+# ---------------------------------------------------------------------------------------------
+# isin, searchsorted, bucketize (bool / index results: no gradient)
+# ---------------------------------------------------------------------------------------------
+def _values_of(x, opname: str):
+    """(array, device, is_tensor) of a tensor or a Python number."""
+    if isinstance(x, Tensor):
+        _need_values(x, opname)
+        return kernels.host(x._data), x._device, True
+    return np.asarray(x), None, False
+
+
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    """Whether each element is among test_elements (NaN is among nothing), as a bool tensor of
+    elements' shape; a number as elements gives a 0-d tensor."""
+    a, dev_a, _ = _values_of(elements, "isin")
+    b, dev_b, _ = _values_of(test_elements, "isin")
+    dev = dev_a or dev_b
+    y = kernels.empty(a.shape, dtypes.bool_, dev)
+    y._data[...] = kernels.xp_of(y).asarray(np.isin(a, b, invert=invert))
+    return y
+
+
+def searchsorted(
+    sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None, out=None
+):
+    """Where each value of input would go in sorted_sequence to keep it sorted (its innermost
+    dim; the leading dims match input's): the first such place, or the last with right=True or
+    side='right'. int64, int32 with out_int32."""
+    if side is not None:
+        if side not in ("left", "right"):
+            raise RuntimeError(
+                f"torch.searchsorted(): side can only be 'left' or 'right' but got {side}"
+            )
+        if right and side == "left":
+            raise RuntimeError(
+                "torch.searchsorted(): side and right can't be set to opposites, got side of "
+                "left while right was True"
+            )
+        right = side == "right"
+    if out is not None:
+        raise NotImplementedError("searchsorted: out= is not supported")
+    seq, dev, _ = _values_of(sorted_sequence, "searchsorted")
+    vals, _, is_tensor = _values_of(input, "searchsorted")
+    if sorter is not None:
+        seq = np.take_along_axis(seq, kernels.host(sorter._data), axis=-1)
+    how = "right" if right else "left"
+    if seq.ndim <= 1:
+        idx = np.searchsorted(seq, vals, side=how)
+    else:
+        if not is_tensor or vals.shape[:-1] != seq.shape[:-1]:
+            raise RuntimeError(
+                "torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 "
+                "dimensions of boundaries tensor and input value tensor must match, but we got "
+                f"boundaries tensor {list(seq.shape)} and input value tensor {list(vals.shape)}"
+            )
+        lead = seq.reshape(-1, seq.shape[-1])
+        v = vals.reshape(lead.shape[0], -1)
+        idx = np.stack([np.searchsorted(r, w, side=how) for r, w in zip(lead, v, strict=True)])
+        idx = idx.reshape(vals.shape)
+    dt = dtypes.int32 if out_int32 else dtypes.int64
+    y = kernels.empty(np.shape(idx), dt, dev)
+    y._data[...] = kernels.xp_of(y).asarray(np.asarray(idx, dtype=dt.np))
+    return y
+
+
+def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):
+    """The bucket of each value among 1-D boundaries: i with boundaries[i-1] < x <= boundaries[i]
+    (boundaries[i-1] <= x < boundaries[i] with right=True)."""
+    if isinstance(boundaries, Tensor) and boundaries.ndim != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right, out=out)
+
+
+register("isin", isin)
+register("searchsorted", searchsorted)
+register("bucketize", bucketize)
 register("nonzero", nonzero, method=True)
 register("bincount", bincount, method=True)
 register("histc", histc, method=True)

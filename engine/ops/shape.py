@@ -170,6 +170,49 @@ def hstack(tensors, *, out=None):
     return cat(tensors, 0 if tensors[0].ndim == 1 else 1, out=out)
 
 
+def _atleast(nd, tensors):
+    """atleast_1d/2d/3d as torch's: a 0-d tensor reshaped to [1]*nd, a vector unsqueezed to
+    [1, n] (2-D) or [1, n, 1] (3-D), a matrix to [m, n, 1]; one tensor gives one, several (or a
+    list) a tuple."""
+    listed = len(tensors) == 1 and isinstance(tensors[0], (list, tuple))
+    if listed:
+        tensors = tuple(tensors[0])
+    out = []
+    for t in tensors:
+        if t.ndim == 0 and nd:
+            t = t.reshape((1,) * nd)
+        elif t.ndim == 1 and nd >= 2:
+            t = t.unsqueeze(0) if nd == 2 else t.unsqueeze(0).unsqueeze(-1)
+        elif t.ndim == 2 and nd == 3:
+            t = t.unsqueeze(-1)
+        out.append(t)
+    return out[0] if len(out) == 1 and not listed else tuple(out)
+
+
+def atleast_1d(*tensors):
+    return _atleast(1, tensors)
+
+
+def atleast_2d(*tensors):
+    return _atleast(2, tensors)
+
+
+def atleast_3d(*tensors):
+    return _atleast(3, tensors)
+
+
+def dstack(tensors, *, out=None):
+    tensors = _tensor_list(tensors, "dstack")
+    return cat(list(atleast_3d(list(tensors))), 2, out=out)
+
+
+def column_stack(tensors, *, out=None):
+    """Vectors (and 0-d tensors) as columns, matrices as they are, side by side."""
+    tensors = _tensor_list(tensors, "column_stack")
+    cols = [t.reshape(t.numel(), 1) if t.ndim <= 1 else t for t in tensors]
+    return cat(cols, 1, out=out)
+
+
 def vstack(tensors, *, out=None):
     tensors = [t.reshape(1, -1) if t.ndim < 2 else t for t in _tensor_list(tensors, "vstack")]
     return cat(tensors, 0, out=out)
@@ -738,6 +781,15 @@ _row("concatenate", cat)
 _row("stack", stack, scenario=_joined(stack))
 _row("hstack", hstack)
 _row("vstack", vstack)
+_row("row_stack", vstack)
+_row("dstack", dstack)
+_row("column_stack", column_stack)
+for _name, _fn in (
+    ("atleast_1d", atleast_1d),
+    ("atleast_2d", atleast_2d),
+    ("atleast_3d", atleast_3d),
+):
+    _row(_name, _fn)
 _tri_args = (("diagonal", int, 0, "which diagonal bounds the triangle"),)
 _row(
     "tril",

@@ -1,5 +1,6 @@
-"""bincount, histc, tril_indices, triu_indices and equal against torch: values, dtypes, shapes
-and the argument errors in torch's words."""
+"""bincount, histc, tril_indices, triu_indices, isin, searchsorted, bucketize, randperm, the
+atleast_* views and the dstack/column_stack/row_stack joins, and equal, against torch: values,
+dtypes, shapes, gradients and the argument errors in torch's words."""
 
 from __future__ import annotations
 
@@ -40,6 +41,28 @@ CASES = {
     "triu_indices_empty": lambda m: m.triu_indices(0, 3),
     "tril_indices_int32": lambda m: m.tril_indices(2, 3, dtype=m.int32),
     "tril_indices_wide_offset": lambda m: m.tril_indices(4, 2, 5),
+    "isin": lambda m: m.isin(m.tensor([1, 2, 3]), m.tensor([2, 5])),
+    "isin_number_test": lambda m: m.isin(m.tensor([1, 2, 3]), 2),
+    "isin_number_elements": lambda m: m.isin(3, m.tensor([2, 3])),
+    "isin_nan": lambda m: m.isin(m.tensor([1.0, float("nan")]), m.tensor([float("nan")])),
+    "isin_invert": lambda m: m.isin(m.tensor([1, 2, 3]), m.tensor([2]), invert=True),
+    "bucketize": lambda m: m.bucketize(m.tensor([[1, 5], [7, 0]]), m.tensor([1, 3, 5, 7])),
+    "bucketize_right": lambda m: m.bucketize(
+        m.tensor([1, 5, 7]), m.tensor([1, 3, 5, 7]), right=True
+    ),
+    "searchsorted_rows": lambda m: m.searchsorted(
+        m.tensor([[1, 3, 5], [2, 4, 6]]), m.tensor([[3, 6], [1, 7]])
+    ),
+    "searchsorted_number": lambda m: m.searchsorted(m.tensor([1, 3, 5]), 4, right=True),
+    "searchsorted_side_int32": lambda m: m.searchsorted(
+        m.tensor([1.0, 3, 5]), m.tensor([3.0]), side="right", out_int32=True
+    ),
+    "searchsorted_sorter": lambda m: m.searchsorted(
+        m.tensor([5.0, 1, 3]), m.tensor([3.0, 4.0]), sorter=m.tensor([1, 2, 0])
+    ),
+    "randperm_is_a_permutation": lambda m: m.randperm(100).sort()[0],
+    "randperm_float": lambda m: m.randperm(5, dtype=m.float32).sort()[0],
+    "randperm_empty": lambda m: m.randperm(0),
 }
 
 
@@ -63,6 +86,14 @@ def test_values_as_torch(name):
         lambda m: m.histc(m.tensor([1.0]), bins=0),
         lambda m: m.histc(m.tensor([1.0]), bins=2, min=2, max=1),
         lambda m: m.equal(m.tensor([1.0]), 1.0),
+        lambda m: m.searchsorted(m.tensor([1.0, 3, 5]), m.tensor([3.0]), side="middle"),
+        lambda m: m.searchsorted(m.tensor([1.0, 3]), m.tensor([3.0]), side="left", right=True),
+        lambda m: m.searchsorted(m.tensor([[1, 3, 5], [2, 4, 6]]), m.tensor([[3, 6]])),
+        lambda m: m.bucketize(m.tensor([1]), m.tensor([[1, 2]])),
+        lambda m: m.randperm(-1),
+        lambda m: m.randperm(3, requires_grad=True),
+        lambda m: m.zeros(2, dtype=m.int64, requires_grad=True),
+        lambda m: m.dstack([]),
     ],
 )
 def test_refused_as_torch(call):
@@ -86,3 +117,39 @@ def test_memory_formats():
     assert repr(engine.channels_last) == "engine.channels_last"
     with pytest.raises(NotImplementedError, match="channels_last is not supported"):
         x.contiguous(memory_format=engine.channels_last)
+
+
+JOINS = {
+    "atleast_1d": lambda m, a, b, c: m.atleast_1d(a, b, c),
+    "atleast_2d": lambda m, a, b, c: m.atleast_2d([a, b, c]),
+    "atleast_3d": lambda m, a, b, c: m.atleast_3d(a, b, c),
+    "dstack": lambda m, a, b, c: m.dstack([b, b * 2]),
+    "column_stack": lambda m, a, b, c: m.column_stack([b, c, a.expand(4)]),
+    "row_stack": lambda m, a, b, c: m.row_stack([b, c.t()]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JOINS))
+def test_joins_and_views_as_torch(name):
+    # a 0-d, a vector and a matrix; shapes, values and the gradients through them
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in ((), (4,), (4, 2))]
+    results = []
+    for m in (engine, torch):
+        ins = [m.tensor(a, requires_grad=True) for a in arrays]
+        out = JOINS[name](m, *ins)
+        outs = out if isinstance(out, tuple) else (out,)
+        sum(((o * o).sum() for o in outs), m.tensor(0.0)).backward()
+        results.append(
+            (
+                [tuple(o.shape) for o in outs],
+                [o.detach().numpy() for o in outs],
+                [t.grad.numpy() if t.grad is not None else None for t in ins],
+            )
+        )
+    (s1, v1, g1), (s2, v2, g2) = results
+    assert s1 == s2
+    for a, b in zip(v1 + g1, v2 + g2, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_allclose(a, b, rtol=1e-6)
