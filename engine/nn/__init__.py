@@ -9,6 +9,6 @@
 from engine.nn import functional, init, utils
 from engine.nn.modules import *  # noqa: F403
 from engine.nn.modules import __all__ as _modules_all
-from engine.nn.parameter import Parameter
+from engine.nn.parameter import Buffer, Parameter
 
-__all__ = ["Parameter", "functional", "init", "utils", *_modules_all]
+__all__ = ["Buffer", "Parameter", "functional", "init", "utils", *_modules_all]

@@ -49,3 +49,33 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
     __str__ = __repr__
+
+
+class _BufferMeta(type):
+    """isinstance(t, Buffer) holds for a tensor made by Buffer(...), as torch's metaclass does."""
+
+    def __instancecheck__(cls, instance) -> bool:
+        if cls is Buffer:
+            return isinstance(instance, Tensor) and getattr(instance, "_is_buffer", False)
+        return super().__instancecheck__(instance)
+
+
+class Buffer(metaclass=_BufferMeta):
+    """torch.nn.Buffer: a tensor marked as a module buffer. Buffer(data) is data detached (the
+    same storage, out of any graph, requiring grad as data does) and flagged, so that assigning it to a module attribute
+    registers a buffer (persistent or not) rather than a plain attribute.
+
+    >>> self.running = engine.nn.Buffer(engine.zeros(3), persistent=False)
+    """
+
+    def __new__(cls, data: Tensor | None = None, *, persistent: bool = True):
+        if data is None:
+            from engine.creation import empty
+
+            data = empty(0)
+        t = data.detach()  # (a number raises AttributeError here, as torch's)
+        if data.requires_grad:  # torch's detach().requires_grad_(data.requires_grad)
+            t.requires_grad_(True)
+        t._is_buffer = True
+        t.persistent = persistent
+        return t

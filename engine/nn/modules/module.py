@@ -9,7 +9,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from engine.autograd.grad_mode import no_grad
-from engine.nn.parameter import Parameter
+from engine.nn.parameter import Buffer, Parameter
 from engine.tensor import Tensor
 
 
@@ -191,6 +191,12 @@ class Module:
             modules[name] = None
             return
         buffers = d.get("_buffers")
+        if isinstance(value, Buffer):  # nn.Buffer: registered, with its persistence
+            if buffers is None:
+                raise AttributeError("cannot assign buffer before Module.__init__() call")
+            _remove_from(self, name, ("_parameters", "_modules"))
+            self.register_buffer(name, value, value.persistent)
+            return
         if buffers is not None and name in buffers:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(

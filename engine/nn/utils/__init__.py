@@ -1,8 +1,13 @@
 """engine.nn.utils: gradient clipping (torch.nn.utils' names)."""
 
-from engine.nn.utils.clip_grad import clip_grad_norm_, clip_grad_value_, get_total_norm
+from engine.nn.utils.clip_grad import (
+    clip_grad_norm_,
+    clip_grad_value_,
+    clip_grads_with_norm_,
+    get_total_norm,
+)
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm"]
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm"]
 
 from engine.nn.utils import parametrizations, parametrize  # noqa: E402
 

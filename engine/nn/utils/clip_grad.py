@@ -98,15 +98,24 @@ def clip_grad_norm_(
 
         return tensor(0.0)
     total = get_total_norm(grads, norm_type, error_if_nonfinite, foreach)
+    clip_grads_with_norm_(parameters, max_norm, total, foreach)
+    return total
+
+
+def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None) -> None:
+    """Scale the gradients in place by min(max_norm / (total_norm + 1e-6), 1) (clip_grad_norm_
+    after get_total_norm, as torch splits it)."""
+    grads = _grads(parameters)
+    if not grads:
+        return
     with no_grad():
         # clip_coef = max_norm / (total + 1e-6); clamp(max=1); grads *= clip_coef
-        coef = _scalar(0.0, total)
+        coef = _scalar(0.0, total_norm)
         if coef._device.type != "meta":
-            coef._data[...] = min(float(max_norm) / (float(total._data) + 1e-6), 1.0)
+            coef._data[...] = min(float(max_norm) / (float(total_norm._data) + 1e-6), 1.0)
         for g in grads:
             g.mul_(coef.to(g._device) if g._device != coef._device else coef)
         del coef
-    return total
 
 
 def clip_grad_value_(parameters, clip_value, foreach=None) -> None:
@@ -117,4 +126,4 @@ def clip_grad_value_(parameters, clip_value, foreach=None) -> None:
             g.clamp_(-clip_value, clip_value)
 
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm"]
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm"]
