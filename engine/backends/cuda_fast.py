@@ -188,25 +188,30 @@ T inner_derivative = beta_tanh * (T(1) + T(3) * kappa * x_sq);
 T right_derivative = left * tanh_derivative * inner_derivative;
 y = dy * (left_derivative + right_derivative);""",
 }
-_GELU_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _gelu_kernel(approximate: str, direction: str):
-    key = ("gelu", approximate, direction)
-    k = _kernels.get(key)
+def _elementwise_kernel(name: str, params: str, body: str):
+    """A CuPy ElementwiseKernel `memprof_<name>` (inputs `params`, output `T y`), made once."""
+    k = _kernels.get(name)
     if k is None:
         import cupy
 
-        params = "T x" if direction == "forward" else "T dy, T x"
-        body = _GELU_CONSTANTS + _GELU[(approximate, direction)]
-        name = f"memprof_gelu_{approximate}_{direction}"
-        k = _kernels[key] = cupy.ElementwiseKernel(params, "T y", body, name)
+        k = _kernels[name] = cupy.ElementwiseKernel(params, "T y", body, f"memprof_{name}")
     return k
+
+
+def _gelu_kernel(approximate: str, direction: str):
+    return _elementwise_kernel(
+        f"gelu_{approximate}_{direction}",
+        "T x" if direction == "forward" else "T dy, T x",
+        _GELU_CONSTANTS + _GELU[(approximate, direction)],
+    )
 
 
 def gelu(x, out, approximate: str) -> bool:
     """out[...] = gelu(x) by torch's cuda kernel (float32, float64); False for other dtypes."""
-    if x.dtype not in _GELU_DTYPES or out.dtype != x.dtype:
+    if x.dtype not in _FLOAT_DTYPES or out.dtype != x.dtype:
         return False
     _gelu_kernel(approximate, "forward")(x, out)
     return True
@@ -214,7 +219,7 @@ def gelu(x, out, approximate: str) -> bool:
 
 def gelu_backward(g, x, out, approximate: str) -> bool:
     """out[...] = the input's gradient of gelu by torch's cuda kernel; False as gelu()."""
-    if x.dtype not in _GELU_DTYPES or not (g.dtype == out.dtype == x.dtype):
+    if x.dtype not in _FLOAT_DTYPES or not (g.dtype == out.dtype == x.dtype):
         return False
     _gelu_kernel(approximate, "backward")(g, x, out)
     return True
@@ -248,7 +253,7 @@ def floor_divide(a, b, out) -> bool:
     """out[...] = a // b by torch's float kernel: a and b CuPy arrays of out's float dtype, or
     one of them a Python number (taken in that dtype); False otherwise."""
     dt = out.dtype
-    if dt not in _GELU_DTYPES:
+    if dt not in _FLOAT_DTYPES:
         return False
     ops = []
     for v in (a, b):
@@ -257,12 +262,5 @@ def floor_divide(a, b, out) -> bool:
         elif not (type(v).__module__.startswith("cupy") and v.dtype == dt):
             return False
         ops.append(v)
-    k = _kernels.get("floor_divide")
-    if k is None:
-        import cupy
-
-        k = _kernels["floor_divide"] = cupy.ElementwiseKernel(
-            "T a, T b", "T y", _FLOOR_DIVIDE, "memprof_floor_divide"
-        )
-    k(*ops, out)
+    _elementwise_kernel("floor_divide", "T a, T b", _FLOOR_DIVIDE)(*ops, out)
     return True
