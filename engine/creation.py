@@ -264,11 +264,7 @@ def _tri_indices(which, row, col, offset, dtype, device) -> Tensor:
     if dt not in (dtypes.int64, dtypes.int32):
         raise RuntimeError(f"\"{which}_indices\" not implemented for '{dt.scalar_name}'")
     rows, cols = getattr(np, which + "_indices")(int(row), int(offset), int(col))
-    dev = as_device(device)
-    t = kernels.empty((2, rows.size), dt, dev)
-    if dev.type != "meta":
-        t._data[...] = get_xp(dev.type).asarray(np.stack([rows, cols]).astype(dt.np))
-    return t
+    return tensor(np.stack([rows, cols]), dtype=dt, device=device)
 
 
 def tril_indices(row, col, offset=0, *, dtype=None, device=None, layout=None) -> Tensor:

@@ -17,6 +17,7 @@ import numpy as np
 
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
+from engine.creation import tensor
 from engine.ops.common import infer_size as _infer_size
 from engine.ops.common import sum_to
 from engine.ops.registry import register
@@ -181,16 +182,13 @@ def bincount(input, weights=None, minlength=0):
         raise RuntimeError("weights should be 1-d and have the same length as input")
     n = max(minlength, int(x.max()) + 1 if x.size else 0)
     if weights is None:
-        y = kernels.zeros((n,), dtypes.int64, input._device)
-        ones = 1
+        dt, ones = dtypes.int64, 1
     else:
         dt = weights._dtype if weights._dtype.is_floating_point else dtypes.float64
-        y = kernels.zeros((n,), dt, input._device)
         ones = kernels.host(weights._data).astype(dt.np, copy=False)
-    counts = np.zeros(n, y._data.dtype)
+    counts = np.zeros(n, dt.np)
     np.add.at(counts, x, ones)
-    y._data[...] = kernels.xp_of(y).asarray(counts)
-    return y
+    return tensor(counts, dtype=dt, device=input._device)
 
 
 def histc(input, bins=100, min=0, max=0, *, out=None):  # noqa: A002 - torch's names
@@ -218,14 +216,12 @@ def histc(input, bins=100, min=0, max=0, *, out=None):  # noqa: A002 - torch's n
         lo, hi = lo - 1, hi + 1
     if lo > hi:
         raise RuntimeError("torch.histc: max must be larger than min")
-    y = kernels.zeros((bins,), input._dtype, input._device)
     left, right = t(lo), t(hi)
     inside = x[(x >= left) & (x <= right)]
     pos = ((inside - left) * t(bins) / (right - left)).astype(np.int64)
     pos[pos == bins] = bins - 1
-    counts = np.bincount(pos, minlength=bins).astype(x.dtype)
-    y._data[...] = kernels.xp_of(y).asarray(counts)
-    return y
+    counts = np.bincount(pos, minlength=bins)
+    return tensor(counts, dtype=input._dtype, device=input._device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,10 +240,7 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
     elements' shape; a number as elements gives a 0-d tensor."""
     a, dev_a, _ = _values_of(elements, "isin")
     b, dev_b, _ = _values_of(test_elements, "isin")
-    dev = dev_a or dev_b
-    y = kernels.empty(a.shape, dtypes.bool_, dev)
-    y._data[...] = kernels.xp_of(y).asarray(np.isin(a, b, invert=invert))
-    return y
+    return tensor(np.isin(a, b, invert=invert), dtype=dtypes.bool_, device=dev_a or dev_b)
 
 
 def searchsorted(
@@ -287,10 +280,7 @@ def searchsorted(
         v = vals.reshape(lead.shape[0], -1)
         idx = np.stack([np.searchsorted(r, w, side=how) for r, w in zip(lead, v, strict=True)])
         idx = idx.reshape(vals.shape)
-    dt = dtypes.int32 if out_int32 else dtypes.int64
-    y = kernels.empty(np.shape(idx), dt, dev)
-    y._data[...] = kernels.xp_of(y).asarray(np.asarray(idx, dtype=dt.np))
-    return y
+    return tensor(idx, dtype=dtypes.int32 if out_int32 else dtypes.int64, device=dev)
 
 
 def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):
