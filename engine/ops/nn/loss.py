@@ -127,13 +127,12 @@ class NllLoss(Function):
             picked, pkeep = _work(idx.shape, dt, dev)
             xp.take(flat_in, idx, out=picked)
             xp.multiply(picked, wts, out=picked)
-            # an ignored target's term is 0, as torch's kernel skips it (its stand-in index
-            # reads class 0, whose -inf times the 0 weight would be NaN)
-            ignored = self._ignored(xp, target)
-            xp.copyto(picked, 0, where=ignored)
             if reduction == "none":
                 xp.negative(picked, out=picked)
-                xp.copyto(picked, 0, where=ignored)  # +0.0 (the negation made -0.0)
+            # an ignored target's term is +0.0, as torch's kernel skips it (its stand-in index
+            # reads class 0, whose -inf times the 0 weight would be NaN)
+            xp.copyto(picked, 0, where=self._ignored(xp, target))
+            if reduction == "none":
                 xp.copyto(y._data, picked.reshape(target.shape))
             else:
                 s = -xp.sum(picked, dtype=np.float64)
