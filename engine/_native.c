@@ -13,6 +13,16 @@
 #include <stdint.h>
 #include <string.h>
 
+#if !defined(_WIN32)
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#define NATIVE_THREADS 1
+#endif
+
+typedef void (*part_fn)(void *ctx, Py_ssize_t lo, Py_ssize_t hi);
+static void parallel_run(part_fn fn, void *ctx, Py_ssize_t n, int parts);
+
 /* kernels._ERF_P and kernels._ERF_Q: erf(x) = x P(x^2) / Q(x^2) for |x| <= 4 (x clamped to
  * +-4 beyond), evaluated in double and rounded once to float. kernels.py passes the
  * coefficients in (set_erf_coefficients) so that the two forms cannot drift apart. */
@@ -115,9 +125,16 @@ static int is_int64(Py_buffer *v) {
            (strcmp(v->format, "q") == 0 || strcmp(v->format, "l") == 0);
 }
 
+typedef struct { const float *x; float *out; } erf_ctx;
+static void erf_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    erf_ctx *e = (erf_ctx *)c;
+    erf_f32_loop(e->x + lo, e->out + lo, hi - lo);
+}
+
 static PyObject *erf_f32(PyObject *self, PyObject *args) {
     PyObject *src, *dst;
-    if (!PyArg_ParseTuple(args, "OO", &src, &dst)) return NULL;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OO|i", &src, &dst, &threads)) return NULL;
     if (!erf_ready) {
         PyErr_SetString(PyExc_RuntimeError, "set_erf_coefficients was not called");
         return NULL;
@@ -140,12 +157,154 @@ static PyObject *erf_f32(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t n = in.len / 4;
+    erf_ctx ctx = {(const float *)in.buf, (float *)out.buf};
     Py_BEGIN_ALLOW_THREADS
-    erf_f32_loop((const float *)in.buf, (float *)out.buf, n);
+    parallel_run(erf_part, &ctx, n, threads);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
     Py_RETURN_NONE;
+}
+
+
+/* --- the loops' own threads --------------------------------------------------------------------
+ *
+ * parallel_run(fn, ctx, n, parts) cuts range(n) into `parts` equal ranges: the calling thread
+ * runs the first, the pool's threads the others, and it returns when all are done. Every loop
+ * here computes each element (or row, or plane) on its own, so the cut never changes a value.
+ * Python threads handing work to each other cost ~40 us a wake on a VM (the GIL's handoffs);
+ * these threads wake on one condition variable (~11 us) and hold no Python state. One job at a
+ * time: a second caller meanwhile (another Python thread) runs its job alone. After fork() the
+ * child has no pool threads: the pool starts again on its first job. */
+#ifdef NATIVE_THREADS
+#define POOL_MAX 64
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t pool_done = PTHREAD_COND_INITIALIZER;
+static int pool_started = 0;        /* threads running (under pool_mu) */
+static unsigned long pool_gen = 0;  /* bumped for each job (under pool_mu) */
+static part_fn pool_fn;
+static void *pool_ctx;
+static Py_ssize_t pool_n;
+static int pool_parts;
+static int pool_pending;            /* the threads' parts not yet done (under pool_mu) */
+static int pool_busy = 0;           /* a job is running (under pool_mu) */
+static int pool_atfork = 0;
+static unsigned long pool_first_gen[POOL_MAX]; /* the generation before a thread's first job */
+static int pool_sleeping = 0;       /* threads waiting on pool_wake (under pool_mu) */
+static long pool_spin_ns = 100000;  /* how long a thread polls for the next job before sleeping */
+
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Poll *word until it differs from `from` or pool_spin_ns pass: a job posted soon after the
+ * last (the next op's loop) starts without a sleeping thread's wake-up, which on a VM costs tens
+ * of microseconds. Yields the core on every poll, so a runnable thread is not kept waiting. */
+static void pool_poll(unsigned long *word, unsigned long from) {
+    long long end = now_ns() + pool_spin_ns;
+    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == from) {
+        if (now_ns() > end) return;
+        sched_yield();
+    }
+}
+
+static void part_bounds(Py_ssize_t n, int parts, int i, Py_ssize_t *lo, Py_ssize_t *hi) {
+    *lo = (Py_ssize_t)((long double)n * i / parts);
+    *hi = (Py_ssize_t)((long double)n * (i + 1) / parts);
+}
+
+static void *pool_main(void *arg) {
+    int id = (int)(intptr_t)arg; /* 1 .. POOL_MAX - 1: part `id` of a job */
+    unsigned long seen;
+    pthread_mutex_lock(&pool_mu);
+    seen = pool_first_gen[id]; /* (its first job may be posted before it runs) */
+    for (;;) {
+        if (pool_gen == seen && pool_spin_ns > 0) {
+            pthread_mutex_unlock(&pool_mu);
+            pool_poll(&pool_gen, seen);
+            pthread_mutex_lock(&pool_mu);
+        }
+        while (pool_gen == seen) {
+            pool_sleeping++;
+            pthread_cond_wait(&pool_wake, &pool_mu);
+            pool_sleeping--;
+        }
+        seen = pool_gen;
+        if (id >= pool_parts) continue;
+        part_fn fn = pool_fn;
+        void *ctx = pool_ctx;
+        Py_ssize_t lo, hi;
+        part_bounds(pool_n, pool_parts, id, &lo, &hi);
+        pthread_mutex_unlock(&pool_mu);
+        if (hi > lo) fn(ctx, lo, hi);
+        pthread_mutex_lock(&pool_mu);
+        if (__atomic_sub_fetch(&pool_pending, 1, __ATOMIC_RELEASE) == 0)
+            pthread_cond_signal(&pool_done);
+    }
+    return NULL;
+}
+
+static void pool_after_fork(void) {
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t c1 = PTHREAD_COND_INITIALIZER, c2 = PTHREAD_COND_INITIALIZER;
+    pool_mu = mu;
+    pool_wake = c1;
+    pool_done = c2;
+    pool_started = 0;
+    pool_busy = 0;
+    pool_pending = 0;
+    pool_sleeping = 0;
+}
+#endif
+
+static void parallel_run(part_fn fn, void *ctx, Py_ssize_t n, int parts) {
+    if (parts > n) parts = (int)n;
+#ifdef NATIVE_THREADS
+    if (parts > POOL_MAX) parts = POOL_MAX;
+    if (parts > 1) {
+        pthread_mutex_lock(&pool_mu);
+        if (pool_busy) parts = 1;
+        if (!pool_atfork && pthread_atfork(NULL, NULL, pool_after_fork) == 0) pool_atfork = 1;
+        while (parts > 1 && pool_started < parts - 1) {
+            pthread_t t;
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            pool_first_gen[pool_started + 1] = pool_gen;
+            int rc = pthread_create(&t, &attr, pool_main, (void *)(intptr_t)(pool_started + 1));
+            pthread_attr_destroy(&attr);
+            if (rc != 0) { parts = pool_started + 1; break; } /* fewer threads, not an error */
+            pool_started++;
+        }
+        if (parts > 1) {
+            pool_busy = 1;
+            pool_fn = fn;
+            pool_ctx = ctx;
+            pool_n = n;
+            pool_parts = parts;
+            pool_pending = parts - 1;
+            __atomic_store_n(&pool_gen, pool_gen + 1, __ATOMIC_RELEASE);
+            if (pool_sleeping) pthread_cond_broadcast(&pool_wake);
+            pthread_mutex_unlock(&pool_mu);
+            Py_ssize_t lo, hi;
+            part_bounds(n, parts, 0, &lo, &hi);
+            if (hi > lo) fn(ctx, lo, hi);
+            long long end = now_ns() + pool_spin_ns; /* the others' parts are about as long */
+            while (__atomic_load_n(&pool_pending, __ATOMIC_ACQUIRE) > 0 && now_ns() < end)
+                sched_yield();
+            pthread_mutex_lock(&pool_mu);
+            while (pool_pending > 0) pthread_cond_wait(&pool_done, &pool_mu);
+            pool_busy = 0;
+            pthread_mutex_unlock(&pool_mu);
+            return;
+        }
+        pthread_mutex_unlock(&pool_mu);
+    }
+#endif
+    if (n > 0) fn(ctx, 0, n);
 }
 
 /* --- max pooling ---------------------------------------------------------------------------- */
@@ -256,11 +415,32 @@ static PyObject *erf_f32(PyObject *self, PyObject *args) {
 MAX_POOL_LOOP(float, uint32_t, int32_t)
 MAX_POOL_LOOP(double, uint64_t, int64_t)
 
+typedef struct {
+    char kind;
+    const void *x;
+    void *y;
+    long long *idx;
+    Py_ssize_t h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+} pool_ctx_t;
+static void max_pool_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    pool_ctx_t *p = (pool_ctx_t *)c;
+    Py_ssize_t in_n = p->h * p->w, out_n = p->oh * p->ow;
+    if (p->kind == 'f')
+        max_pool2d_float((const float *)p->x + lo * in_n, (float *)p->y + lo * out_n,
+                         p->idx + lo * out_n, hi - lo, p->h, p->w, p->kh, p->kw, p->sh, p->sw,
+                         p->ph, p->pw, p->dh, p->dw, p->oh, p->ow);
+    else
+        max_pool2d_double((const double *)p->x + lo * in_n, (double *)p->y + lo * out_n,
+                          p->idx + lo * out_n, hi - lo, p->h, p->w, p->kh, p->kw, p->sh, p->sw,
+                          p->ph, p->pw, p->dh, p->dw, p->oh, p->ow);
+}
+
 static PyObject *max_pool2d(PyObject *self, PyObject *args) {
     PyObject *xo, *yo, *io;
     Py_ssize_t planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
-    if (!PyArg_ParseTuple(args, "OOOnnnnnnnnnnnnn", &xo, &yo, &io, &planes, &h, &w, &kh, &kw,
-                          &sh, &sw, &ph, &pw, &dh, &dw, &oh, &ow))
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOnnnnnnnnnnnnn|i", &xo, &yo, &io, &planes, &h, &w, &kh, &kw,
+                          &sh, &sw, &ph, &pw, &dh, &dw, &oh, &ow, &threads))
         return NULL;
     if (planes < 0 || h < 1 || w < 1 || kh < 1 || kw < 1 || sh < 1 || sw < 1 || ph < 0 ||
         pw < 0 || dh < 1 || dw < 1 || oh < 0 || ow < 0) {
@@ -294,13 +474,10 @@ static PyObject *max_pool2d(PyObject *self, PyObject *args) {
         release_three(&x, &y, &idx);
         return NULL;
     }
+    pool_ctx_t ctx = {kind, x.buf, y.buf, (long long *)idx.buf, h, w, kh, kw, sh, sw, ph, pw,
+                      dh, dw, oh, ow};
     Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        max_pool2d_float((const float *)x.buf, (float *)y.buf, (long long *)idx.buf, planes, h, w,
-                         kh, kw, sh, sw, ph, pw, dh, dw, oh, ow);
-    else
-        max_pool2d_double((const double *)x.buf, (double *)y.buf, (long long *)idx.buf, planes, h,
-                          w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow);
+    parallel_run(max_pool_part, &ctx, planes, threads);
     Py_END_ALLOW_THREADS
     release_three(&x, &y, &idx);
     Py_RETURN_NONE;
@@ -324,11 +501,32 @@ static PyObject *max_pool2d(PyObject *self, PyObject *args) {
 MAX_POOL_BACKWARD_LOOP(float)
 MAX_POOL_BACKWARD_LOOP(double)
 
+typedef struct {
+    char kind;
+    const void *g;
+    const long long *idx;
+    void *gx;
+    Py_ssize_t in_n, out_n;
+    int accumulate;
+} pool_back_ctx_t;
+static void max_pool_back_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    pool_back_ctx_t *p = (pool_back_ctx_t *)c;
+    if (p->kind == 'f')
+        max_pool2d_backward_float((const float *)p->g + lo * p->out_n, p->idx + lo * p->out_n,
+                                  (float *)p->gx + lo * p->in_n, hi - lo, p->in_n, p->out_n,
+                                  p->accumulate);
+    else
+        max_pool2d_backward_double((const double *)p->g + lo * p->out_n,
+                                   p->idx + lo * p->out_n, (double *)p->gx + lo * p->in_n,
+                                   hi - lo, p->in_n, p->out_n, p->accumulate);
+}
+
 static PyObject *max_pool2d_backward(PyObject *self, PyObject *args) {
     PyObject *go, *io, *gxo;
     Py_ssize_t planes, in_n, out_n;
-    int accumulate;
-    if (!PyArg_ParseTuple(args, "OOOnnnp", &go, &io, &gxo, &planes, &in_n, &out_n, &accumulate))
+    int accumulate, threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOnnnp|i", &go, &io, &gxo, &planes, &in_n, &out_n, &accumulate,
+                          &threads))
         return NULL;
     Py_buffer g, idx, gx;
     if (get_three(go, io, gxo, &g, &idx, &gx, 0) < 0) return NULL;
@@ -350,13 +548,10 @@ static PyObject *max_pool2d_backward(PyObject *self, PyObject *args) {
         release_three(&g, &idx, &gx);
         return NULL;
     }
+    pool_back_ctx_t ctx = {kind, g.buf, (const long long *)idx.buf, gx.buf, in_n, out_n,
+                           accumulate};
     Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        max_pool2d_backward_float((const float *)g.buf, (const long long *)idx.buf,
-                                  (float *)gx.buf, planes, in_n, out_n, accumulate);
-    else
-        max_pool2d_backward_double((const double *)g.buf, (const long long *)idx.buf,
-                                   (double *)gx.buf, planes, in_n, out_n, accumulate);
+    parallel_run(max_pool_back_part, &ctx, planes, threads);
     Py_END_ALLOW_THREADS
     release_three(&g, &idx, &gx);
     Py_RETURN_NONE;
@@ -376,10 +571,27 @@ static PyObject *max_pool2d_backward(PyObject *self, PyObject *args) {
 THRESHOLD_BACKWARD_LOOP(float)
 THRESHOLD_BACKWARD_LOOP(double)
 
+typedef struct {
+    char kind;
+    const void *g, *v;
+    void *out;
+    double threshold;
+} threshold_ctx_t;
+static void threshold_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    threshold_ctx_t *t = (threshold_ctx_t *)c;
+    if (t->kind == 'f')
+        threshold_backward_float((const float *)t->g + lo, (const float *)t->v + lo,
+                                 (float *)t->out + lo, hi - lo, (float)t->threshold);
+    else
+        threshold_backward_double((const double *)t->g + lo, (const double *)t->v + lo,
+                                  (double *)t->out + lo, hi - lo, t->threshold);
+}
+
 static PyObject *threshold_backward(PyObject *self, PyObject *args) {
     PyObject *go, *vo, *oo;
     double threshold;
-    if (!PyArg_ParseTuple(args, "OOOd", &go, &vo, &oo, &threshold)) return NULL;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOd|i", &go, &vo, &oo, &threshold, &threads)) return NULL;
     Py_buffer g, v, out;
     if (get_three(go, vo, oo, &g, &v, &out, 0) < 0) return NULL;
     char kind = real_kind(&out);
@@ -393,15 +605,253 @@ static PyObject *threshold_backward(PyObject *self, PyObject *args) {
         release_three(&g, &v, &out);
         return NULL;
     }
+    threshold_ctx_t ctx = {kind, g.buf, v.buf, out.buf, threshold};
     Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        threshold_backward_float((const float *)g.buf, (const float *)v.buf, (float *)out.buf,
-                                 out.len / 4, (float)threshold);
-    else
-        threshold_backward_double((const double *)g.buf, (const double *)v.buf,
-                                  (double *)out.buf, out.len / 8, threshold);
+    parallel_run(threshold_part, &ctx, out.len / out.itemsize, threads);
     Py_END_ALLOW_THREADS
     release_three(&g, &v, &out);
+    Py_RETURN_NONE;
+}
+
+/* --- per-channel passes of batch normalization ---------------------------------------------
+ *
+ * The input is `rows` rows of L values, row r of channel (r0 + r) % c ([N, C, L] from row r0 on).
+ * Sums are per row, in double, in a fixed order that kernels.row_sums' numpy form repeats: with
+ * L8 = L - L % 8, lane k (k < 8) takes the terms at k, k + 8, ... below L8, one after another from
+ * the first; the lanes are joined as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), and the
+ * terms from L8 on are added after, in order (L8 = 0: the terms in order). A term is x (kind 0),
+ * d * d with d = x - m[channel] in the element type (kind 1), or for kind 2 two sums, g and
+ * g * d with d = x - m[channel] (a = g, b = x). Eight independent chains keep the adds busy. */
+#define LANE_SUM(TERM, out)                                                                     \
+    do {                                                                                       \
+        Py_ssize_t L8_ = L - L % 8;                                                            \
+        double s_;                                                                             \
+        if (L8_ > 0) {                                                                         \
+            double acc_[8];                                                                    \
+            for (int k_ = 0; k_ < 8; k_++) { Py_ssize_t i = k_; acc_[k_] = (TERM); }            \
+            for (Py_ssize_t j_ = 8; j_ < L8_; j_ += 8)                                         \
+                for (int k_ = 0; k_ < 8; k_++) { Py_ssize_t i = j_ + k_; acc_[k_] += (TERM); }  \
+            s_ = ((acc_[0] + acc_[1]) + (acc_[2] + acc_[3])) +                                 \
+                 ((acc_[4] + acc_[5]) + (acc_[6] + acc_[7]));                                  \
+        } else if (L > 0) {                                                                    \
+            Py_ssize_t i = 0;                                                                  \
+            s_ = (TERM);                                                                       \
+            L8_ = 1;                                                                           \
+        } else                                                                                 \
+            s_ = 0.0;                                                                          \
+        for (Py_ssize_t i = L8_; i < L; i++) s_ += (TERM);                                     \
+        (out) = s_;                                                                            \
+    } while (0)
+
+#define ROW_SUMS_LOOP(T)                                                                        \
+    static void row_sums_##T(const T *a, const T *b, const T *m, double *p1, double *p2,      \
+                             Py_ssize_t r0, Py_ssize_t rows, Py_ssize_t c, Py_ssize_t L,       \
+                             int kind) {                                                       \
+        for (Py_ssize_t r = 0; r < rows; r++) {                                                \
+            const T *ar = a + r * L;                                                           \
+            if (kind == 0) {                                                                   \
+                LANE_SUM((double)ar[i], p1[r]);                                                \
+                continue;                                                                      \
+            }                                                                                  \
+            T mc = m[(r0 + r) % c];                                                            \
+            if (kind == 1) {                                                                   \
+                LANE_SUM(((double)(T)(ar[i] - mc)) * ((double)(T)(ar[i] - mc)), p1[r]);         \
+                continue;                                                                      \
+            }                                                                                  \
+            const T *br = b + r * L;                                                           \
+            LANE_SUM((double)ar[i], p1[r]);                                                    \
+            LANE_SUM((double)ar[i] * (double)(T)(br[i] - mc), p2[r]);                          \
+        }                                                                                      \
+    }
+ROW_SUMS_LOOP(float)
+ROW_SUMS_LOOP(double)
+
+/* Buffer i of `objs` (a tuple), all C-contiguous; written when `writable`. On failure the ones
+ * got so far are released. */
+static int get_many(PyObject *objs, Py_buffer *views, Py_ssize_t count, const int *writable) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *o = PyTuple_GET_ITEM(objs, i);
+        if (get_buffer(o, &views[i], writable[i]) < 0) {
+            while (i-- > 0) PyBuffer_Release(&views[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void release_many(Py_buffer *views, Py_ssize_t count) {
+    for (Py_ssize_t i = 0; i < count; i++) PyBuffer_Release(&views[i]);
+}
+
+static int is_double(Py_buffer *v) { return real_kind(v) == 'd'; }
+
+typedef struct {
+    char k;
+    const void *a, *b, *m;
+    double *p1, *p2;
+    Py_ssize_t r0, c, L;
+    int kind;
+} row_sums_ctx_t;
+static void row_sums_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
+    row_sums_ctx_t *t = (row_sums_ctx_t *)ctx;
+    if (t->k == 'f')
+        row_sums_float((const float *)t->a + lo * t->L, (const float *)t->b + lo * t->L,
+                       (const float *)t->m, t->p1 + lo, t->p2 + lo, t->r0 + lo, hi - lo, t->c,
+                       t->L, t->kind);
+    else
+        row_sums_double((const double *)t->a + lo * t->L, (const double *)t->b + lo * t->L,
+                        (const double *)t->m, t->p1 + lo, t->p2 + lo, t->r0 + lo, hi - lo,
+                        t->c, t->L, t->kind);
+}
+
+static PyObject *row_sums(PyObject *self, PyObject *args) {
+    PyObject *ao, *bo, *mo, *p1o, *p2o;
+    Py_ssize_t r0, rows, c, L;
+    int kind, threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOOOnnnni|i", &ao, &bo, &mo, &p1o, &p2o, &r0, &rows, &c, &L,
+                          &kind, &threads))
+        return NULL;
+    if (kind < 0 || kind > 2 || r0 < 0 || rows < 0 || c < 1 || L < 0) {
+        PyErr_SetString(PyExc_ValueError, "row_sums: invalid kind or sizes");
+        return NULL;
+    }
+    /* a and the first sums always; m from kind 1; b and the second sums for kind 2 (else
+     * any object, not read) */
+    PyObject *objs = PyTuple_Pack(5, ao, kind == 2 ? bo : ao, kind ? mo : ao, p1o,
+                                  kind == 2 ? p2o : p1o);
+    if (!objs) return NULL;
+    Py_buffer v[5];
+    const int writable[5] = {0, 0, 0, 1, 1};
+    int got = get_many(objs, v, 5, writable);
+    Py_DECREF(objs);
+    if (got < 0) return NULL;
+    char kind_a = real_kind(&v[0]);
+    const char *error = NULL;
+    if (kind_a == 0 || real_kind(&v[1]) != kind_a || real_kind(&v[2]) != kind_a)
+        error = "a, b and m must be float32 or float64 alike";
+    else if (!is_double(&v[3]) || !is_double(&v[4])) error = "the sums must be float64";
+    else if (v[0].len != rows * L * v[0].itemsize || v[1].len != v[0].len)
+        error = "a and b must hold rows * L values";
+    else if (kind && v[2].len != c * v[2].itemsize) error = "m must hold c values";
+    else if (v[3].len != rows * 8 || v[4].len != rows * 8) error = "the sums must hold rows values";
+    if (error) {
+        PyErr_SetString(PyExc_ValueError, error);
+        release_many(v, 5);
+        return NULL;
+    }
+    row_sums_ctx_t ctx = {kind_a, v[0].buf, v[1].buf, v[2].buf, (double *)v[3].buf,
+                          (double *)v[4].buf, r0, c, L, kind};
+    Py_BEGIN_ALLOW_THREADS
+    parallel_run(row_sums_part, &ctx, rows, threads);
+    Py_END_ALLOW_THREADS
+    release_many(v, 5);
+    Py_RETURN_NONE;
+}
+
+/* Per-row (channel) affine passes in the element type, each operation rounded as numpy's:
+ *   kind 0 (batch norm's output):   y = ((x - p0) * p1) [+ p2]   (p2 only when has_last)
+ *   kind 1 (its input gradient):    y = ((((x - p0) * p1) + g) - p2) * p3
+ * with pK[channel] per row; y may be x or g element for element. */
+#define ROW_AFFINE_LOOP(T)                                                                      \
+    static void row_affine_##T(const T *x, const T *g, const T *p0, const T *p1, const T *p2,  \
+                               const T *p3, T *y, Py_ssize_t r0, Py_ssize_t rows, Py_ssize_t c, \
+                               Py_ssize_t L, int kind, int has_last) {                         \
+        for (Py_ssize_t r = 0; r < rows; r++) {                                                \
+            Py_ssize_t ch = (r0 + r) % c;                                                      \
+            const T *xr = x + r * L;                                                           \
+            T *yr = y + r * L;                                                                 \
+            T a = p0[ch], s = p1[ch];                                                          \
+            if (kind == 0 && has_last) {                                                       \
+                T t = p2[ch];                                                                  \
+                for (Py_ssize_t i = 0; i < L; i++) {                                           \
+                    T v = xr[i] - a;                                                           \
+                    v = v * s;                                                                 \
+                    yr[i] = v + t;                                                             \
+                }                                                                              \
+            } else if (kind == 0) {                                                            \
+                for (Py_ssize_t i = 0; i < L; i++) {                                           \
+                    T v = xr[i] - a;                                                           \
+                    yr[i] = v * s;                                                             \
+                }                                                                              \
+            } else {                                                                           \
+                const T *gr = g + r * L;                                                       \
+                T t = p2[ch], u = p3[ch];                                                      \
+                for (Py_ssize_t i = 0; i < L; i++) {                                           \
+                    T v = xr[i] - a;                                                           \
+                    v = v * s;                                                                 \
+                    v = v + gr[i];                                                             \
+                    v = v - t;                                                                 \
+                    yr[i] = v * u;                                                             \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+ROW_AFFINE_LOOP(float)
+ROW_AFFINE_LOOP(double)
+
+typedef struct {
+    char k;
+    const void *x, *g, *p0, *p1, *p2, *p3;
+    void *y;
+    Py_ssize_t r0, c, L;
+    int kind, has_last;
+} row_affine_ctx_t;
+static void row_affine_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
+    row_affine_ctx_t *t = (row_affine_ctx_t *)ctx;
+    Py_ssize_t off = lo * t->L;
+    if (t->k == 'f')
+        row_affine_float((const float *)t->x + off, (const float *)t->g + off,
+                         (const float *)t->p0, (const float *)t->p1, (const float *)t->p2,
+                         (const float *)t->p3, (float *)t->y + off, t->r0 + lo, hi - lo, t->c,
+                         t->L, t->kind, t->has_last);
+    else
+        row_affine_double((const double *)t->x + off, (const double *)t->g + off,
+                          (const double *)t->p0, (const double *)t->p1, (const double *)t->p2,
+                          (const double *)t->p3, (double *)t->y + off, t->r0 + lo, hi - lo,
+                          t->c, t->L, t->kind, t->has_last);
+}
+
+static PyObject *row_affine(PyObject *self, PyObject *args) {
+    PyObject *xo, *go, *p0o, *p1o, *p2o, *p3o, *yo;
+    Py_ssize_t r0, rows, c, L;
+    int kind, has_last, threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOOOOOnnnnip|i", &xo, &go, &p0o, &p1o, &p2o, &p3o, &yo, &r0,
+                          &rows, &c, &L, &kind, &has_last, &threads))
+        return NULL;
+    if (kind < 0 || kind > 1 || r0 < 0 || rows < 0 || c < 1 || L < 0) {
+        PyErr_SetString(PyExc_ValueError, "row_affine: invalid kind or sizes");
+        return NULL;
+    }
+    int last = kind == 1 || has_last;
+    PyObject *objs = PyTuple_Pack(7, xo, kind ? go : xo, p0o, p1o, last ? p2o : p1o,
+                                  kind ? p3o : p1o, yo);
+    if (!objs) return NULL;
+    Py_buffer v[7];
+    const int writable[7] = {0, 0, 0, 0, 0, 0, 1};
+    int got = get_many(objs, v, 7, writable);
+    Py_DECREF(objs);
+    if (got < 0) return NULL;
+    char k = real_kind(&v[6]);
+    const char *error = NULL;
+    for (int i = 0; i < 6 && !error; i++)
+        if (k == 0 || real_kind(&v[i]) != k) error = "operands must be float32 or float64 alike";
+    if (!error) {
+        if (v[0].len != rows * L * v[0].itemsize || v[1].len != v[0].len || v[6].len != v[0].len)
+            error = "x, g and y must hold rows * L values";
+        for (int i = 2; i < 6 && !error; i++)
+            if (v[i].len != c * v[i].itemsize) error = "the parameters must hold c values";
+    }
+    if (error) {
+        PyErr_SetString(PyExc_ValueError, error);
+        release_many(v, 7);
+        return NULL;
+    }
+    row_affine_ctx_t ctx = {k, v[0].buf, v[1].buf, v[2].buf, v[3].buf, v[4].buf, v[5].buf,
+                            v[6].buf, r0, c, L, kind, has_last};
+    Py_BEGIN_ALLOW_THREADS
+    parallel_run(row_affine_part, &ctx, rows, threads);
+    Py_END_ALLOW_THREADS
+    release_many(v, 7);
     Py_RETURN_NONE;
 }
 
@@ -420,6 +870,12 @@ static PyMethodDef methods[] = {
     {"threshold_backward", threshold_backward, METH_VARARGS,
      "threshold_backward(g, v, out, threshold): out = v <= threshold ? 0 : g over contiguous "
      "float32/float64 buffers of equal length, without the GIL."},
+    {"row_sums", row_sums, METH_VARARGS,
+     "row_sums(a, b, m, p1, p2, r0, rows, c, L, kind): float64 sums of each row of L values "
+     "(kind 0: a; 1: (a - m[ch])^2; 2: a, and a * (b - m[ch])) in kernels.row_sums' order."},
+    {"row_affine", row_affine, METH_VARARGS,
+     "row_affine(x, g, p0, p1, p2, p3, y, r0, rows, c, L, kind, has_last): per-channel affine "
+     "passes of batch normalization (kernels.row_affine), without the GIL."},
     {NULL, NULL, 0, NULL},
 };
 

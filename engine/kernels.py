@@ -238,6 +238,24 @@ def pool_threads(n: int) -> int:
     return _threads
 
 
+# The compiled loops (engine._native) split their work on threads of their own, which poll for
+# the next loop briefly before sleeping: worth it from far smaller work than the Python pool.
+NATIVE_PARALLEL_MIN = 1 << 15
+
+
+def native_threads(n: int) -> int:
+    """How many threads engine._native's loop over `n` elements takes: the engine's threads
+    (set_num_threads) from NATIVE_PARALLEL_MIN elements, else 1; 1 on the Python pool's own
+    threads (already one of several), and while BLAS's own threads spin after a product (as
+    pool_threads: beside them a second thread made batch norm's sums 1.7x slower in the small
+    CNN step). A loop's values never depend on it."""
+    if _threads == 1 or n < NATIVE_PARALLEL_MIN or _on_pool.yes:
+        return 1
+    if not _own_blas and _perf() - _blas_last < BLAS_SPIN_S:
+        return 1
+    return _threads
+
+
 def _mark_pool_thread() -> None:
     _on_pool.yes = True
 
@@ -1101,7 +1119,7 @@ def native_takes(*arrays) -> bool:
 
 def _erf_rational(out, x) -> None:
     """_erf_rational_block over blocks of _ERF_BLOCK elements, one set of scratch per thread
-    (or engine._native's loop over the same chunks, for contiguous float32).
+    (or engine._native's loop, for contiguous float32).
 
     Each thread makes its scratch once a call and reuses it for every block: fresh 1 MiB
     temporaries for every block went back to the operating system (glibc trims the heap's top
@@ -1126,21 +1144,18 @@ def _erf_rational(out, x) -> None:
         # element for element in place, or apart (a shifted overlap is numpy's to buffer)
         and (fo.ctypes.data == fx.ctypes.data or not np.may_share_memory(fo, fx))
     ):
+        native.erf_f32(fx, fo, native_threads(n))  # (its own threads)
+        return
+    scratch: dict[int, np.ndarray] = {}  # thread id -> its scratch, for this call
 
-        def part(bounds):
-            native.erf_f32(fx[bounds[0] : bounds[1]], fo[bounds[0] : bounds[1]])
-
-    else:
-        scratch: dict[int, np.ndarray] = {}  # thread id -> its scratch, for this call
-
-        def part(bounds):
-            lo, hi = bounds
-            s = scratch.get(threading.get_ident())
-            if s is None:
-                s = scratch[threading.get_ident()] = np.empty((3, min(_ERF_BLOCK, n)))
-            for i in range(lo, hi, _ERF_BLOCK):
-                j = min(i + _ERF_BLOCK, hi)
-                _erf_rational_block(fo[i:j], fx[i:j], *s[:, : j - i])
+    def part(bounds):
+        lo, hi = bounds
+        s = scratch.get(threading.get_ident())
+        if s is None:
+            s = scratch[threading.get_ident()] = np.empty((3, min(_ERF_BLOCK, n)))
+        for i in range(lo, hi, _ERF_BLOCK):
+            j = min(i + _ERF_BLOCK, hi)
+            _erf_rational_block(fo[i:j], fx[i:j], *s[:, : j - i])
 
     # (elementwise: where the chunks and blocks are cut does not change a value)
     if pool_threads(n) > 1:
@@ -1176,7 +1191,7 @@ def threshold_backward(xp, g, v, out, threshold: float = 0.0):
         and g.dtype == v.dtype == out.dtype
         and g.shape == v.shape == out.shape
     ):
-        run_parallel(lambda gc, vc, oc: native.threshold_backward(gc, vc, oc, threshold), out, g, v)
+        native.threshold_backward(g, v, out, threshold, native_threads(out.size))
     else:
         run_parallel(part, out, np.broadcast_to(g, out.shape), np.broadcast_to(v, out.shape))
     return out
@@ -1211,3 +1226,128 @@ def erfc_into(xp, x, out):
 
 def numel(shape) -> int:
     return math.prod(shape)
+
+
+# --- per-channel passes (batch normalization) ------------------------------------------------
+# Arrays [N, C, L]: N*C rows of L values, row (b, ch) of channel ch. engine._native's row_sums
+# and row_affine take C-contiguous float32/float64 operands; the numpy forms below take any and
+# give the same bits. Rows are independent, so the pool may take ranges of samples: a result
+# never depends on the thread count.
+
+ROW_SUM_ELEMS = 1 << 18  # the numpy form makes its float64 terms about this many at a time
+
+
+def _lane_sums(t):
+    """The sum of each row (last axis) of the float64 terms t in row_sums' order (engine/_native.c's
+    LANE_SUM): eight lanes, each in order, joined pairwise, then the tail in order."""
+    length = t.shape[-1]
+    l8 = length - length % 8
+    if l8:
+        acc = t[..., 0:8].copy()
+        for j in range(8, l8, 8):
+            acc += t[..., j : j + 8]
+        s = (acc[..., 0] + acc[..., 1]) + (acc[..., 2] + acc[..., 3])
+        s += (acc[..., 4] + acc[..., 5]) + (acc[..., 6] + acc[..., 7])
+        start = l8
+    elif length:
+        s, start = t[..., 0].copy(), 1
+    else:
+        return np.zeros(t.shape[:-1])
+    for i in range(start, length):
+        s += t[..., i]
+    return s
+
+
+def _sample_ranges(n: int, per_sample: int) -> list[tuple[int, int]]:
+    """Sample ranges for the pool: one when the work is small or BLAS's threads hold the cores."""
+    k = pool_threads(n * per_sample)
+    if k < 2 or n < 2:
+        return [(0, n)]
+    parts = min(n, k * CHUNKS_PER_THREAD)
+    step = -(-n // parts)
+    return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+
+
+def _over_samples(fn, n: int, per_sample: int) -> None:
+    ranges = _sample_ranges(n, per_sample)
+    if len(ranges) == 1:
+        fn(*ranges[0])
+    else:
+        list(_get_pool().map(lambda b: fn(*b), ranges))
+
+
+def _native_rows(*arrays) -> bool:
+    return native_takes(*arrays) and all(a.dtype == arrays[0].dtype for a in arrays)
+
+
+def row_sums(kind: int, a3, m=None, b3=None):
+    """Float64 sums of each row of a3 [N, C, L], each in a fixed order (eight lanes,
+    engine/_native.c's LANE_SUM), so that the compiled loop and the numpy form agree bit for bit
+    and no sum depends on the thread count:
+      kind 0: sum(a);  kind 1: sum(d * d), d = a - m[ch] in a's dtype;
+      kind 2: (sum(a), sum(a * d)) with d = b - m[ch] (a the gradient, b the input).
+    Returns one float64 [N, C] array (kinds 0, 1) or two (kind 2)."""
+    n, c, length = a3.shape
+    p1 = np.empty((n, c))
+    p2 = np.empty((n, c)) if kind == 2 else p1
+    operands = (a3,) + ((m,) if kind else ()) + ((b3,) if kind == 2 else ())
+    if _native_rows(*operands):
+        b = b3 if kind == 2 else a3
+        mm = m if kind else a3
+
+        threads = native_threads(a3.size)
+        native.row_sums(a3, b, mm, p1, p2, 0, n * c, c, length, kind, threads)
+        return (p1, p2) if kind == 2 else p1
+    else:
+        mc = m[:, None] if kind else None
+        step = max(1, ROW_SUM_ELEMS // max(c * length, 1))
+
+        def part(lo, hi):
+            for s0 in range(lo, hi, step):
+                s1 = min(s0 + step, hi)
+                a = a3[s0:s1]
+                if kind == 1:
+                    d = (a - mc).astype(np.float64)
+                    p1[s0:s1] = _lane_sums(d * d)
+                    continue
+                af = a.astype(np.float64)
+                p1[s0:s1] = _lane_sums(af)
+                if kind == 2:
+                    p2[s0:s1] = _lane_sums(af * (b3[s0:s1] - mc).astype(np.float64))
+
+    _over_samples(part, n, c * length)
+    return (p1, p2) if kind == 2 else p1
+
+
+def row_affine(x3, p0, p1, out, p2=None, g3=None, p3=None):
+    """Per-channel passes over [N, C, L] in x's dtype, each operation rounded as numpy rounds it:
+      g3 None:  out = ((x - p0) * p1) [+ p2]        (batch norm's output; p2 may be None)
+      g3 given: out = ((((x - p0) * p1) + g) - p2) * p3   (its input gradient)
+    pK are [C] arrays; out may be x (element for element), never g."""
+    n, c, length = x3.shape
+    grad = g3 is not None
+    params = [p for p in (p0, p1, p2, p3) if p is not None]
+    if _native_rows(out, x3, *params, *((g3,) if grad else ())):
+        g = g3 if grad else x3
+        q2 = p1 if p2 is None else p2
+        q3 = p3 if grad else p1
+
+        threads = native_threads(out.size)
+        native.row_affine(x3, g, p0, p1, q2, q3, out, 0, n * c, c, length, int(grad),
+                          p2 is not None, threads)  # fmt: skip
+        return out
+    else:
+
+        def part(lo, hi):
+            o = out[lo:hi]
+            np.subtract(x3[lo:hi], p0[:, None], out=o)
+            np.multiply(o, p1[:, None], out=o)
+            if grad:
+                np.add(o, g3[lo:hi], out=o)
+                np.subtract(o, p2[:, None], out=o)
+                np.multiply(o, p3[:, None], out=o)
+            elif p2 is not None:
+                np.add(o, p2[:, None], out=o)
+
+    _over_samples(part, n, c * length)
+    return out

@@ -168,11 +168,17 @@ class BatchNorm(Function):
             x3, keep = _reshaped(x, (n, c, length))
             y3 = y._data.reshape(n, c, length)
             m = n * length
+            cpu = xp is np
             if training:
-                mu = _channel_sums(xp, x3) / m
-                xp.subtract(x3, mu.astype(dt.np)[:, None], out=y3)
-                var = _channel_sums(xp, y3, y3) / m
-                mean._data[...] = mu
+                if cpu:  # each row's sums in a fixed order (kernels.row_sums), then the rows'
+                    mu = np.add.reduce(kernels.row_sums(0, x3), axis=0) / m
+                    mean._data[...] = mu  # var's terms are (x - mean) in x's dtype, squared
+                    var = np.add.reduce(kernels.row_sums(1, x3, mean._data), axis=0) / m
+                else:
+                    mu = _channel_sums(xp, x3) / m
+                    mean._data[...] = mu
+                    xp.subtract(x3, mean._data[:, None], out=y3)
+                    var = _channel_sums(xp, y3, y3) / m
                 invstd._data[...] = 1.0 / xp.sqrt(var + eps)
                 with_stats = running_mean is not None
                 if with_stats:
@@ -184,12 +190,18 @@ class BatchNorm(Function):
             else:
                 mean.data[...] = running_mean._data
                 invstd.data[...] = 1.0 / xp.sqrt(running_var._data.astype(np.float64) + eps)
-                xp.subtract(x3, mean.data[:, None], out=y3)
+                if not cpu:
+                    xp.subtract(x3, mean.data[:, None], out=y3)
             stats = invstd._data if training else invstd.data
             scale = stats if weight is None else stats * weight._data
-            xp.multiply(y3, scale[:, None], out=y3)
-            if bias is not None:
-                xp.add(y3, bias._data[:, None], out=y3)
+            if cpu:  # y = ((x - mean) * scale) + bias in one pass
+                mu_t = mean._data if training else mean.data
+                b = bias._data.reshape(-1) if bias is not None else None
+                kernels.row_affine(x3, mu_t, scale, y3, b)
+            else:
+                xp.multiply(y3, scale[:, None], out=y3)
+                if bias is not None:
+                    xp.add(y3, bias._data[:, None], out=y3)
             del keep
         # torch's node keeps the running stats it was given (released with it; never read
         # back here, so a later update of a module's buffers does not trip a version check)
@@ -252,6 +264,26 @@ class BatchNorm(Function):
             x3, xkeep = _reshaped(x, (n, c, length))
             inv = invstd.astype(np.float64)
             w = weight._data.astype(np.float64) if weight is not None else 1.0
+            if xp is np:
+                # sum(g) and sum(g * (x - mean)) per row in one pass (kernels.row_sums), then
+                # dx in one pass (kernels.row_affine)
+                sum_g, dot = (np.add.reduce(p, axis=0) for p in kernels.row_sums(2, g3, mean, x3))
+                if gw is not None:
+                    gw._data[...] = dot * inv
+                if gb is not None:
+                    gb._data[...] = sum_g
+                if gx is not None:
+                    gx3 = gx._data.reshape(n, c, length)
+                    if self.training:
+                        # dx = w*inv * (g - sum_g/m - (x-mean) * inv^2 * dot/m)
+                        k = (-(inv * inv) * dot / m).astype(dt.np)
+                        kernels.row_affine(x3, mean, k, gx3, (sum_g / m).astype(dt.np), g3,
+                                           (w * inv).astype(dt.np))  # fmt: skip
+                    else:
+                        xp.multiply(g3, (inv * w).astype(dt.np)[:, None], out=gx3)
+                del gkeep, xkeep
+                grads = {0: gx, 1: gw, 2: gb}
+                return tuple(grads.get(slot) for slot in slots)
             sum_g = _channel_sums(xp, g3)
             if gx is not None:
                 # x - mean in the grad_input buffer, which becomes dx below

@@ -205,18 +205,6 @@ def _general_max(xp, x3, y3, i3, geo, q0: int, q1: int) -> None:
         xp.copyto(ir, first, where=none)
 
 
-def _native_planes(run, planes: int, plane_elems: int) -> None:
-    """run(q0, q1) over ranges of whole planes, on the engine's pool when the work is large
-    (the compiled loops release the GIL); a plane's result does not depend on the split."""
-    threads = kernels.pool_threads(planes * plane_elems)
-    if threads <= 1 or planes < 2:
-        run(0, planes)
-        return
-    step = -(-planes // min(planes, threads))
-    bounds = [(q, min(q + step, planes)) for q in range(0, planes, step)]
-    list(kernels._get_pool().map(lambda b: run(*b), bounds))
-
-
 class MaxPool2d(Function):
     """max_pool2d_with_indices: (values, int64 flat indices into H*W); gradient to the argmax."""
 
@@ -240,13 +228,9 @@ class MaxPool2d(Function):
             y3, i3 = y._data.reshape(n * c, oh, ow), idx._data.reshape(n * c, oh, ow)
 
             if kernels.native_takes(x3, y3, i3):
-                _native_planes(
-                    lambda q0, q1: kernels.native.max_pool2d(
-                        x3[q0:q1], y3[q0:q1], i3[q0:q1], q1 - q0, *geo[2:]
-                    ),
-                    n * c,
-                    h * w,
-                )
+                # (its own threads take whole planes; a plane's result does not depend on it)
+                threads = kernels.native_threads(n * c * h * w)
+                kernels.native.max_pool2d(x3, y3, i3, n * c, *geo[2:], threads)
             elif not (self.tiled and _tiled_max(xp, x3, y3, i3, geo, 0, n * c)):
                 _general_max(xp, x3, y3, i3, geo, 0, n * c)
             del keep
@@ -267,12 +251,9 @@ class MaxPool2d(Function):
         gx2 = gx._data.reshape(n * c, h * w)
         if kernels.native_takes(g2, i2, gx2):
             # engine._native: the same sums in the same order as the numpy forms below
-            _native_planes(
-                lambda q0, q1: kernels.native.max_pool2d_backward(
-                    g2[q0:q1], i2[q0:q1], gx2[q0:q1], q1 - q0, h * w, oh * ow, not self.tiled
-                ),
-                n * c,
-                h * w,
+            threads = kernels.native_threads(n * c * h * w)
+            kernels.native.max_pool2d_backward(
+                g2, i2, gx2, n * c, h * w, oh * ow, not self.tiled, threads
             )
         elif self.tiled:
             # windows that do not overlap: each input gets at most one gradient, so the
