@@ -855,6 +855,140 @@ static PyObject *row_affine(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* --- matrix products split across the loops' threads ---------------------------------------
+ *
+ * When the engine owns the thread budget (kernels.set_num_threads(n, own_blas=True)), numpy's
+ * BLAS runs single-threaded and a large product is cut into parts along its larger output dim,
+ * each part one BLAS call on one of these threads: no BLAS thread spins beside the engine's
+ * loops after a product. kernels.py hands in the addresses of numpy's own cblas_sgemm and
+ * cblas_dgemm (found with ctypes) and their integer width. */
+typedef void (*sgemm_lp_t)(int, int, int, int, int, int, float, const float *, int, const float *,
+                           int, float, float *, int);
+typedef void (*sgemm_ilp_t)(int, int, int, long long, long long, long long, float, const float *,
+                            long long, const float *, long long, float, float *, long long);
+typedef void (*dgemm_lp_t)(int, int, int, int, int, int, double, const double *, int,
+                           const double *, int, double, double *, int);
+typedef void (*dgemm_ilp_t)(int, int, int, long long, long long, long long, double,
+                            const double *, long long, const double *, long long, double,
+                            double *, long long);
+static void *blas_sgemm = NULL, *blas_dgemm = NULL;
+static int blas_ilp64 = 0;
+#define CBLAS_ROW_MAJOR 101
+#define CBLAS_NO_TRANS 111
+
+static PyObject *set_gemm(PyObject *self, PyObject *args) {
+    unsigned long long s, d;
+    int ilp64;
+    if (!PyArg_ParseTuple(args, "KKp", &s, &d, &ilp64)) return NULL;
+    blas_sgemm = (void *)(uintptr_t)s;
+    blas_dgemm = (void *)(uintptr_t)d;
+    blas_ilp64 = ilp64;
+    Py_RETURN_NONE;
+}
+
+/* out[b] (m x n) = a[b] (m x k) @ bm[b] (k x n), row-major, for `batch` products (a's or bm's
+ * batch stride 0: one matrix for all). A part is a range of products when there are at least as
+ * many as parts, else a range of rows (split_rows) or columns of every product. */
+typedef struct {
+    char kind;
+    const void *a, *b;
+    void *out;
+    Py_ssize_t batch, m, n, k, a_step, b_step;
+    int split; /* 0: products, 1: rows, 2: columns */
+    int ta, tb; /* a (b) held transposed: k x m (n x k) row-major */
+} gemm_ctx_t;
+
+#define CBLAS_TRANS 112
+static void gemm_one(char kind, int ta, int tb, const void *a, const void *b, void *out,
+                     Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, Py_ssize_t lda, Py_ssize_t ldb,
+                     Py_ssize_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    int tra = ta ? CBLAS_TRANS : CBLAS_NO_TRANS, trb = tb ? CBLAS_TRANS : CBLAS_NO_TRANS;
+    if (kind == 'f') {
+        if (blas_ilp64)
+            ((sgemm_ilp_t)blas_sgemm)(CBLAS_ROW_MAJOR, tra, trb, m, n, k, 1.0f, a, lda, b, ldb,
+                                      0.0f, out, ldc);
+        else
+            ((sgemm_lp_t)blas_sgemm)(CBLAS_ROW_MAJOR, tra, trb, (int)m, (int)n, (int)k, 1.0f, a,
+                                     (int)lda, b, (int)ldb, 0.0f, out, (int)ldc);
+    } else {
+        if (blas_ilp64)
+            ((dgemm_ilp_t)blas_dgemm)(CBLAS_ROW_MAJOR, tra, trb, m, n, k, 1.0, a, lda, b, ldb,
+                                      0.0, out, ldc);
+        else
+            ((dgemm_lp_t)blas_dgemm)(CBLAS_ROW_MAJOR, tra, trb, (int)m, (int)n, (int)k, 1.0, a,
+                                     (int)lda, b, (int)ldb, 0.0, out, (int)ldc);
+    }
+}
+
+static void gemm_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    gemm_ctx_t *g = (gemm_ctx_t *)c;
+    Py_ssize_t size = g->kind == 'f' ? 4 : 8;
+    const char *a = (const char *)g->a, *b = (const char *)g->b;
+    char *out = (char *)g->out;
+    Py_ssize_t lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
+    if (g->split == 0) {
+        for (Py_ssize_t p = lo; p < hi; p++)
+            gemm_one(g->kind, g->ta, g->tb, a + p * g->a_step * size, b + p * g->b_step * size,
+                     out + p * g->m * g->n * size, g->m, g->n, g->k, lda, ldb, g->n);
+        return;
+    }
+    /* rows lo..hi of a (columns of a held transposed), or columns lo..hi of b (its rows) */
+    Py_ssize_t a_off = g->split == 1 ? lo * (g->ta ? 1 : g->k) : 0;
+    Py_ssize_t b_off = g->split == 2 ? lo * (g->tb ? g->k : 1) : 0;
+    Py_ssize_t o_off = g->split == 1 ? lo * g->n : lo;
+    Py_ssize_t rows = g->split == 1 ? hi - lo : g->m, cols = g->split == 2 ? hi - lo : g->n;
+    for (Py_ssize_t p = 0; p < g->batch; p++)
+        gemm_one(g->kind, g->ta, g->tb, a + (p * g->a_step + a_off) * size,
+                 b + (p * g->b_step + b_off) * size, out + (p * g->m * g->n + o_off) * size,
+                 rows, cols, g->k, lda, ldb, g->n);
+}
+
+static PyObject *gemm(PyObject *self, PyObject *args) {
+    PyObject *ao, *bo, *oo;
+    Py_ssize_t batch, m, n, k, a_step, b_step;
+    int ta, tb, threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOnnnnnnpp|i", &ao, &bo, &oo, &batch, &m, &n, &k, &a_step,
+                          &b_step, &ta, &tb, &threads))
+        return NULL;
+    if (blas_sgemm == NULL || blas_dgemm == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "gemm: set_gemm was not called");
+        return NULL;
+    }
+    if (batch < 0 || m < 0 || n < 0 || k < 1 || (a_step != 0 && a_step != m * k) ||
+        (b_step != 0 && b_step != k * n) ||
+        (!blas_ilp64 && (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX))) {
+        PyErr_SetString(PyExc_ValueError, "gemm: invalid sizes");
+        return NULL;
+    }
+    Py_buffer a, b, out;
+    if (get_three(ao, bo, oo, &a, &b, &out, 0) < 0) return NULL;
+    char kind = real_kind(&out);
+    const char *error = NULL;
+    Py_ssize_t na = a_step ? batch : 1, nb = b_step ? batch : 1;
+    if (kind == 0 || real_kind(&a) != kind || real_kind(&b) != kind)
+        error = "a, b and out must be float32 or float64 alike";
+    else if (a.len != na * m * k * a.itemsize || b.len != nb * k * n * b.itemsize ||
+             out.len != batch * m * n * out.itemsize)
+        error = "a, b and out must hold their products' values";
+    if (error) {
+        PyErr_SetString(PyExc_ValueError, error);
+        release_three(&a, &b, &out);
+        return NULL;
+    }
+    gemm_ctx_t ctx = {kind, a.buf, b.buf, out.buf, batch, m, n, k, a_step, b_step, 0, ta, tb};
+    Py_ssize_t count = batch;
+    if (threads > 1 && batch < threads) {
+        ctx.split = m >= n ? 1 : 2;
+        count = m >= n ? m : n;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    parallel_run(gemm_part, &ctx, count, threads);
+    Py_END_ALLOW_THREADS
+    release_three(&a, &b, &out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"set_erf_coefficients", set_erf_coefficients, METH_VARARGS,
      "set_erf_coefficients(P, Q): kernels._ERF_P and _ERF_Q (7 and 6 floats)."},
@@ -873,6 +1007,12 @@ static PyMethodDef methods[] = {
     {"row_sums", row_sums, METH_VARARGS,
      "row_sums(a, b, m, p1, p2, r0, rows, c, L, kind): float64 sums of each row of L values "
      "(kind 0: a; 1: (a - m[ch])^2; 2: a, and a * (b - m[ch])) in kernels.row_sums' order."},
+    {"set_gemm", set_gemm, METH_VARARGS,
+     "set_gemm(sgemm, dgemm, ilp64): the addresses of numpy's cblas_sgemm and cblas_dgemm."},
+    {"gemm", gemm, METH_VARARGS,
+     "gemm(a, b, out, batch, m, n, k, a_step, b_step, ta, tb, threads=1): out = a @ b over "
+     "row-major products (a, b held transposed: ta, tb), parts on the loops' threads, one BLAS "
+     "call each, without the GIL."},
     {"row_affine", row_affine, METH_VARARGS,
      "row_affine(x, g, p0, p1, p2, p3, y, r0, rows, c, L, kind, has_last): per-channel affine "
      "passes of batch normalization (kernels.row_affine), without the GIL."},

@@ -51,7 +51,11 @@ _prod = math.prod
 _INT64_MAX = (1 << 63) - 1
 
 SCRATCH_ELEMS = 1 << 14
-PARALLEL_MIN_ELEMS = 1 << 18
+# Python's pool pays off from about 4M elements: a map costs ~100 us on a 2-core VM (two GIL
+# hand-offs per wake), and from 256K to 1M float32 elements a split relu, exp or add took 1.1-4x
+# one thread's time (4M: even; 16M: 1.6-1.9x sooner). engine._native's loops split from far
+# less on threads of their own (NATIVE_PARALLEL_MIN).
+PARALLEL_MIN_ELEMS = 1 << 22
 # How long BLAS's threads keep the cores after a product that ran on them: OpenBLAS's threads
 # spin for about 2**28 cycles (~0.1 s) before they sleep (its THREAD_TIMEOUT default).
 BLAS_SPIN_S = 0.1
@@ -170,11 +174,108 @@ def run_parts(fn, ranges) -> None:
             c.set_num_threads(k)
 
 
+_native_gemm = None  # engine._native.gemm with numpy's BLAS handed in; False: not to be had
+
+
+def _load_native_gemm():
+    """engine._native.gemm, given the addresses of the cblas_sgemm and cblas_dgemm numpy itself
+    calls (its OpenBLAS, found through threadpoolctl and ctypes), or False."""
+    global _native_gemm
+    if _native_gemm is None:
+        _native_gemm = False
+        try:
+            import ctypes
+
+            from threadpoolctl import threadpool_info
+
+            infos = [i for i in threadpool_info() if i.get("internal_api") == "openblas"]
+            config = str(getattr(np, "__config__", None) and np.show_config("dicts"))
+        except Exception:
+            infos, config = [], ""
+        for info in infos if native is not None else ():
+            try:
+                lib = ctypes.CDLL(info["filepath"])
+            except OSError:
+                continue
+            # the 64_ suffix marks 64-bit integers; plain names only where numpy's build says
+            # its OpenBLAS has 32-bit ones
+            names = [(p, "64_", True) for p in ("scipy_cblas_", "cblas_")]
+            if "USE64BITINT" not in config:
+                names += [(p, "", False) for p in ("scipy_cblas_", "cblas_")]
+            for prefix, suffix, ilp64 in names:
+                try:
+                    fs = getattr(lib, f"{prefix}sgemm{suffix}")
+                    fd = getattr(lib, f"{prefix}dgemm{suffix}")
+                except AttributeError:
+                    continue
+                address = ctypes.cast(fs, ctypes.c_void_p).value
+                native.set_gemm(address, ctypes.cast(fd, ctypes.c_void_p).value, ilp64)
+                _native_gemm = native.gemm
+                return _native_gemm
+    return _native_gemm
+
+
+def _held(x, rows: int, cols: int):
+    """(transposed, batch step) when x's matrices [rows, cols] are each C-contiguous, or each
+    the transpose of a C-contiguous [cols, rows], one after another (or one matrix); else None."""
+    st = x.strides
+    size = x.itemsize
+    if x.ndim == 2 or math.prod(x.shape[:-2]) == 1:
+        step = 0
+    elif x.ndim == 3 and st[0] == rows * cols * size:
+        step = rows * cols
+    else:
+        return None
+    if (st[-1] == size or cols == 1) and (st[-2] == cols * size or rows == 1):
+        return False, step
+    if (st[-2] == size or rows == 1) and (st[-1] == rows * size or cols == 1):
+        return True, step
+    return None
+
+
+def _gemm_operands(a, b, out):
+    """The arguments of engine._native.gemm for a @ b into out (a transposed operand passed as
+    the C-contiguous array it is the transpose of), or None:
+    numpy float32/float64 arrays alike; out C-contiguous; a and b 2-D or 3-D, each matrix
+    C-contiguous or transposed, with one batch or a single matrix broadcast."""
+    if not (
+        type(a) is np.ndarray
+        and type(b) is np.ndarray
+        and type(out) is np.ndarray
+        and a.dtype == b.dtype == out.dtype
+        and out.dtype in (np.float32, np.float64)
+        and out.flags.c_contiguous
+        and 2 <= a.ndim <= 3
+        and 2 <= b.ndim <= 3
+        and out.ndim == max(a.ndim, b.ndim)
+    ):
+        return None
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = math.prod(out.shape[:-2])
+    if k == 0 or b.shape[-2] != k or out.shape[-2:] != (m, n):
+        return None
+    for x in (a, b):
+        if x.ndim == 3 and x.shape[0] not in (1, batch):
+            return None
+    ha, hb = _held(a, m, k), _held(b, k, n)
+    if ha is None or hb is None:
+        return None
+    (ta, a_step), (tb, b_step) = ha, hb
+    if batch > 1 and a.ndim == 3 and a.shape[0] == 1:
+        a_step = 0
+    if batch > 1 and b.ndim == 3 and b.shape[0] == 1:
+        b_step = 0
+    a_held = np.swapaxes(a, -1, -2) if ta else a
+    b_held = np.swapaxes(b, -1, -2) if tb else b
+    return a_held, b_held, out, batch, m, n, k, a_step, b_step, ta, tb
+
+
 def gemm(a, b, out) -> None:
     """out = a @ b (numpy arrays, any leading batch dims). When the engine owns the thread
-    budget, large products are split along the larger output dim across its pool, each part one
-    single-threaded BLAS call (results can then differ in the last bits between thread counts,
-    as with BLAS's own threads); otherwise one BLAS call."""
+    budget, large products are split along the larger output dim (or across a batch of them)
+    on engine._native's threads, each part one single-threaded BLAS call (or, without the
+    compiled loops, on the Python pool); results can then differ in the last bits between
+    thread counts, as with BLAS's own threads. Otherwise one BLAS call."""
     global _blas_last
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
@@ -187,6 +288,11 @@ def gemm(a, b, out) -> None:
     parts = _threads
     if parts == 1 or _on_pool.yes or batch * m * n * k < GEMM_SPLIT_MACS or max(m, n) < 2 * parts:
         np.matmul(a, b, out=out)
+        return
+    run = _load_native_gemm()
+    operands = _gemm_operands(a, b, out) if run else None
+    if operands is not None:
+        run(*operands, parts)
         return
     if m >= n:
         step = -(-m // parts)

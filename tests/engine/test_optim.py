@@ -100,7 +100,10 @@ def test_sgd_momentum_in_one_pass_equals_the_three_in_place_ops(monkeypatch, dty
     from engine.optim import sgd
 
     rng = np.random.default_rng(7)
-    big = (600, 1100)  # past kernels.PARALLEL_MIN_ELEMS: the pool's chunks, several blocks
+    # past PARALLEL_MIN_ELEMS (lowered here: 4M parameters would be slow to check): the pool's
+    # chunks, several blocks
+    monkeypatch.setattr(kernels, "PARALLEL_MIN_ELEMS", 1 << 18)
+    big = (600, 1100)
     assert big[0] * big[1] > kernels.PARALLEL_MIN_ELEMS
     values = [rng.standard_normal(s).astype(dtype) for s in (big, (3, 5))]
     grads = [[rng.standard_normal(v.shape).astype(dtype) for v in values] for _ in range(3)]

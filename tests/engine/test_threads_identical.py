@@ -9,17 +9,23 @@ import pytest
 import engine
 from engine import kernels
 
-N = 1 << 19  # above kernels.PARALLEL_MIN_ELEMS: the pool is used
+N = kernels.PARALLEL_MIN_ELEMS  # the pool is used (and engine._native's threads)
+assert N % (1 << 16) == 0
 
 PROGRAMS = {
     "gelu": lambda x: engine.nn.functional.gelu(x),
     "gelu_tanh": lambda x: engine.nn.functional.gelu(x, approximate="tanh"),
     "exp_mul_add": lambda x: (x.exp() * 0.5 + x).sigmoid(),
-    "relu_maxpool": lambda x: engine.nn.functional.max_pool2d(x.view(8, 16, 64, 64).relu(), 2),
-    "softmax": lambda x: x.view(512, 1024).softmax(-1),
+    "relu_maxpool": lambda x: engine.nn.functional.max_pool2d(
+        x.view(N >> 16, 16, 64, 64).relu(), 2
+    ),
+    "batch_norm": lambda x: engine.nn.functional.batch_norm(
+        x.view(N >> 16, 16, 64, 64), None, None, training=True
+    ),
+    "softmax": lambda x: x.view(N >> 10, 1024).softmax(-1),
     # full reductions add fixed blocks on the pool; last-axis reductions split rows
     "sum_mean": lambda x: x * x.sum() + x * x.mean(),
-    "row_sums": lambda x: x.view(512, 1024).sum(-1) + x.view(512, 1024).mean(-1),
+    "row_sums": lambda x: x.view(N >> 10, 1024).sum(-1) + x.view(N >> 10, 1024).mean(-1),
 }
 
 
