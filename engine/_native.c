@@ -169,30 +169,38 @@ static PyObject *erf_f32(PyObject *self, PyObject *args) {
 
 /* --- the loops' own threads --------------------------------------------------------------------
  *
- * parallel_run(fn, ctx, n, parts) cuts range(n) into `parts` equal ranges: the calling thread
- * runs the first, the pool's threads the others, and it returns when all are done. Every loop
- * here computes each element (or row, or plane) on its own, so the cut never changes a value.
- * Python threads handing work to each other cost ~40 us a wake on a VM (the GIL's handoffs);
- * these threads wake on one condition variable (~11 us) and hold no Python state. One job at a
- * time: a second caller meanwhile (another Python thread) runs its job alone. After fork() the
- * child has no pool threads: the pool starts again on its first job. */
+ * parallel_run(fn, ctx, n, parts) cuts range(n) into equal chunks (CHUNKS_PER_PART per part)
+ * that the calling thread and up to parts - 1 of the pool's threads claim one at a time, and
+ * returns when all are done. A thread that is late (descheduled on a busy machine) finds the
+ * chunks taken and does nothing: the caller never waits for a thread that has not started, only
+ * for chunks another thread is running (with one part per thread, a 2-core machine with two
+ * busy processes ran the small CNN step 5.8x torch's). Every loop here computes each element
+ * (or row, or plane) on its own, so the cut never changes a value. Python threads handing work
+ * to each other cost ~40 us a wake on a VM (the GIL's hand-offs); these threads poll for the
+ * next job for POOL_SPIN_NS, then sleep on a condition variable, and hold no Python state. One
+ * job at a time: a second caller meanwhile (another Python thread) runs its job alone. After
+ * fork() the child has no pool threads: the pool starts again on its first job. */
+#define CHUNKS_PER_PART 4
+
 #ifdef NATIVE_THREADS
 #define POOL_MAX 64
+#define POOL_SPIN_NS 100000LL
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t pool_done = PTHREAD_COND_INITIALIZER;
 static int pool_started = 0;        /* threads running (under pool_mu) */
-static unsigned long pool_gen = 0;  /* bumped for each job (under pool_mu) */
+static unsigned long pool_gen = 0;  /* bumped for each job (under pool_mu; polled atomically) */
 static part_fn pool_fn;
 static void *pool_ctx;
 static Py_ssize_t pool_n;
-static int pool_parts;
-static int pool_pending;            /* the threads' parts not yet done (under pool_mu) */
+static int pool_parts, pool_chunks;
+static unsigned long long pool_claim; /* (job's generation << 32) | next chunk, claimed by CAS */
+static int pool_finished;           /* chunks done (atomic) */
+static int pool_waiting = 0;        /* the caller sleeps on pool_done (under pool_mu) */
 static int pool_busy = 0;           /* a job is running (under pool_mu) */
 static int pool_atfork = 0;
 static unsigned long pool_first_gen[POOL_MAX]; /* the generation before a thread's first job */
 static int pool_sleeping = 0;       /* threads waiting on pool_wake (under pool_mu) */
-static long pool_spin_ns = 100000;  /* how long a thread polls for the next job before sleeping */
 
 static long long now_ns(void) {
     struct timespec t;
@@ -200,29 +208,56 @@ static long long now_ns(void) {
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-/* Poll *word until it differs from `from` or pool_spin_ns pass: a job posted soon after the
+static void chunk_bounds(Py_ssize_t n, int chunks, int i, Py_ssize_t *lo, Py_ssize_t *hi) {
+    *lo = (Py_ssize_t)((long double)n * i / chunks);
+    *hi = (Py_ssize_t)((long double)n * (i + 1) / chunks);
+}
+
+/* The next chunk of job `gen`, or -1 when that job has none left (or is over). */
+static int pool_take(unsigned long gen, int chunks) {
+    unsigned long long cur = __atomic_load_n(&pool_claim, __ATOMIC_ACQUIRE);
+    for (;;) {
+        if ((cur >> 32) != (gen & 0xffffffffUL) || (int)(cur & 0xffffffffULL) >= chunks)
+            return -1;
+        if (__atomic_compare_exchange_n(&pool_claim, &cur, cur + 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return (int)(cur & 0xffffffffULL);
+    }
+}
+
+/* Run chunks of job `gen` until none is left; wake the caller after the last one. */
+static void pool_work(unsigned long gen, part_fn fn, void *ctx, Py_ssize_t n, int chunks) {
+    int i;
+    while ((i = pool_take(gen, chunks)) >= 0) {
+        Py_ssize_t lo, hi;
+        chunk_bounds(n, chunks, i, &lo, &hi);
+        if (hi > lo) fn(ctx, lo, hi);
+        if (__atomic_add_fetch(&pool_finished, 1, __ATOMIC_ACQ_REL) == chunks) {
+            pthread_mutex_lock(&pool_mu);
+            if (pool_waiting) pthread_cond_signal(&pool_done);
+            pthread_mutex_unlock(&pool_mu);
+        }
+    }
+}
+
+/* Poll *word until it differs from `from` or POOL_SPIN_NS pass: a job posted soon after the
  * last (the next op's loop) starts without a sleeping thread's wake-up, which on a VM costs tens
  * of microseconds. Yields the core on every poll, so a runnable thread is not kept waiting. */
 static void pool_poll(unsigned long *word, unsigned long from) {
-    long long end = now_ns() + pool_spin_ns;
+    long long end = now_ns() + POOL_SPIN_NS;
     while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == from) {
         if (now_ns() > end) return;
         sched_yield();
     }
 }
 
-static void part_bounds(Py_ssize_t n, int parts, int i, Py_ssize_t *lo, Py_ssize_t *hi) {
-    *lo = (Py_ssize_t)((long double)n * i / parts);
-    *hi = (Py_ssize_t)((long double)n * (i + 1) / parts);
-}
-
 static void *pool_main(void *arg) {
-    int id = (int)(intptr_t)arg; /* 1 .. POOL_MAX - 1: part `id` of a job */
+    int id = (int)(intptr_t)arg; /* 1 .. POOL_MAX - 1 */
     unsigned long seen;
     pthread_mutex_lock(&pool_mu);
     seen = pool_first_gen[id]; /* (its first job may be posted before it runs) */
     for (;;) {
-        if (pool_gen == seen && pool_spin_ns > 0) {
+        if (pool_gen == seen) {
             pthread_mutex_unlock(&pool_mu);
             pool_poll(&pool_gen, seen);
             pthread_mutex_lock(&pool_mu);
@@ -236,13 +271,11 @@ static void *pool_main(void *arg) {
         if (id >= pool_parts) continue;
         part_fn fn = pool_fn;
         void *ctx = pool_ctx;
-        Py_ssize_t lo, hi;
-        part_bounds(pool_n, pool_parts, id, &lo, &hi);
+        Py_ssize_t n = pool_n;
+        int chunks = pool_chunks;
         pthread_mutex_unlock(&pool_mu);
-        if (hi > lo) fn(ctx, lo, hi);
+        pool_work(seen, fn, ctx, n, chunks);
         pthread_mutex_lock(&pool_mu);
-        if (__atomic_sub_fetch(&pool_pending, 1, __ATOMIC_RELEASE) == 0)
-            pthread_cond_signal(&pool_done);
     }
     return NULL;
 }
@@ -255,7 +288,7 @@ static void pool_after_fork(void) {
     pool_done = c2;
     pool_started = 0;
     pool_busy = 0;
-    pool_pending = 0;
+    pool_waiting = 0;
     pool_sleeping = 0;
 }
 #endif
@@ -280,23 +313,31 @@ static void parallel_run(part_fn fn, void *ctx, Py_ssize_t n, int parts) {
             pool_started++;
         }
         if (parts > 1) {
+            Py_ssize_t chunks = (Py_ssize_t)parts * CHUNKS_PER_PART;
+            if (chunks > n) chunks = n;
+            unsigned long gen = pool_gen + 1;
             pool_busy = 1;
             pool_fn = fn;
             pool_ctx = ctx;
             pool_n = n;
             pool_parts = parts;
-            pool_pending = parts - 1;
-            __atomic_store_n(&pool_gen, pool_gen + 1, __ATOMIC_RELEASE);
+            pool_chunks = (int)chunks;
+            __atomic_store_n(&pool_finished, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&pool_claim, (unsigned long long)(gen & 0xffffffffUL) << 32,
+                             __ATOMIC_RELEASE);
+            __atomic_store_n(&pool_gen, gen, __ATOMIC_RELEASE);
             if (pool_sleeping) pthread_cond_broadcast(&pool_wake);
             pthread_mutex_unlock(&pool_mu);
-            Py_ssize_t lo, hi;
-            part_bounds(n, parts, 0, &lo, &hi);
-            if (hi > lo) fn(ctx, lo, hi);
-            long long end = now_ns() + pool_spin_ns; /* the others' parts are about as long */
-            while (__atomic_load_n(&pool_pending, __ATOMIC_ACQUIRE) > 0 && now_ns() < end)
+            pool_work(gen, fn, ctx, n, (int)chunks);
+            /* only chunks another thread took are left: they are about as long as one here */
+            long long end = now_ns() + POOL_SPIN_NS;
+            while (__atomic_load_n(&pool_finished, __ATOMIC_ACQUIRE) < chunks && now_ns() < end)
                 sched_yield();
             pthread_mutex_lock(&pool_mu);
-            while (pool_pending > 0) pthread_cond_wait(&pool_done, &pool_mu);
+            pool_waiting = 1;
+            while (__atomic_load_n(&pool_finished, __ATOMIC_ACQUIRE) < chunks)
+                pthread_cond_wait(&pool_done, &pool_mu);
+            pool_waiting = 0;
             pool_busy = 0;
             pthread_mutex_unlock(&pool_mu);
             return;
