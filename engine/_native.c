@@ -656,7 +656,8 @@ static PyObject *threshold_backward(PyObject *self, PyObject *args) {
 
 /* --- per-channel passes of batch normalization ---------------------------------------------
  *
- * The input is `rows` rows of L values, row r of channel (r0 + r) % c ([N, C, L] from row r0 on).
+ * The input is `rows` rows of L values, row r of channel r % c ([N, C, L] as N * C rows); a
+ * thread's part from row r0 on.
  * Sums are per row, in double, in a fixed order that kernels.row_sums' numpy form repeats: with
  * L8 = L - L % 8, lane k (k < 8) takes the terms at k, k + 8, ... below L8, one after another from
  * the first; the lanes are joined as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), and the
@@ -730,29 +731,29 @@ typedef struct {
     char k;
     const void *a, *b, *m;
     double *p1, *p2;
-    Py_ssize_t r0, c, L;
+    Py_ssize_t c, L;
     int kind;
 } row_sums_ctx_t;
 static void row_sums_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
     row_sums_ctx_t *t = (row_sums_ctx_t *)ctx;
     if (t->k == 'f')
         row_sums_float((const float *)t->a + lo * t->L, (const float *)t->b + lo * t->L,
-                       (const float *)t->m, t->p1 + lo, t->p2 + lo, t->r0 + lo, hi - lo, t->c,
+                       (const float *)t->m, t->p1 + lo, t->p2 + lo, lo, hi - lo, t->c,
                        t->L, t->kind);
     else
         row_sums_double((const double *)t->a + lo * t->L, (const double *)t->b + lo * t->L,
-                        (const double *)t->m, t->p1 + lo, t->p2 + lo, t->r0 + lo, hi - lo,
+                        (const double *)t->m, t->p1 + lo, t->p2 + lo, lo, hi - lo,
                         t->c, t->L, t->kind);
 }
 
 static PyObject *row_sums(PyObject *self, PyObject *args) {
     PyObject *ao, *bo, *mo, *p1o, *p2o;
-    Py_ssize_t r0, rows, c, L;
+    Py_ssize_t rows, c, L;
     int kind, threads = 1;
-    if (!PyArg_ParseTuple(args, "OOOOOnnnni|i", &ao, &bo, &mo, &p1o, &p2o, &r0, &rows, &c, &L,
-                          &kind, &threads))
+    if (!PyArg_ParseTuple(args, "OOOOOnnni|i", &ao, &bo, &mo, &p1o, &p2o, &rows, &c, &L, &kind,
+                          &threads))
         return NULL;
-    if (kind < 0 || kind > 2 || r0 < 0 || rows < 0 || c < 1 || L < 0) {
+    if (kind < 0 || kind > 2 || rows < 0 || c < 1 || L < 0) {
         PyErr_SetString(PyExc_ValueError, "row_sums: invalid kind or sizes");
         return NULL;
     }
@@ -781,7 +782,7 @@ static PyObject *row_sums(PyObject *self, PyObject *args) {
         return NULL;
     }
     row_sums_ctx_t ctx = {kind_a, v[0].buf, v[1].buf, v[2].buf, (double *)v[3].buf,
-                          (double *)v[4].buf, r0, c, L, kind};
+                          (double *)v[4].buf, c, L, kind};
     Py_BEGIN_ALLOW_THREADS
     parallel_run(row_sums_part, &ctx, rows, threads);
     Py_END_ALLOW_THREADS
@@ -834,7 +835,7 @@ typedef struct {
     char k;
     const void *x, *g, *p0, *p1, *p2, *p3;
     void *y;
-    Py_ssize_t r0, c, L;
+    Py_ssize_t c, L;
     int kind, has_last;
 } row_affine_ctx_t;
 static void row_affine_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
@@ -843,23 +844,23 @@ static void row_affine_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi) {
     if (t->k == 'f')
         row_affine_float((const float *)t->x + off, (const float *)t->g + off,
                          (const float *)t->p0, (const float *)t->p1, (const float *)t->p2,
-                         (const float *)t->p3, (float *)t->y + off, t->r0 + lo, hi - lo, t->c,
+                         (const float *)t->p3, (float *)t->y + off, lo, hi - lo, t->c,
                          t->L, t->kind, t->has_last);
     else
         row_affine_double((const double *)t->x + off, (const double *)t->g + off,
                           (const double *)t->p0, (const double *)t->p1, (const double *)t->p2,
-                          (const double *)t->p3, (double *)t->y + off, t->r0 + lo, hi - lo,
+                          (const double *)t->p3, (double *)t->y + off, lo, hi - lo,
                           t->c, t->L, t->kind, t->has_last);
 }
 
 static PyObject *row_affine(PyObject *self, PyObject *args) {
     PyObject *xo, *go, *p0o, *p1o, *p2o, *p3o, *yo;
-    Py_ssize_t r0, rows, c, L;
+    Py_ssize_t rows, c, L;
     int kind, has_last, threads = 1;
-    if (!PyArg_ParseTuple(args, "OOOOOOOnnnnip|i", &xo, &go, &p0o, &p1o, &p2o, &p3o, &yo, &r0,
-                          &rows, &c, &L, &kind, &has_last, &threads))
+    if (!PyArg_ParseTuple(args, "OOOOOOOnnnip|i", &xo, &go, &p0o, &p1o, &p2o, &p3o, &yo, &rows,
+                          &c, &L, &kind, &has_last, &threads))
         return NULL;
-    if (kind < 0 || kind > 1 || r0 < 0 || rows < 0 || c < 1 || L < 0) {
+    if (kind < 0 || kind > 1 || rows < 0 || c < 1 || L < 0) {
         PyErr_SetString(PyExc_ValueError, "row_affine: invalid kind or sizes");
         return NULL;
     }
@@ -888,7 +889,7 @@ static PyObject *row_affine(PyObject *self, PyObject *args) {
         return NULL;
     }
     row_affine_ctx_t ctx = {k, v[0].buf, v[1].buf, v[2].buf, v[3].buf, v[4].buf, v[5].buf,
-                            v[6].buf, r0, c, L, kind, has_last};
+                            v[6].buf, c, L, kind, has_last};
     Py_BEGIN_ALLOW_THREADS
     parallel_run(row_affine_part, &ctx, rows, threads);
     Py_END_ALLOW_THREADS
@@ -1046,8 +1047,9 @@ static PyMethodDef methods[] = {
      "threshold_backward(g, v, out, threshold): out = v <= threshold ? 0 : g over contiguous "
      "float32/float64 buffers of equal length, without the GIL."},
     {"row_sums", row_sums, METH_VARARGS,
-     "row_sums(a, b, m, p1, p2, r0, rows, c, L, kind): float64 sums of each row of L values "
-     "(kind 0: a; 1: (a - m[ch])^2; 2: a, and a * (b - m[ch])) in kernels.row_sums' order."},
+     "row_sums(a, b, m, p1, p2, rows, c, L, kind, threads=1): float64 sums of each row of L "
+     "values (kind 0: a; 1: (a - m[ch])^2; 2: a, and a * (b - m[ch])) in kernels.row_sums' "
+     "order."},
     {"set_gemm", set_gemm, METH_VARARGS,
      "set_gemm(sgemm, dgemm, ilp64): the addresses of numpy's cblas_sgemm and cblas_dgemm."},
     {"gemm", gemm, METH_VARARGS,
@@ -1055,8 +1057,8 @@ static PyMethodDef methods[] = {
      "row-major products (a, b held transposed: ta, tb), parts on the loops' threads, one BLAS "
      "call each, without the GIL."},
     {"row_affine", row_affine, METH_VARARGS,
-     "row_affine(x, g, p0, p1, p2, p3, y, r0, rows, c, L, kind, has_last): per-channel affine "
-     "passes of batch normalization (kernels.row_affine), without the GIL."},
+     "row_affine(x, g, p0, p1, p2, p3, y, rows, c, L, kind, has_last, threads=1): per-channel "
+     "affine passes of batch normalization (kernels.row_affine), without the GIL."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -260,11 +260,7 @@ def _gemm_operands(a, b, out):
     ha, hb = _held(a, m, k), _held(b, k, n)
     if ha is None or hb is None:
         return None
-    (ta, a_step), (tb, b_step) = ha, hb
-    if batch > 1 and a.ndim == 3 and a.shape[0] == 1:
-        a_step = 0
-    if batch > 1 and b.ndim == 3 and b.shape[0] == 1:
-        b_step = 0
+    (ta, a_step), (tb, b_step) = ha, hb  # (a single matrix broadcast: step 0)
     a_held = np.swapaxes(a, -1, -2) if ta else a
     b_held = np.swapaxes(b, -1, -2) if tb else b
     return a_held, b_held, out, batch, m, n, k, a_step, b_step, ta, tb
@@ -1397,29 +1393,25 @@ def row_sums(kind: int, a3, m=None, b3=None):
     p1 = np.empty((n, c))
     p2 = np.empty((n, c)) if kind == 2 else p1
     operands = (a3,) + ((m,) if kind else ()) + ((b3,) if kind == 2 else ())
-    if _native_rows(*operands):
-        b = b3 if kind == 2 else a3
-        mm = m if kind else a3
-
-        threads = native_threads(a3.size)
-        native.row_sums(a3, b, mm, p1, p2, 0, n * c, c, length, kind, threads)
+    if _native_rows(*operands):  # (its own threads)
+        b, mm = (b3 if kind == 2 else a3), (m if kind else a3)
+        native.row_sums(a3, b, mm, p1, p2, n * c, c, length, kind, native_threads(a3.size))
         return (p1, p2) if kind == 2 else p1
-    else:
-        mc = m[:, None] if kind else None
-        step = max(1, ROW_SUM_ELEMS // max(c * length, 1))
+    mc = m[:, None] if kind else None
+    step = max(1, ROW_SUM_ELEMS // max(c * length, 1))
 
-        def part(lo, hi):
-            for s0 in range(lo, hi, step):
-                s1 = min(s0 + step, hi)
-                a = a3[s0:s1]
-                if kind == 1:
-                    d = (a - mc).astype(np.float64)
-                    p1[s0:s1] = _lane_sums(d * d)
-                    continue
-                af = a.astype(np.float64)
-                p1[s0:s1] = _lane_sums(af)
-                if kind == 2:
-                    p2[s0:s1] = _lane_sums(af * (b3[s0:s1] - mc).astype(np.float64))
+    def part(lo, hi):
+        for s0 in range(lo, hi, step):
+            s1 = min(s0 + step, hi)
+            a = a3[s0:s1]
+            if kind == 1:
+                d = (a - mc).astype(np.float64)
+                p1[s0:s1] = _lane_sums(d * d)
+                continue
+            af = a.astype(np.float64)
+            p1[s0:s1] = _lane_sums(af)
+            if kind == 2:
+                p2[s0:s1] = _lane_sums(af * (b3[s0:s1] - mc).astype(np.float64))
 
     _over_samples(part, n, c * length)
     return (p1, p2) if kind == 2 else p1
@@ -1433,27 +1425,22 @@ def row_affine(x3, p0, p1, out, p2=None, g3=None, p3=None):
     n, c, length = x3.shape
     grad = g3 is not None
     params = [p for p in (p0, p1, p2, p3) if p is not None]
-    if _native_rows(out, x3, *params, *((g3,) if grad else ())):
-        g = g3 if grad else x3
-        q2 = p1 if p2 is None else p2
-        q3 = p3 if grad else p1
-
-        threads = native_threads(out.size)
-        native.row_affine(x3, g, p0, p1, q2, q3, out, 0, n * c, c, length, int(grad),
-                          p2 is not None, threads)  # fmt: skip
+    if _native_rows(out, x3, *params, *((g3,) if grad else ())):  # (its own threads)
+        g, q2, q3 = (g3 if grad else x3), (p1 if p2 is None else p2), (p3 if grad else p1)
+        native.row_affine(x3, g, p0, p1, q2, q3, out, n * c, c, length, int(grad),
+                          p2 is not None, native_threads(out.size))  # fmt: skip
         return out
-    else:
 
-        def part(lo, hi):
-            o = out[lo:hi]
-            np.subtract(x3[lo:hi], p0[:, None], out=o)
-            np.multiply(o, p1[:, None], out=o)
-            if grad:
-                np.add(o, g3[lo:hi], out=o)
-                np.subtract(o, p2[:, None], out=o)
-                np.multiply(o, p3[:, None], out=o)
-            elif p2 is not None:
-                np.add(o, p2[:, None], out=o)
+    def part(lo, hi):
+        o = out[lo:hi]
+        np.subtract(x3[lo:hi], p0[:, None], out=o)
+        np.multiply(o, p1[:, None], out=o)
+        if grad:
+            np.add(o, g3[lo:hi], out=o)
+            np.subtract(o, p2[:, None], out=o)
+            np.multiply(o, p3[:, None], out=o)
+        elif p2 is not None:
+            np.add(o, p2[:, None], out=o)
 
     _over_samples(part, n, c * length)
     return out

@@ -105,18 +105,18 @@ def test_the_compiled_loops_refuse_bad_buffers():
     a = np.ones((2, 3, 4), np.float32)
     p = np.empty(6)
     with pytest.raises(ValueError, match="rows \\* L"):
-        NATIVE.row_sums(a, a, a, p, p, 0, 6, 3, 5, 0)
+        NATIVE.row_sums(a, a, a, p, p, 6, 3, 5, 0)
     with pytest.raises(ValueError, match="float32 or float64 alike"):
-        NATIVE.row_sums(a, a, a.astype(np.float64), p, p, 0, 6, 3, 4, 1)
+        NATIVE.row_sums(a, a, a.astype(np.float64), p, p, 6, 3, 4, 1)
     with pytest.raises(ValueError, match="float64"):
-        NATIVE.row_sums(a, a, a, p.astype(np.float32), p, 0, 6, 3, 4, 0)
+        NATIVE.row_sums(a, a, a, p.astype(np.float32), p, 6, 3, 4, 0)
     with pytest.raises(ValueError, match="invalid"):
-        NATIVE.row_sums(a, a, a, p, p, 0, 6, 3, 4, 7)
+        NATIVE.row_sums(a, a, a, p, p, 6, 3, 4, 7)
     c = np.ones(3, np.float32)
     with pytest.raises(ValueError, match="c values"):
-        NATIVE.row_affine(a, a, c, c[:2], c, c, a.copy(), 0, 6, 3, 4, 0, True)
+        NATIVE.row_affine(a, a, c, c[:2], c, c, a.copy(), 6, 3, 4, 0, True)
     with pytest.raises(ValueError, match="contiguous"):
-        NATIVE.row_affine(a[:, :, ::2], a, c, c, c, c, a.copy(), 0, 6, 3, 2, 0, True)
+        NATIVE.row_affine(a[:, :, ::2], a, c, c, c, c, a.copy(), 6, 3, 2, 0, True)
 
 
 @pytest.mark.parametrize("training", [True, False])

@@ -244,49 +244,36 @@ class BatchNorm(Function):
             x3, xkeep = _reshaped(x, (n, c, length))
             inv = invstd.astype(np.float64)
             w = weight._data.astype(np.float64) if weight is not None else 1.0
-            if xp is np:
-                # sum(g) and sum(g * (x - mean)) per row in one pass (kernels.row_sums), then
-                # dx in one pass (kernels.row_affine)
+            if xp is np:  # sum(g) and sum(g * (x - mean)) per row in one pass
                 sum_g, dot = (np.add.reduce(p, axis=0) for p in kernels.row_sums(2, g3, mean, x3))
-                if gw is not None:
-                    gw._data[...] = dot * inv
-                if gb is not None:
-                    gb._data[...] = sum_g
-                if gx is not None:
-                    gx3 = gx._data.reshape(n, c, length)
-                    if self.training:
-                        # dx = w*inv * (g - sum_g/m - (x-mean) * inv^2 * dot/m)
-                        k = (-(inv * inv) * dot / m).astype(dt.np)
-                        kernels.row_affine(x3, mean, k, gx3, (sum_g / m).astype(dt.np), g3,
-                                           (w * inv).astype(dt.np))  # fmt: skip
-                    else:
-                        xp.multiply(g3, (inv * w).astype(dt.np)[:, None], out=gx3)
-                del gkeep, xkeep
-                grads = {0: gx, 1: gw, 2: gb}
-                return tuple(grads.get(slot) for slot in slots)
-            sum_g = _channel_sums(xp, g3)
-            if gx is not None:
-                # x - mean in the grad_input buffer, which becomes dx below
-                c3 = gx._data.reshape(n, c, length)
-                xp.subtract(x3, mean[:, None], out=c3)
-                dot = _channel_sums(xp, g3, c3)  # sum(g * (x - mean))
             else:
-                c3 = None
-                dot = _centered_dot(xp, g3, x3, mean)
+                sum_g = _channel_sums(xp, g3)
+                if gx is not None:  # x - mean in the grad_input buffer, which becomes dx below
+                    c3 = gx._data.reshape(n, c, length)
+                    xp.subtract(x3, mean[:, None], out=c3)
+                    dot = _channel_sums(xp, g3, c3)  # sum(g * (x - mean))
+                else:
+                    dot = _centered_dot(xp, g3, x3, mean)
             if gw is not None:
                 gw._data[...] = dot * inv
             if gb is not None:
                 gb._data[...] = sum_g
             if gx is not None:
-                if self.training:
-                    # dx = w*inv * (g - sum_g/m - (x-mean) * inv^2 * dot/m)
-                    xp.multiply(c3, (-(inv * inv) * dot / m).astype(dt.np)[:, None], out=c3)
-                    xp.add(c3, g3, out=c3)
-                    xp.subtract(c3, (sum_g / m).astype(dt.np)[:, None], out=c3)
-                    xp.multiply(c3, (w * inv).astype(dt.np)[:, None], out=c3)
+                gx3 = gx._data.reshape(n, c, length)
+                if not self.training:
+                    xp.multiply(g3, (inv * w).astype(dt.np)[:, None], out=gx3)
                 else:
-                    xp.multiply(g3, (inv * w).astype(dt.np)[:, None], out=c3)
-            del c3, gkeep, xkeep
+                    # dx = w*inv * (g - sum_g/m - (x-mean) * inv^2 * dot/m)
+                    k = (-(inv * inv) * dot / m).astype(dt.np)
+                    gm, s = (sum_g / m).astype(dt.np), (w * inv).astype(dt.np)
+                    if xp is np:  # in one pass (kernels.row_affine)
+                        kernels.row_affine(x3, mean, k, gx3, gm, g3, s)
+                    else:  # gx3 holds x - mean
+                        xp.multiply(gx3, k[:, None], out=gx3)
+                        xp.add(gx3, g3, out=gx3)
+                        xp.subtract(gx3, gm[:, None], out=gx3)
+                        xp.multiply(gx3, s[:, None], out=gx3)
+            del gkeep, xkeep
         grads = {0: gx, 1: gw, 2: gb}
         return tuple(grads.get(slot) for slot in slots)
 
