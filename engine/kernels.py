@@ -328,12 +328,13 @@ def get_num_threads() -> int:
     return _threads
 
 
-def pool_threads(n: int) -> int:
+def pool_threads(n: int, least: int | None = None) -> int:
     """How many threads work of `n` elements is split across now: the engine's threads for
-    large work, unless BLAS's own threads ran a product less than BLAS_SPIN_S ago and are still
-    spinning on the cores (then 1: the calling thread). The split never changes results: the
-    kernels cut work into the same blocks whatever the thread count."""
-    if _threads == 1 or n < PARALLEL_MIN_ELEMS or _on_pool.yes:
+    work of at least `least` elements (PARALLEL_MIN_ELEMS, Python's pool, by default), unless
+    this is one of the pool's own threads or BLAS's own threads ran a product less than
+    BLAS_SPIN_S ago and are still spinning on the cores (then 1: the calling thread). The split
+    never changes results: the kernels cut work into the same blocks whatever the thread count."""
+    if _threads == 1 or n < (PARALLEL_MIN_ELEMS if least is None else least) or _on_pool.yes:
         return 1
     if not _own_blas and _perf() - _blas_last < BLAS_SPIN_S:
         return 1
@@ -351,11 +352,7 @@ def native_threads(n: int) -> int:
     threads (already one of several), and while BLAS's own threads spin after a product (as
     pool_threads: beside them a second thread made batch norm's sums 1.7x slower in the small
     CNN step). A loop's values never depend on it."""
-    if _threads == 1 or n < NATIVE_PARALLEL_MIN or _on_pool.yes:
-        return 1
-    if not _own_blas and _perf() - _blas_last < BLAS_SPIN_S:
-        return 1
-    return _threads
+    return pool_threads(n, NATIVE_PARALLEL_MIN)
 
 
 def _mark_pool_thread() -> None:
