@@ -190,3 +190,59 @@ def test_group_size_follows_the_columns_bound_and_the_inner_dim():
     assert group((2, 32, 16, 16), (64, 32, 3, 3)) == 2  # never more than the batch
     assert group((32, 3, 32, 32), (32, 3, 3, 3)) == 1  # a 27-long inner dim: one at a time
     assert group((4, 64, 56, 56), (64, 64, 3, 3)) == 1  # one sample's columns over the bound
+
+
+def _grad_weight_columns(monkeypatch, threads, xs, ws, **kw):
+    """The samples each grad_W part built columns of (Conv2d._columns calls after forward)."""
+    from engine.ops.nn import conv
+
+    kernels.set_num_threads(threads)
+    rng = np.random.default_rng(3)
+    x = engine.tensor(rng.standard_normal(xs).astype(np.float32))
+    w = engine.tensor(rng.standard_normal(ws).astype(np.float32), requires_grad=True)
+    y = engine.nn.functional.conv2d(x, w, **kw)
+    built = []
+    real = conv.Conv2d._columns
+
+    def counting(self, x, bufs, b0, b1, chans=None, group=1):
+        for s0, s1, cols in real(self, x, bufs, b0, b1, chans, group):
+            built.append((s0, s1, chans))
+            yield s0, s1, cols
+
+    monkeypatch.setattr(conv.Conv2d, "_columns", counting)
+    y.backward(engine.ones_like(y))
+    return built, w.grad.numpy().copy()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_few_channel_grad_weight_builds_each_samples_columns_once(
+    threads, monkeypatch, split_everything
+):
+    # 3 input channels: grad_W sums blocks of samples, and the parts take whole blocks, so each
+    # sample's columns are built once on any thread count (split by output channels, every
+    # part built all of them)
+    built, gw = _grad_weight_columns(monkeypatch, threads, (10, 3, 15, 13), (6, 3, 5, 5), stride=3)
+    assert sorted((s0, s1) for s0, s1, _ in built) == [(b, b + 1) for b in range(10)]
+    _, one = _grad_weight_columns(monkeypatch, 1, (10, 3, 15, 13), (6, 3, 5, 5), stride=3)
+    np.testing.assert_array_equal(gw, one)
+
+
+def test_sample_blocks_depend_on_the_batch_and_group_alone():
+    from engine.ops.nn import conv
+
+    def blocks(n, group):
+        node = object.__new__(conv.Conv2d)
+        node.geom = (n,) + (0,) * 18
+        return node._sample_blocks(group)
+
+    assert blocks(8, 1) == [(b, b + 1) for b in range(8)]
+    assert blocks(20, 1) == [(0, 3), (3, 6), (6, 9), (9, 12), (12, 15), (15, 18), (18, 20)]
+    assert blocks(7, 2) == [(0, 2), (2, 4), (4, 6), (6, 7)]  # whole products of 2 samples
+    assert blocks(40, 3) == [(0, 6), (6, 12), (12, 18), (18, 24), (24, 30), (30, 36), (36, 40)]
+    assert len(blocks(1000, 1)) == conv.SAMPLE_BLOCKS
+
+
+def test_a_many_channel_grad_weight_splits_by_input_channel(monkeypatch, split_everything):
+    built, _ = _grad_weight_columns(monkeypatch, 2, (4, 8, 9, 9), (5, 8, 3, 3), stride=2)
+    assert sorted({chans for _, _, chans in built}) == [(0, 4), (4, 8)]
+    assert len(built) == 2 * 4  # each part: its channels of every sample
