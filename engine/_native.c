@@ -897,6 +897,252 @@ static PyObject *row_affine(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* --- layer normalization over the last dim ------------------------------------------------
+ *
+ * `rows` rows of d values, each normalized alone. Sums in double in LANE_SUM's order (kernels.
+ * layer_norm_forward's numpy form repeats them), every other operation rounded in the element
+ * type as numpy rounds it:
+ *   forward:  mean = T(sum(x) / d), rstd = T(1 / sqrt(sum(c * c) / d + eps)), c = x - mean;
+ *             y = ((c * rstd) [* w]) [+ b]
+ *   backward: h = c * rstd, u = g [* w]; a1 = sum(u), a2 = sum(u * h) per row;
+ *             gx = (((h * T(-a2 / d)) - T(a1 / d)) + u) * rstd
+ *             gw[j] = T(sum over rows in order of g * h), gb[j] = T(sum over rows of g)
+ * Rows (columns, for the column sums) are split across threads: no value depends on it. */
+#define LN_LOOPS(T)                                                                             \
+    static void ln_forward_##T(const T *x, const T *w, const T *b, T *y, T *mean, T *rstd,     \
+                               Py_ssize_t rows, Py_ssize_t L, double eps, int has_w,          \
+                               int has_b) {                                                    \
+        for (Py_ssize_t r = 0; r < rows; r++) {                                                \
+            const T *xr = x + r * L;                                                           \
+            T *yr = y + r * L;                                                                 \
+            double s, v;                                                                       \
+            LANE_SUM((double)xr[i], s);                                                        \
+            T m = (T)(s / (double)L);                                                          \
+            LANE_SUM(((double)(T)(xr[i] - m)) * ((double)(T)(xr[i] - m)), v);                  \
+            T rs = (T)(1.0 / sqrt(v / (double)L + eps));                                       \
+            mean[r] = m;                                                                       \
+            rstd[r] = rs;                                                                      \
+            for (Py_ssize_t i = 0; i < L; i++) {                                               \
+                T t = xr[i] - m;                                                               \
+                t = t * rs;                                                                    \
+                if (has_w) t = t * w[i];                                                       \
+                if (has_b) t = t + b[i];                                                       \
+                yr[i] = t;                                                                     \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+    static void ln_backward_rows_##T(const T *x, const T *g, const T *w, const T *mean,        \
+                                     const T *rstd, T *gx, Py_ssize_t rows, Py_ssize_t L,     \
+                                     int has_w) {                                              \
+        for (Py_ssize_t r = 0; r < rows; r++) {                                                \
+            const T *xr = x + r * L, *gr = g + r * L;                                          \
+            T *out = gx + r * L;                                                               \
+            T m = mean[r], rs = rstd[r];                                                       \
+            double a1, a2;                                                                     \
+            if (has_w) {                                                                       \
+                LANE_SUM((double)(T)(gr[i] * w[i]), a1);                                       \
+                LANE_SUM((double)(T)(gr[i] * w[i]) * (double)(T)((T)(xr[i] - m) * rs), a2);    \
+            } else {                                                                           \
+                LANE_SUM((double)gr[i], a1);                                                   \
+                LANE_SUM((double)gr[i] * (double)(T)((T)(xr[i] - m) * rs), a2);                \
+            }                                                                                  \
+            T k2 = (T)(-a2 / (double)L), k1 = (T)(a1 / (double)L);                             \
+            for (Py_ssize_t i = 0; i < L; i++) {                                               \
+                T h = xr[i] - m;                                                               \
+                h = h * rs;                                                                    \
+                h = h * k2;                                                                    \
+                h = h - k1;                                                                    \
+                T u = has_w ? (T)(gr[i] * w[i]) : gr[i];                                       \
+                h = h + u;                                                                     \
+                out[i] = h * rs;                                                               \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+    static void ln_backward_cols_##T(const T *x, const T *g, const T *mean, const T *rstd,     \
+                                     T *gw, T *gb, double *acc, Py_ssize_t j0, Py_ssize_t j1,  \
+                                     Py_ssize_t rows, Py_ssize_t L) {                          \
+        Py_ssize_t n = j1 - j0;                                                                \
+        double *aw = acc, *ab = acc + n;                                                       \
+        for (Py_ssize_t r = 0; r < rows; r++) {                                                \
+            const T *xr = x + r * L + j0, *gr = g + r * L + j0;                                \
+            T m = mean[r], rs = rstd[r];                                                       \
+            if (r == 0) {                                                                      \
+                for (Py_ssize_t j = 0; j < n; j++) {                                           \
+                    aw[j] = (double)gr[j] * (double)(T)((T)(xr[j] - m) * rs);                  \
+                    ab[j] = (double)gr[j];                                                     \
+                }                                                                              \
+                continue;                                                                      \
+            }                                                                                  \
+            for (Py_ssize_t j = 0; j < n; j++) {                                               \
+                aw[j] += (double)gr[j] * (double)(T)((T)(xr[j] - m) * rs);                     \
+                ab[j] += (double)gr[j];                                                        \
+            }                                                                                  \
+        }                                                                                      \
+        for (Py_ssize_t j = 0; j < n; j++) {                                                   \
+            if (gw) gw[j0 + j] = (T)(rows ? aw[j] : 0.0);                                      \
+            if (gb) gb[j0 + j] = (T)(rows ? ab[j] : 0.0);                                      \
+        }                                                                                      \
+    }
+LN_LOOPS(float)
+LN_LOOPS(double)
+
+/* columns per part of the column sums: a multiple of 16 (whole cache lines of float32) */
+#define LN_COL_BLOCK 64
+
+typedef struct {
+    char k;
+    const void *x, *g, *w, *b, *mean, *rstd;
+    void *y, *gx, *gw, *gb, *mean_out, *rstd_out;
+    Py_ssize_t rows, L;
+    double eps;
+    int has_w, has_b;
+} ln_ctx_t;
+
+static void ln_forward_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    ln_ctx_t *t = (ln_ctx_t *)c;
+    Py_ssize_t off = lo * t->L;
+    if (t->k == 'f')
+        ln_forward_float((const float *)t->x + off, (const float *)t->w, (const float *)t->b,
+                         (float *)t->y + off, (float *)t->mean_out + lo, (float *)t->rstd_out + lo,
+                         hi - lo, t->L, t->eps, t->has_w, t->has_b);
+    else
+        ln_forward_double((const double *)t->x + off, (const double *)t->w,
+                          (const double *)t->b, (double *)t->y + off,
+                          (double *)t->mean_out + lo, (double *)t->rstd_out + lo, hi - lo, t->L,
+                          t->eps, t->has_w, t->has_b);
+}
+
+static void ln_rows_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    ln_ctx_t *t = (ln_ctx_t *)c;
+    Py_ssize_t off = lo * t->L;
+    if (t->k == 'f')
+        ln_backward_rows_float((const float *)t->x + off, (const float *)t->g + off,
+                               (const float *)t->w, (const float *)t->mean + lo,
+                               (const float *)t->rstd + lo, (float *)t->gx + off, hi - lo, t->L,
+                               t->has_w);
+    else
+        ln_backward_rows_double((const double *)t->x + off, (const double *)t->g + off,
+                                (const double *)t->w, (const double *)t->mean + lo,
+                                (const double *)t->rstd + lo, (double *)t->gx + off, hi - lo,
+                                t->L, t->has_w);
+}
+
+/* blocks lo..hi of LN_COL_BLOCK columns */
+static void ln_cols_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    ln_ctx_t *t = (ln_ctx_t *)c;
+    double acc[2 * LN_COL_BLOCK];
+    for (Py_ssize_t blk = lo; blk < hi; blk++) {
+        Py_ssize_t j0 = blk * LN_COL_BLOCK, j1 = j0 + LN_COL_BLOCK < t->L ? j0 + LN_COL_BLOCK : t->L;
+        if (t->k == 'f')
+            ln_backward_cols_float((const float *)t->x, (const float *)t->g,
+                                   (const float *)t->mean, (const float *)t->rstd,
+                                   (float *)t->gw, (float *)t->gb, acc, j0, j1, t->rows, t->L);
+        else
+            ln_backward_cols_double((const double *)t->x, (const double *)t->g,
+                                    (const double *)t->mean, (const double *)t->rstd,
+                                    (double *)t->gw, (double *)t->gb, acc, j0, j1, t->rows,
+                                    t->L);
+    }
+}
+
+/* The buffers of `objs` (None: absent, not got) with their expected lengths in elements and
+ * whether written; all present ones one real kind. Returns that kind, or 0 with an error set. */
+static char get_optional(PyObject **objs, Py_buffer *views, int count, const Py_ssize_t *lens,
+                         const int *writable, int *got) {
+    char k = 0;
+    for (int i = 0; i < count; i++) got[i] = 0;
+    for (int i = 0; i < count; i++) {
+        if (objs[i] == Py_None) continue;
+        if (get_buffer(objs[i], &views[i], writable[i]) < 0) goto fail;
+        got[i] = 1;
+        char ki = real_kind(&views[i]);
+        if (ki == 0 || (k && ki != k)) {
+            PyErr_SetString(PyExc_ValueError, "operands must be float32 or float64 alike");
+            goto fail;
+        }
+        k = ki;
+        if (views[i].len != lens[i] * views[i].itemsize) {
+            PyErr_Format(PyExc_ValueError, "operand %d must hold %zd values", i, lens[i]);
+            goto fail;
+        }
+    }
+    if (k) return k;
+    PyErr_SetString(PyExc_ValueError, "no operands");
+fail:
+    for (int i = 0; i < count; i++)
+        if (got[i]) PyBuffer_Release(&views[i]);
+    return 0;
+}
+
+static void release_optional(Py_buffer *views, int count, const int *got) {
+    for (int i = 0; i < count; i++)
+        if (got[i]) PyBuffer_Release(&views[i]);
+}
+
+static PyObject *layer_norm(PyObject *self, PyObject *args) {
+    PyObject *o[6];
+    Py_ssize_t rows, L;
+    double eps;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOOOOnnd|i", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &rows,
+                          &L, &eps, &threads))
+        return NULL;
+    if (rows < 0 || L < 1 || o[0] == Py_None || o[3] == Py_None || o[4] == Py_None ||
+        o[5] == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "layer_norm: invalid sizes or a missing buffer");
+        return NULL;
+    }
+    Py_buffer v[6];
+    int got[6];
+    const Py_ssize_t lens[6] = {rows * L, L, L, rows * L, rows, rows};
+    const int writable[6] = {0, 0, 0, 1, 1, 1};
+    char k = get_optional(o, v, 6, lens, writable, got);
+    if (!k) return NULL;
+    ln_ctx_t ctx = {k, v[0].buf, NULL, got[1] ? v[1].buf : NULL, got[2] ? v[2].buf : NULL,
+                    NULL, NULL, v[3].buf, NULL, NULL, NULL, v[4].buf, v[5].buf, rows, L, eps,
+                    got[1], got[2]};
+    Py_BEGIN_ALLOW_THREADS
+    parallel_run(ln_forward_part, &ctx, rows, threads);
+    Py_END_ALLOW_THREADS
+    release_optional(v, 6, got);
+    Py_RETURN_NONE;
+}
+
+static PyObject *layer_norm_backward(PyObject *self, PyObject *args) {
+    PyObject *o[8];
+    Py_ssize_t rows, L;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOnn|i", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &rows, &L, &threads))
+        return NULL;
+    for (int i = 0; i < 5; i++)
+        if (o[i] == Py_None && i != 2) {
+            PyErr_SetString(PyExc_ValueError, "layer_norm_backward: x, g, mean and rstd needed");
+            return NULL;
+        }
+    if (rows < 0 || L < 1) {
+        PyErr_SetString(PyExc_ValueError, "layer_norm_backward: invalid sizes");
+        return NULL;
+    }
+    Py_buffer v[8];
+    int got[8];
+    const Py_ssize_t lens[8] = {rows * L, rows * L, L, rows, rows, rows * L, L, L};
+    const int writable[8] = {0, 0, 0, 0, 0, 1, 1, 1};
+    char k = get_optional(o, v, 8, lens, writable, got);
+    if (!k) return NULL;
+    ln_ctx_t ctx = {k, v[0].buf, v[1].buf, got[2] ? v[2].buf : NULL, NULL, v[3].buf, v[4].buf,
+                    NULL, got[5] ? v[5].buf : NULL, got[6] ? v[6].buf : NULL,
+                    got[7] ? v[7].buf : NULL, NULL, NULL, rows, L, 0.0, got[2], 0};
+    Py_ssize_t blocks = (L + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
+    Py_BEGIN_ALLOW_THREADS
+    if (ctx.gx) parallel_run(ln_rows_part, &ctx, rows, threads);
+    if (ctx.gw || ctx.gb)
+        parallel_run(ln_cols_part, &ctx, blocks, blocks < threads ? (int)blocks : threads);
+    Py_END_ALLOW_THREADS
+    release_optional(v, 8, got);
+    Py_RETURN_NONE;
+}
+
 /* --- matrix products split across the loops' threads ---------------------------------------
  *
  * When the engine owns the thread budget (kernels.set_num_threads(n, own_blas=True)), numpy's
@@ -1059,6 +1305,12 @@ static PyMethodDef methods[] = {
     {"row_affine", row_affine, METH_VARARGS,
      "row_affine(x, g, p0, p1, p2, p3, y, rows, c, L, kind, has_last, threads=1): per-channel "
      "affine passes of batch normalization (kernels.row_affine), without the GIL."},
+    {"layer_norm", layer_norm, METH_VARARGS,
+     "layer_norm(x, w, b, y, mean, rstd, rows, L, eps, threads=1): layer normalization of rows "
+     "of L values (w, b: None or L values), kernels.layer_norm_forward's loop, without the GIL."},
+    {"layer_norm_backward", layer_norm_backward, METH_VARARGS,
+     "layer_norm_backward(x, g, w, mean, rstd, gx, gw, gb, rows, L, threads=1): its gradients "
+     "(w, gx, gw, gb: None when absent or not wanted), kernels.layer_norm_backward's loops."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1441,3 +1441,84 @@ def row_affine(x3, p0, p1, out, p2=None, g3=None, p3=None):
 
     _over_samples(part, n, c * length)
     return out
+
+
+def layer_norm_forward(x2, w, b, y2, mean, rstd, eps: float) -> None:
+    """Layer normalization of the rows of x2 [R, D] into y2, the rows' mean and rstd into mean
+    and rstd [R] (x's dtype); w, b: [D] or None. Sums in float64 in row_sums' lane order, every
+    other operation rounded in x's dtype, so the compiled loop (one pass a row, its own threads)
+    and this numpy form agree bit for bit:
+      mean = (sum(x) / D), rstd = 1 / sqrt(sum(c * c) / D + eps) with c = x - mean,
+      y = ((c * rstd) [* w]) [+ b]."""
+    rows, d = x2.shape
+    given = [a for a in (w, b) if a is not None]
+    if _native_rows(x2, y2, mean, rstd, *given):
+        native.layer_norm(x2, w, b, y2, mean, rstd, rows, d, eps, native_threads(x2.size))
+        return
+    dt = x2.dtype
+    step = max(1, ROW_SUM_ELEMS // max(d, 1))
+    for r0 in range(0, rows, step):
+        r1 = min(r0 + step, rows)
+        xs, ys = x2[r0:r1], y2[r0:r1]
+        m = (_lane_sums(xs.astype(np.float64)) / d).astype(dt)
+        c = (xs - m[:, None]).astype(np.float64)
+        rs = (1.0 / np.sqrt(_lane_sums(c * c) / d + eps)).astype(dt)
+        mean[r0:r1], rstd[r0:r1] = m, rs
+        np.subtract(xs, m[:, None], out=ys)
+        np.multiply(ys, rs[:, None], out=ys)
+        if w is not None:
+            np.multiply(ys, w, out=ys)
+        if b is not None:
+            np.add(ys, b, out=ys)
+
+
+def layer_norm_backward(x2, g2, w, mean, rstd, gx2=None, gw=None, gb=None) -> None:
+    """layer_norm_forward's gradients: with h = (x - mean) * rstd and u = g [* w] (each rounded
+    in x's dtype), per row a1 = sum(u), a2 = sum(u * h) (float64, lane order), and
+      gx = (((h * (-a2 / D)) - (a1 / D)) + u) * rstd,
+      gw = sum over rows (in order) of g * h,  gb = sum over rows of g  (float64 sums);
+    gx2, gw, gb: None when not wanted. The compiled loops split rows (columns for gw and gb)
+    across the loops' threads; this numpy form gives the same bits."""
+    rows, d = x2.shape
+    outs = [a for a in (gx2, gw, gb) if a is not None]
+    if not outs:
+        return
+    if _native_rows(x2, g2, mean, rstd, *outs, *((w,) if w is not None else ())):
+        native.layer_norm_backward(x2, g2, w, mean, rstd, gx2, gw, gb, rows, d,
+                                   native_threads(x2.size))  # fmt: skip
+        return
+    dt = x2.dtype
+    step = max(1, ROW_SUM_ELEMS // max(d, 1))
+    aw = ab = None
+    for r0 in range(0, rows, step):
+        r1 = min(r0 + step, rows)
+        xs, gs = x2[r0:r1], g2[r0:r1]
+        h = np.subtract(xs, mean[r0:r1, None])
+        np.multiply(h, rstd[r0:r1, None], out=h)
+        if gw is not None:  # rows in order, each column one chain from the first row
+            aw = _chain_rows(aw, gs.astype(np.float64) * h.astype(np.float64))
+        if gb is not None:
+            ab = _chain_rows(ab, gs.astype(np.float64))
+        if gx2 is None:
+            continue
+        u = gs * w if w is not None else gs
+        uf = u.astype(np.float64)
+        a1 = _lane_sums(uf)
+        a2 = _lane_sums(uf * h.astype(np.float64))
+        o = gx2[r0:r1]
+        np.multiply(h, (-a2 / d).astype(dt)[:, None], out=o)
+        np.subtract(o, (a1 / d).astype(dt)[:, None], out=o)
+        np.add(o, u, out=o)
+        np.multiply(o, rstd[r0:r1, None], out=o)
+    if gw is not None:
+        gw[...] = aw if rows else 0
+    if gb is not None:
+        gb[...] = ab if rows else 0
+
+
+def _chain_rows(acc, terms):
+    """(((acc + terms[0]) + terms[1]) + ...) per column, or from terms[0] when acc is None: a
+    running sum (np.add.reduce over axis 0 sums pairwise when the rows are one value wide)."""
+    if acc is not None:
+        terms = np.concatenate([acc[None], terms])
+    return np.cumsum(terms, axis=0)[-1]

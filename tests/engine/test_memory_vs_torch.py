@@ -429,3 +429,19 @@ def test_binary_backward_blocks_in_torchs_order(program):
 
     # (forward profiled too: torch's profiler reports frees only of blocks it saw made)
     assert_steps_as_torch(make)
+
+
+@pytest.mark.parametrize("needs", ["input", "weight", "both"])
+def test_layer_norm_backward_blocks_in_torchs_order(needs):
+    """native_layer_norm_backward makes the gradients asked for and its per-thread partial sums
+    of dgamma and dbeta (when one is asked), nothing the size of the input beyond grad_input:
+    an input that needs no gradient leaves no input-sized block in backward."""
+    x_arr = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
+
+    def make(m):
+        x = m.tensor(x_arr, requires_grad=needs != "weight")
+        ln = m.nn.LayerNorm(128)
+        ln.requires_grad_(needs != "input")
+        return forward_backward(m, lambda: ln(x))
+
+    assert_steps_as_torch(make)

@@ -308,6 +308,13 @@ class LayerNorm(Function):
             xp = kernels.xp_of(x)
             x2, keep = _reshaped(x, (rows, d))
             y2 = y._data.reshape(rows, d)
+            if xp is np:  # one pass a row (kernels.layer_norm_forward)
+                w = weight._data.reshape(-1) if weight is not None else None
+                b = bias._data.reshape(-1) if bias is not None else None
+                kernels.layer_norm_forward(x2, w, b, y2, mean._data, rstd._data, eps)
+                del keep
+                self.save(mean=mean, rstd=rstd)
+                return y
             xp.mean(x2, axis=1, out=mean._data)
             xp.subtract(x2, mean._data[:, None], out=y2)
             var = xp.einsum("md,md->m", y2, y2) / d
@@ -346,7 +353,21 @@ class LayerNorm(Function):
             # threads x D, made and freed (cuda reduces in shared memory; meta plans a GPU run)
             partials = kernels.empty((2, kernels.get_num_threads(), d), dt, dev)
             del partials
-        if _live(dev):
+        if _live(dev) and isinstance(g._data, np.ndarray):  # (kernels.layer_norm_backward)
+            g2, gkeep = _reshaped(g, (rows, d))
+            x2, xkeep = _reshaped(x, (rows, d))
+            kernels.layer_norm_backward(
+                x2,
+                g2,
+                weight._data.reshape(-1) if weight is not None else None,
+                mean._data,
+                rstd._data,
+                gx._data.reshape(rows, d) if gx is not None else None,
+                gw._data.reshape(-1) if gw is not None else None,
+                gb._data.reshape(-1) if gb is not None else None,
+            )
+            del gkeep, xkeep
+        elif _live(dev):
             xp = kernels.xp_of(g)
             g2, gkeep = _reshaped(g, (rows, d))
             x2, xkeep = _reshaped(x, (rows, d))
