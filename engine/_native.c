@@ -1143,6 +1143,127 @@ static PyObject *layer_norm_backward(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* --- strided copies of contiguous runs -----------------------------------------------------
+ *
+ * dst[..., 0:D] = src[..., 0:D] (+ bias[index on axis 1]) for strided views of one shape (up to
+ * COPY_RUNS_MAX_DIMS dims, negative strides too) whose last axis is a run of D contiguous
+ * elements: the layout changes around a convolution's product (its columns cut from the padded
+ * input, its outputs from the padded width, samples and channels swapped), which numpy copies
+ * with a transposed, short-run iteration. A copy gives the same bits; the bias add is one
+ * rounding, as numpy's. The rows (every index but the last axis's) are split across threads;
+ * src and dst must not overlap. */
+#define COPY_RUNS_MAX_DIMS 8
+typedef struct {
+    char k;
+    const char *src, *bias;
+    char *dst;
+    int nd; /* dims before the last */
+    Py_ssize_t shape[COPY_RUNS_MAX_DIMS], ss[COPY_RUNS_MAX_DIMS], ds[COPY_RUNS_MAX_DIMS];
+    Py_ssize_t D, item;
+} copy_runs_ctx_t;
+
+#define COPY_RUN(T)                                                                             \
+    do {                                                                                       \
+        const T *x = (const T *)sp;                                                            \
+        T *y = (T *)dp;                                                                        \
+        if (t->bias) {                                                                         \
+            T b = ((const T *)t->bias)[idx[1]];                                                \
+            for (Py_ssize_t i = 0; i < t->D; i++) y[i] = x[i] + b;                             \
+        } else                                                                                 \
+            memcpy(y, x, (size_t)t->D * sizeof(T));                                            \
+    } while (0)
+
+static void copy_runs_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    copy_runs_ctx_t *t = (copy_runs_ctx_t *)c;
+    Py_ssize_t idx[COPY_RUNS_MAX_DIMS];
+    Py_ssize_t r = lo;
+    const char *sp = t->src;
+    char *dp = t->dst;
+    for (int d = t->nd - 1; d >= 0; d--) { /* row lo's index, then step through the rows */
+        idx[d] = r % t->shape[d];
+        r /= t->shape[d];
+        sp += idx[d] * t->ss[d];
+        dp += idx[d] * t->ds[d];
+    }
+    for (Py_ssize_t row = lo; row < hi; row++) {
+        if (t->k == 'f')
+            COPY_RUN(float);
+        else
+            COPY_RUN(double);
+        for (int d = t->nd - 1; d >= 0; d--) {
+            sp += t->ss[d];
+            dp += t->ds[d];
+            if (++idx[d] < t->shape[d]) break;
+            sp -= t->shape[d] * t->ss[d];
+            dp -= t->shape[d] * t->ds[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+static PyObject *copy_runs(PyObject *self, PyObject *args) {
+    PyObject *so, *dso, *bo;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOO|i", &so, &dso, &bo, &threads)) return NULL;
+    Py_buffer v[3];
+    int got[3] = {0, 0, 0};
+    /* src and dst as any strided views (their own shapes and strides bound what is read and
+     * written); the bias C-contiguous */
+    if (PyObject_GetBuffer(so, &v[0], PyBUF_RECORDS_RO) < 0) goto fail;
+    got[0] = 1;
+    if (PyObject_GetBuffer(dso, &v[2], PyBUF_RECORDS) < 0) goto fail;
+    got[2] = 1;
+    if (bo != Py_None) {
+        if (get_buffer(bo, &v[1], 0) < 0) goto fail;
+        got[1] = 1;
+    }
+    char k = real_kind(&v[2]);
+    if (k == 0 || real_kind(&v[0]) != k || (got[1] && real_kind(&v[1]) != k)) {
+        PyErr_SetString(PyExc_ValueError, "operands must be float32 or float64 alike");
+        goto fail;
+    }
+    int nd = v[2].ndim;
+    if (nd < 1 || nd > COPY_RUNS_MAX_DIMS + 1 || v[0].ndim != nd || (got[1] && nd < 3)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "copy_runs: src and dst must have one number of dims (1 to 9; 3 with bias)");
+        goto fail;
+    }
+    Py_ssize_t item = v[2].itemsize, rows = 1;
+    for (int i = 0; i < nd; i++)
+        if (v[0].shape[i] != v[2].shape[i]) {
+            PyErr_SetString(PyExc_ValueError, "copy_runs: src and dst must have one shape");
+            goto fail;
+        }
+    Py_ssize_t D = v[2].shape[nd - 1];
+    if (D > 1 && (v[0].strides[nd - 1] != item || v[2].strides[nd - 1] != item)) {
+        PyErr_SetString(PyExc_ValueError, "copy_runs: the last axis must be contiguous");
+        goto fail;
+    }
+    if (got[1] && v[1].len != v[2].shape[1] * item) {
+        PyErr_SetString(PyExc_ValueError, "copy_runs: bias must hold one value per index of axis 1");
+        goto fail;
+    }
+    copy_runs_ctx_t ctx = {k, v[0].buf, got[1] ? v[1].buf : NULL, v[2].buf, nd - 1};
+    for (int i = 0; i < nd - 1; i++) {
+        ctx.shape[i] = v[2].shape[i];
+        ctx.ss[i] = v[0].strides[i];
+        ctx.ds[i] = v[2].strides[i];
+        rows *= v[2].shape[i];
+    }
+    ctx.D = D;
+    ctx.item = item;
+    if (rows && D) {
+        Py_BEGIN_ALLOW_THREADS
+        parallel_run(copy_runs_part, &ctx, rows, threads);
+        Py_END_ALLOW_THREADS
+    }
+    release_optional(v, 3, got);
+    Py_RETURN_NONE;
+fail:
+    release_optional(v, 3, got);
+    return NULL;
+}
+
 /* --- matrix products split across the loops' threads ---------------------------------------
  *
  * When the engine owns the thread budget (kernels.set_num_threads(n, own_blas=True)), numpy's
@@ -1311,6 +1432,9 @@ static PyMethodDef methods[] = {
     {"layer_norm_backward", layer_norm_backward, METH_VARARGS,
      "layer_norm_backward(x, g, w, mean, rstd, gx, gw, gb, rows, L, threads=1): its gradients "
      "(w, gx, gw, gb: None when absent or not wanted), kernels.layer_norm_backward's loops."},
+    {"copy_runs", copy_runs, METH_VARARGS,
+     "copy_runs(src, dst, bias, threads=1): dst[...] = src (+ bias on axis 1) for strided views "
+     "of one shape whose last axis is contiguous (kernels.copy_runs), without the GIL."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1522,3 +1522,30 @@ def _chain_rows(acc, terms):
     if acc is not None:
         terms = np.concatenate([acc[None], terms])
     return np.cumsum(terms, axis=0)[-1]
+
+
+def copy_runs(src, dst, bias=None) -> None:
+    """dst[...] = src (+ bias along axis 1) for arrays of one shape and dtype (1 to 9 dims; 3
+    or more with a bias), not overlapping: on engine._native's threads when the last axis of
+    both is a contiguous run (a convolution's columns cut from its padded input, its outputs
+    from the padded width, samples and channels swapped: layouts numpy copies with a
+    transposed, short-run iteration), else numpy's copy (add). The same bits either way."""
+    if (
+        native is not None
+        and type(src) is np.ndarray
+        and type(dst) is np.ndarray
+        and 0 < src.ndim <= 9
+        and src.shape == dst.shape
+        and src.dtype == dst.dtype
+        and src.dtype in (np.float32, np.float64)
+        and (src.shape[-1] < 2 or src.strides[-1] == dst.strides[-1] == src.itemsize)
+        and (
+            bias is None
+            or (type(bias) is np.ndarray and bias.dtype == src.dtype and bias.flags.c_contiguous)
+        )
+    ):
+        native.copy_runs(src, dst, bias, native_threads(src.size))
+    elif bias is None:
+        np.copyto(dst, src)
+    else:
+        np.add(src, bias.reshape((-1,) + (1,) * (src.ndim - 2)), out=dst)

@@ -120,7 +120,11 @@ class _FlatStage:
                 buf, (c, self.samples, self.hp, self.wp), (s0, plane * s1, self.wp * s1, s1)
             )
             self.inner = images[:, :, pt : pt + h, pl : pl + w]
-        self.inner[:, : b1 - b0] = data[b0:b1].transpose(1, 0, 2, 3)
+        src = data[b0:b1].transpose(1, 0, 2, 3)
+        if isinstance(src, np.ndarray):  # (kernels.copy_runs: rows of W)
+            kernels.copy_runs(src, self.inner[:, : b1 - b0])
+        else:
+            self.inner[:, : b1 - b0] = src
 
     def columns(self, as_strided, count: int):
         """Every kernel offset's runs in the first `count` samples: [C, kh, kw, count, OH*Wp],
@@ -267,6 +271,7 @@ class Conv2d(Function):
             wp = self._row()
             prods = [kernels.Scratch((o * group * oh * wp,), y._dtype, dev) for _ in ranges]
             b3 = b_col[:, :, None] if b_col is not None else None
+            bias_np = b_col[:, 0] if b_col is not None else None
 
         def run(i, b0, b1):
             for s0, s1, cols in self._columns(x, bufs[i], b0, b1, group=group):
@@ -276,7 +281,9 @@ class Conv2d(Function):
                     kernels.matmul_into(xp, wr, cols, prod.reshape(groups, og, count * oh * wp))
                     # the outputs within the product, [count, O, OH, OW]
                     src = prod.reshape(o, count, oh, wp)[:, :, :, :ow].transpose(1, 0, 2, 3)
-                    if b3 is not None:
+                    if xp is np:  # (kernels.copy_runs: the same bits, in runs of OW)
+                        kernels.copy_runs(src, y._data[s0:s1], bias_np)
+                    elif b3 is not None:
                         xp.add(src, b3, out=y._data[s0:s1])
                     else:
                         xp.copyto(y._data[s0:s1], src)
@@ -382,7 +389,7 @@ class Conv2d(Function):
                 stage.load(data, s0, s1, as_strided)
                 dst = cols.data[: c * kh * kw * count * run]
                 src = stage.columns(as_strided, count)
-                xp.copyto(dst.reshape(src.shape), src)
+                kernels.copy_runs(src, dst.reshape(src.shape))
                 yield s0, s1, dst.reshape(groups, ckk, count * run)
             return
         # the stage never moves, so each kernel column's (source, destination) pair is made once
@@ -390,7 +397,7 @@ class Conv2d(Function):
         for b in range(b0, b1):
             stage.load(data[b])
             for src, dst in pairs:
-                xp.copyto(dst, src)
+                kernels.copy_runs(src, dst)
             yield b, b + 1, cols.data.reshape(groups, ckk, length)
 
     def backward(self, g):
@@ -498,8 +505,13 @@ class Conv2d(Function):
                     if wide:  # [groups, O/g part, count * OH*Wp], samples side by side
                         count = s1 - s0
                         gwide = gws[i].data[:, :, :count]
-                        gs = g4[s0:s1, :, o0:o1].reshape(count, groups, o1 - o0, oh, ow)
-                        gwide[..., :ow] = gs.transpose(1, 2, 0, 3, 4)
+                        if o1 - o0 == og and isinstance(gwide, np.ndarray):  # [O, count, ...]
+                            src = g4[s0:s1].reshape(count, o, oh, ow).transpose(1, 0, 2, 3)
+                            whole = gws[i].data.reshape(o, group, oh, wp)  # (a view: contiguous)
+                            kernels.copy_runs(src, whole[:, :count, :, :ow])
+                        else:
+                            gs = g4[s0:s1, :, o0:o1].reshape(count, groups, o1 - o0, oh, ow)
+                            gwide[..., :ow] = gs.transpose(1, 2, 0, 3, 4)
                         gb = gwide.reshape(groups, o1 - o0, count * oh * wp)
                     else:
                         gb = g4[s0, :, o0:o1]
