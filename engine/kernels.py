@@ -86,10 +86,11 @@ def set_num_threads(n: int, *, own_blas: bool | None = None) -> None:
     (bench/bench_training.py): owning the budget makes loaded steps 1.5-4x faster (MLP 108 ->
     26 ms with two busy processes) and quiet ones up to 1.5-2x slower (small CNN 37 -> 56-71
     ms), so it is a choice, not the default."""
-    global _threads, _pool, _own_blas
+    global _threads, _pool, _own_blas, _contended
     _threads = max(1, int(n))
     if own_blas is not None:
         _own_blas = bool(own_blas)
+        _contended = None  # (BLAS's count is set here either way)
         _set_blas_threads(1 if _own_blas else None)
     if _pool is not None:
         _pool.shutdown(wait=False)
@@ -266,19 +267,65 @@ def _gemm_operands(a, b, out):
     return a_held, b_held, out, batch, m, n, k, a_step, b_step, ta, tb
 
 
+# Beside other busy processes, a product on BLAS's threads waits whenever one of them is
+# descheduled: a 1M multiply-add product that takes ~15 us quiet took ~3 ms (a scheduler time
+# slice), and the small CNN's step went from 31 to 1050 ms next to one busy test process. gemm
+# notices such a stall (a threaded product STALL_FACTOR times slower than the best rate seen,
+# plus STALL_SLACK_S) and runs BLAS single-threaded for CONTENDED_S, then tries its threads
+# again. Proportional slowdowns (a fair share of the cores) are not stalls.
+STALL_SLACK_S = 1e-3
+STALL_FACTOR = 4.0
+CONTENDED_S = 0.5
+RATE_MIN_MACS = 1 << 22  # products from which the best rate is learnt (overheads small)
+_blas_best_rate = 0.0  # multiply-adds per second: the best threaded product seen
+_contended = None  # while BLAS is held to one thread: [(controller, its count)], until when
+_contended_until = -math.inf
+
+
+def _start_contention(now: float) -> None:
+    global _contended, _contended_until
+    ctls = _blas_controllers()
+    if not ctls:
+        return
+    _contended = [(c, c.get_num_threads()) for c in ctls]
+    _contended_until = now + CONTENDED_S
+    for c, _ in _contended:
+        c.set_num_threads(1)
+
+
+def _end_contention() -> None:
+    global _contended
+    held, _contended = _contended, None
+    for c, count in held or ():
+        c.set_num_threads(count)
+
+
 def gemm(a, b, out) -> None:
     """out = a @ b (numpy arrays, any leading batch dims). When the engine owns the thread
     budget, large products are split along the larger output dim (or across a batch of them)
     on engine._native's threads, each part one single-threaded BLAS call (or, without the
     compiled loops, on the Python pool); results can then differ in the last bits between
     thread counts, as with BLAS's own threads. Otherwise one BLAS call."""
-    global _blas_last
+    global _blas_last, _blas_best_rate
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
     if not _own_blas:  # BLAS's own threads: they own the cores for a while (pool_threads)
+        if m * n * k <= BLAS_THREADED_MNK or _on_pool.yes:
+            np.matmul(a, b, out=out)
+            return
+        start = _perf()
+        if _contended is not None:  # held to one thread after a stall, for a while
+            if start < _contended_until:
+                np.matmul(a, b, out=out)
+                return
+            _end_contention()
         np.matmul(a, b, out=out)
-        if m * n * k > BLAS_THREADED_MNK:
-            _blas_last = _perf()
+        _blas_last = end = _perf()
+        macs, took = m * n * k * (out.size // max(m * n, 1)), end - start
+        if _blas_best_rate and took > STALL_SLACK_S + STALL_FACTOR * macs / _blas_best_rate:
+            _start_contention(end)
+        elif macs >= RATE_MIN_MACS and took > 0:
+            _blas_best_rate = max(_blas_best_rate, macs / took)
         return
     batch = out.size // max(m * n, 1)
     parts = _threads

@@ -1,0 +1,97 @@
+"""kernels.gemm's stall guard: a product on BLAS's own threads that takes far longer than the
+best rate seen (a thread descheduled by another process) holds BLAS to one thread for
+CONTENDED_S, then gives its threads back; quiet products and the engine's own pool threads
+leave BLAS alone, and the values never change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import kernels
+
+threadpoolctl = pytest.importorskip("threadpoolctl")
+
+
+def _blas_threads() -> int:
+    return max(c.get_num_threads() for c in kernels._blas_controllers())
+
+
+@pytest.fixture
+def guard(monkeypatch):
+    """A clean guard, BLAS on two threads, and a clock the test sets: each _perf() call
+    returns the next of `ticks` (then the last one again)."""
+    if not kernels._blas_controllers():
+        pytest.skip("numpy's BLAS cannot be limited here (threadpoolctl found none)")
+    before_threads, before_blas = kernels.get_num_threads(), _blas_threads()
+    kernels.set_num_threads(2, own_blas=False)
+    for c in kernels._blas_controllers():
+        c.set_num_threads(2)
+    monkeypatch.setattr(kernels, "_blas_best_rate", 1e11)  # 100 G multiply-adds a second
+    monkeypatch.setattr(kernels, "_contended", None)
+    monkeypatch.setattr(kernels, "_contended_until", -float("inf"))
+    ticks = []
+
+    def clock():
+        return ticks.pop(0) if len(ticks) > 1 else ticks[0]
+
+    monkeypatch.setattr(kernels, "_perf", clock)
+    yield ticks
+    kernels._end_contention()
+    kernels.set_num_threads(before_threads, own_blas=False)
+    for c in kernels._blas_controllers():
+        c.set_num_threads(before_blas)
+
+
+def _product():
+    a = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+    out = np.empty_like(a)
+    return a, out  # 2**24 multiply-adds: BLAS's threads take it; 0.17 ms at the best rate
+
+
+def test_a_stalled_product_holds_blas_to_one_thread_for_a_while(guard):
+    a, out = _product()
+    guard[:] = [10.0, 10.05]  # the product took 50 ms: a stall
+    kernels.gemm(a, a, out)
+    np.testing.assert_array_equal(out, a @ a)
+    assert kernels._contended is not None and _blas_threads() == 1
+    assert kernels._contended_until == pytest.approx(10.05 + kernels.CONTENDED_S)
+    guard[:] = [10.3]  # within CONTENDED_S: still one thread, whatever this product takes
+    kernels.gemm(a, a, out)
+    assert _blas_threads() == 1
+    later = 10.05 + kernels.CONTENDED_S + 0.01
+    guard[:] = [later, later + 1e-4]  # past it, and a quiet product
+    kernels.gemm(a, a, out)
+    np.testing.assert_array_equal(out, a @ a)
+    assert kernels._contended is None and _blas_threads() == 2
+
+
+def test_a_quiet_product_leaves_blas_its_threads_and_learns_the_rate(guard):
+    a, out = _product()
+    guard[:] = [5.0, 5.0001]  # 0.1 ms: 168 G multiply-adds a second, faster than the best
+    kernels.gemm(a, a, out)
+    assert kernels._contended is None and _blas_threads() == 2
+    assert kernels._blas_best_rate == pytest.approx(a.shape[0] ** 3 / 1e-4)
+    guard[:] = [6.0, 6.0009]  # a proportional slowdown (a fair share of the cores): no stall
+    kernels.gemm(a, a, out)
+    assert kernels._contended is None and _blas_threads() == 2
+
+
+def test_small_products_and_the_pools_threads_are_not_timed(guard, monkeypatch):
+    small = np.ones((64, 64), np.float32)  # m*n*k = 2**18: one BLAS thread anyway
+    guard[:] = [1.0, 2.0]
+    kernels.gemm(small, small, np.empty_like(small))
+    assert kernels._contended is None and guard == [1.0, 2.0]  # the clock was not read
+    a, out = _product()
+    monkeypatch.setattr(kernels._on_pool, "yes", True)  # inside run_parts: BLAS already at 1
+    kernels.gemm(a, a, out)
+    assert kernels._contended is None and guard == [1.0, 2.0]
+
+
+def test_setting_the_budget_ends_the_hold(guard):
+    a, out = _product()
+    guard[:] = [10.0, 10.05]
+    kernels.gemm(a, a, out)
+    assert _blas_threads() == 1
+    kernels.set_num_threads(2, own_blas=False)  # BLAS gets its own count back
+    assert kernels._contended is None and _blas_threads() == kernels._blas_default
