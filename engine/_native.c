@@ -530,9 +530,11 @@ static PyObject *max_pool2d(PyObject *self, PyObject *args) {
 #define MAX_POOL_BACKWARD_LOOP(T)                                                               \
     static void max_pool2d_backward_##T(const T *g, const long long *idx, T *gx,              \
                                         Py_ssize_t planes, Py_ssize_t in_n, Py_ssize_t out_n,  \
-                                        int accumulate) {                                      \
+                                        int accumulate, int zero) {                            \
         for (Py_ssize_t p = 0; p < planes; p++) {                                              \
             T *gp = gx + p * in_n;                                                             \
+            if (zero) /* the plane zeroed just before its scatter, while it is in cache */     \
+                memset(gp, 0, (size_t)in_n * sizeof(T));                                       \
             if (accumulate)                                                                    \
                 for (Py_ssize_t o = 0; o < out_n; o++) gp[*idx++] += *g++;                     \
             else                                                                               \
@@ -548,26 +550,26 @@ typedef struct {
     const long long *idx;
     void *gx;
     Py_ssize_t in_n, out_n;
-    int accumulate;
+    int accumulate, zero;
 } pool_back_ctx_t;
 static void max_pool_back_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
     pool_back_ctx_t *p = (pool_back_ctx_t *)c;
     if (p->kind == 'f')
         max_pool2d_backward_float((const float *)p->g + lo * p->out_n, p->idx + lo * p->out_n,
                                   (float *)p->gx + lo * p->in_n, hi - lo, p->in_n, p->out_n,
-                                  p->accumulate);
+                                  p->accumulate, p->zero);
     else
         max_pool2d_backward_double((const double *)p->g + lo * p->out_n,
                                    p->idx + lo * p->out_n, (double *)p->gx + lo * p->in_n,
-                                   hi - lo, p->in_n, p->out_n, p->accumulate);
+                                   hi - lo, p->in_n, p->out_n, p->accumulate, p->zero);
 }
 
 static PyObject *max_pool2d_backward(PyObject *self, PyObject *args) {
     PyObject *go, *io, *gxo;
     Py_ssize_t planes, in_n, out_n;
-    int accumulate, threads = 1;
-    if (!PyArg_ParseTuple(args, "OOOnnnp|i", &go, &io, &gxo, &planes, &in_n, &out_n, &accumulate,
-                          &threads))
+    int accumulate, threads = 1, zero = 0;
+    if (!PyArg_ParseTuple(args, "OOOnnnp|ip", &go, &io, &gxo, &planes, &in_n, &out_n, &accumulate,
+                          &threads, &zero))
         return NULL;
     Py_buffer g, idx, gx;
     if (get_three(go, io, gxo, &g, &idx, &gx, 0) < 0) return NULL;
@@ -590,7 +592,7 @@ static PyObject *max_pool2d_backward(PyObject *self, PyObject *args) {
         return NULL;
     }
     pool_back_ctx_t ctx = {kind, g.buf, (const long long *)idx.buf, gx.buf, in_n, out_n,
-                           accumulate};
+                           accumulate, zero};
     Py_BEGIN_ALLOW_THREADS
     parallel_run(max_pool_back_part, &ctx, planes, threads);
     Py_END_ALLOW_THREADS
@@ -1408,8 +1410,9 @@ static PyMethodDef methods[] = {
      "max_pool2d(x, y, indices, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow): "
      "PyTorch's max_pool2d_with_indices over contiguous planes, without the GIL."},
     {"max_pool2d_backward", max_pool2d_backward, METH_VARARGS,
-     "max_pool2d_backward(g, indices, grad_input, planes, in_n, out_n, accumulate): "
-     "grad_input[plane, index] += g (or = g), in output order, without the GIL."},
+     "max_pool2d_backward(g, indices, grad_input, planes, in_n, out_n, accumulate, threads=1, "
+     "zero=False): grad_input[plane, index] += g (or = g), in output order (each plane zeroed "
+     "first when zero), without the GIL."},
     {"threshold_backward", threshold_backward, METH_VARARGS,
      "threshold_backward(g, v, out, threshold): out = v <= threshold ? 0 : g over contiguous "
      "float32/float64 buffers of equal length, without the GIL."},

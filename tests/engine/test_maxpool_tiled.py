@@ -65,3 +65,20 @@ def test_the_tiled_path_charges_what_the_general_path_charges():
     assert engine.memory.memory_allocated() - before == out + idx  # values and kept indices
     y.sum().backward()
     assert x.grad.shape == x.shape
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_the_compiled_backward_zeroes_each_plane_it_is_asked_to(accumulate):
+    from .conftest import NATIVE
+
+    if NATIVE is None:
+        pytest.skip("engine._native is not built")
+    rng = np.random.default_rng(1)
+    planes, in_n, out_n = 5, 36, 9
+    g = rng.standard_normal((planes, out_n)).astype(np.float32)
+    idx = rng.integers(0, in_n, (planes, out_n)).astype(np.int64)
+    expected = np.zeros((planes, in_n), np.float32)
+    NATIVE.max_pool2d_backward(g, idx, expected, planes, in_n, out_n, accumulate)
+    stale = np.full((planes, in_n), np.nan, np.float32)  # kernels.empty's leftovers
+    NATIVE.max_pool2d_backward(g, idx, stale, planes, in_n, out_n, accumulate, 2, True)
+    assert stale.tobytes() == expected.tobytes()

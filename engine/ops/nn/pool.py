@@ -242,7 +242,7 @@ class MaxPool2d(Function):
         (_,) = self.saved_tensors  # (torch unpacks self: an in-place change is an error)
         idx = self.kept("indices")
         dev = g._device
-        gx = kernels.zeros(self.x_shape, g._dtype, dev)
+        gx = kernels.empty(self.x_shape, g._dtype, dev)  # (zeroed below: torch's zeros)
         if not _live(dev):
             return (gx,)
         xp = kernels.xp_of(g)
@@ -250,12 +250,16 @@ class MaxPool2d(Function):
         i2 = idx._data.reshape(n * c, oh * ow)
         gx2 = gx._data.reshape(n * c, h * w)
         if kernels.native_takes(g2, i2, gx2):
-            # engine._native: the same sums in the same order as the numpy forms below
+            # engine._native: the same sums in the same order as the numpy forms below, each
+            # plane zeroed just before its scatter (one pass over grad_input, not two)
             threads = kernels.native_threads(n * c * h * w)
             kernels.native.max_pool2d_backward(
-                g2, i2, gx2, n * c, h * w, oh * ow, not self.tiled, threads
+                g2, i2, gx2, n * c, h * w, oh * ow, not self.tiled, threads, True
             )
-        elif self.tiled:
+            del gkeep
+            return (gx,)
+        gx._data.fill(0)
+        if self.tiled:
             # windows that do not overlap: each input gets at most one gradient, so the
             # gradient is scattered to the argmax positions in one pass
             xp.put_along_axis(gx2, i2, g2, axis=1)
