@@ -29,6 +29,8 @@ from memprof.runner.eventlog import ALLOC, FREE, NO_EVENT, OOM, EventLog, EventS
 # Engine categories outside the report's list: module buffers (BatchNorm's running stats) are
 # module state made with the parameters.
 _ALIASES = {"buffer": "parameter"}
+_KNOWN = {None, *CATEGORIES}  # the categories _category keeps as they are
+_ACTION = {"alloc": ALLOC, "free": FREE, "oom": OOM}
 _perf_ns = time.perf_counter_ns
 
 
@@ -286,35 +288,78 @@ class Recorder(MemoryObserver):
         """An allocator event, as fields (MemoryObserver.on_event), logged and attributed to
         its context: an allocation (or oom) makes its storage a row; a free goes to its
         allocation's row (a row of its own when the storage was allocated before recording),
-        and makes it `temporary` when it is freed in the span that allocated it."""
+        and makes it `temporary` when it is freed in the span that allocated it.
+
+        The hot path of a recording (thousands of events per training step): EventLog.add_row
+        and EventLog.add written out, and _span_key's common cases inline."""
         if op is None:
             op = ctx.get("op")
         fn = ctx.get("grad_fn")
-        if fn is None:
-            place = (ctx.get("node"), op, ctx.get("phase"), ctx.get("iteration"))
-            run_of = None
-        else:
-            place = (fn.name(), op, ctx.get("phase"), ctx.get("iteration"))
-            run_of = id(fn)
         log = self.records
-        if action == "free":
+        phase = ctx.get("phase")
+        iteration = ctx.get("iteration")
+        # the span of an allocation or a free (_span_key, its common cases inline)
+        if action == "oom":
+            key = None
+        elif self._fixed_key is not None:
+            key = self._fixed_key
+        elif not self.per_op:
+            key = (self.span, 0)
+        else:
             key = self._span_key(op)
+        if fn is None:
+            where = (_ACTION[action], ctx.get("node"), op, phase, iteration)
+            run = 0
+        else:
+            where = (_ACTION[action], fn.name(), op, phase, iteration)
+            runs = log._runs
+            run = runs.get(id(fn))
+            if run is None:
+                run = runs[id(fn)] = len(runs) + 1
+        places = log.places
+        code = places.codes.get(where)
+        if code is None:
+            code = places.code(where)
+        if action == "free":
             entry = self._live.pop(storage_id, None)
             if entry is not None:
                 row, span = entry
-                if key is not None and span == key and log.phase_of(log.first[row]) == place[2]:
+                if key is not None and span == key and log.phase_of(log.first[row]) == phase:
                     log.set_category(row, "temporary")
             else:
-                row = log.add_row(nbytes, requested, None, None, NO_EVENT)
-            log.add(seq, time_ns, allocated, reserved, FREE, place, row, run_of)
-            return
-        category = _category(ctx.get("category"))
-        row = log.add_row(nbytes, requested, category, ctx.get("tensor"), len(log.seq))
-        if action == "alloc":
-            log.add(seq, time_ns, allocated, reserved, ALLOC, place, row, run_of)
-            self._live[storage_id] = (row, self._span_key(op))
+                row = len(log.bytes)
+                log.bytes.append(nbytes)
+                log.requested.append(requested)
+                log.first.append(NO_EVENT)
+                log.category.append(0)  # None
+                log.tensor.append(0)  # None
+                log.clone_of.append(0)
         else:
-            log.add(seq, time_ns, allocated, reserved, OOM, place, row, run_of)
+            row = len(log.bytes)
+            log.bytes.append(nbytes)
+            log.requested.append(requested)
+            log.first.append(len(log.seq))
+            category = ctx.get("category")
+            if category not in _KNOWN:
+                category = _category(category)
+            categories = log.categories
+            c = categories.codes.get(category)
+            log.category.append(categories.code(category) if c is None else c)
+            tensor = ctx.get("tensor")
+            if tensor is None:
+                log.tensor.append(0)
+            else:
+                log.tensor.append(log.strings.code(tensor))
+            log.clone_of.append(0)
+            if action == "alloc":
+                self._live[storage_id] = (row, key)
+        log.seq.append(seq)
+        log.time_ns.append(time_ns)
+        log.allocated.append(allocated)
+        log.reserved.append(reserved)
+        log.row.append(row)
+        log.where.append(code)
+        log.run.append(run)
 
     def _event(self, ev: AllocEvent) -> None:
         self.on_event(

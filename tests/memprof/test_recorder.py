@@ -111,3 +111,20 @@ def test_an_entry_is_checked_for_json_through_its_timelines_interned_values(rec)
     assert fixed["timeline"]["tensor"][-1] == "frozenset({'a'})"
     json.dumps(fixed, allow_nan=False)
     del z
+
+
+def test_an_oom_inside_a_per_op_step_does_not_split_the_span_of_the_op_around_it():
+    # given a per-op step (backward's): an allocation of op "a", an oom of op "b", then the free
+    # of the allocation, again under op "a"
+    r = Recorder(None)
+    ctx = {"phase": "backward", "node": "<backward>", "iteration": 0}
+    with r.step("<backward>", "backward", "backward", 0, per_op=True, row=False):
+        r.on_event("alloc", 0, 0, 512, 512, 7, 512, 512, ctx, "a")
+        r.on_event("oom", 1, 0, 1 << 40, 1 << 40, 8, 512, 512, ctx, "b")
+        r.on_event("free", 2, 0, 512, 512, 7, 0, 512, ctx, "a")
+    # then the allocation is a temporary of op "a" (an oom is no span of its own), and the oom
+    # keeps the step's category
+    alloc, oom, free = r.records
+    assert (alloc.action, oom.action, free.action) == ("alloc", "oom", "free")
+    assert alloc.category == "temporary" and free.owner == alloc
+    assert oom.category is None and oom.op == "b"

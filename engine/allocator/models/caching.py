@@ -256,6 +256,11 @@ class CachingModel(AccountingModel):
             self.trace("free_requested", block.address, block.size, block.requested)
             self.trace("free_completed", block.address, block.size, block.requested)
 
+    # the storage layer's calls (AccountingModel.charge/uncharge) reach malloc/free directly:
+    # a block is this model's handle
+    charge = malloc
+    uncharge = free
+
     def empty_cache(self) -> None:
         self.num_sync_all_streams += 1  # PyTorch syncs every stream before releasing
         for free_list, stats in ((self._free_large, self._large), (self._free_small, self._small)):
