@@ -102,6 +102,21 @@ def set_op(name: str | None) -> str | None:
     return saved
 
 
+def enter_node(node) -> tuple:
+    """`context(grad_fn=node)` and `set_op(node.name())` at once, for the backward walk (one
+    call per node run while observers listen); returns what `leave_node` restores."""
+    global _context, _op
+    saved = (_context, _op)
+    _op = node.name()
+    _context = {**_context, "grad_fn": node}
+    return saved
+
+
+def leave_node(saved: tuple) -> None:
+    global _context, _op
+    _context, _op = saved
+
+
 def _user_location() -> str | None:
     frame = sys._getframe(2)
     while frame is not None:

@@ -13,7 +13,6 @@ import sys
 
 from engine import kernels
 from engine.allocator import tracked as _tracked
-from engine.allocator.tracked import set_op
 from engine.autograd.function import Function, _round_emulated, gradient_edge
 from engine.autograd.grad_mode import STATE
 from engine.backends.strided import is_dense
@@ -176,10 +175,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
             # While observers listen, backward allocations are attributed to their node (the op
             # name, read only for events) and observers (memprof's recorder) learn which node
             # runs, through inner ops too; otherwise nothing needs the name.
-            scope = _tracked.context(grad_fn=node) if _tracked.observed else None
-            if scope is not None:
-                prev_op = set_op(node.name())
-                scope.__enter__()
+            scope = _tracked.enter_node(node) if _tracked.observed else None
             try:
                 if len(grads) == 1:
                     g = grads[0]
@@ -196,8 +192,7 @@ def backward(tensors, grad_tensors, retain_graph=None, inputs=None, capture=None
                     del grads
             finally:
                 if scope is not None:
-                    set_op(prev_op)
-                    scope.__exit__(None, None, None)
+                    _tracked.leave_node(scope)
                 if needed is not None:
                     node._edges = edges
             if not retain_graph:

@@ -274,3 +274,18 @@ def test_on_event_is_not_used_beside_another_observer_or_with_locations():
     finally:
         alloc.record_locations = False
     assert fields.events == []
+
+
+def test_enter_node_names_the_running_backward_node_and_leave_node_restores_all():
+    class Node:
+        def name(self):
+            return "MulBackward0"
+
+    node = Node()
+    with context(phase="backward"), op_scope("outer"):
+        saved = tracked.enter_node(node)
+        assert current_context() == {"phase": "backward", "grad_fn": node}
+        assert tracked._op == "MulBackward0"
+        tracked.leave_node(saved)
+        assert current_context() == {"phase": "backward"} and tracked._op == "outer"
+    assert current_context() == {} and tracked._op is None
