@@ -270,16 +270,20 @@ def _gemm_operands(a, b, out):
 # Beside other busy processes, a product on BLAS's threads waits whenever one of them is
 # descheduled: a 1M multiply-add product that takes ~15 us quiet took ~3 ms (a scheduler time
 # slice), and the small CNN's step went from 31 to 1050 ms next to one busy test process. gemm
-# notices such a stall (a threaded product STALL_FACTOR times slower than the best rate seen,
-# plus STALL_SLACK_S) and runs BLAS single-threaded for CONTENDED_S, then tries its threads
-# again. Proportional slowdowns (a fair share of the cores) are not stalls.
+# notices such stalls (a threaded product STALL_FACTOR times slower than the best rate seen,
+# plus STALL_SLACK_S; STALLS_TO_HOLD of them in a row: a lone one is as likely a page fault or
+# an interrupt, and quiet steps saw one in about 30) and runs BLAS single-threaded for
+# CONTENDED_S, then tries its threads again. Proportional slowdowns (a fair share of the
+# cores) are not stalls.
 STALL_SLACK_S = 1e-3
 STALL_FACTOR = 4.0
+STALLS_TO_HOLD = 2
 CONTENDED_S = 0.5
 RATE_MIN_MACS = 1 << 22  # products from which the best rate is learnt (overheads small)
 _blas_best_rate = 0.0  # multiply-adds per second: the best threaded product seen
 _contended = None  # while BLAS is held to one thread: [(controller, its count)], until when
 _contended_until = -math.inf
+_stalls = 0  # stalled threaded products in a row
 
 
 def _start_contention(now: float) -> None:
@@ -306,7 +310,7 @@ def gemm(a, b, out) -> None:
     on engine._native's threads, each part one single-threaded BLAS call (or, without the
     compiled loops, on the Python pool); results can then differ in the last bits between
     thread counts, as with BLAS's own threads. Otherwise one BLAS call."""
-    global _blas_last, _blas_best_rate
+    global _blas_last, _blas_best_rate, _stalls
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
     if not _own_blas:  # BLAS's own threads: they own the cores for a while (pool_threads)
@@ -314,7 +318,7 @@ def gemm(a, b, out) -> None:
             np.matmul(a, b, out=out)
             return
         start = _perf()
-        if _contended is not None:  # held to one thread after a stall, for a while
+        if _contended is not None:  # held to one thread after stalls, for a while
             if start < _contended_until:
                 np.matmul(a, b, out=out)
                 return
@@ -323,8 +327,13 @@ def gemm(a, b, out) -> None:
         _blas_last = end = _perf()
         macs, took = m * n * k * (out.size // max(m * n, 1)), end - start
         if _blas_best_rate and took > STALL_SLACK_S + STALL_FACTOR * macs / _blas_best_rate:
-            _start_contention(end)
-        elif macs >= RATE_MIN_MACS and took > 0:
+            _stalls += 1
+            if _stalls >= STALLS_TO_HOLD:
+                _stalls = 0
+                _start_contention(end)
+            return
+        _stalls = 0
+        if macs >= RATE_MIN_MACS and took > 0:
             _blas_best_rate = max(_blas_best_rate, macs / took)
         return
     batch = out.size // max(m * n, 1)

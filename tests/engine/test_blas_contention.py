@@ -30,6 +30,7 @@ def guard(monkeypatch):
     monkeypatch.setattr(kernels, "_blas_best_rate", 1e11)  # 100 G multiply-adds a second
     monkeypatch.setattr(kernels, "_contended", None)
     monkeypatch.setattr(kernels, "_contended_until", -float("inf"))
+    monkeypatch.setattr(kernels, "_stalls", 0)
     ticks = []
 
     def clock():
@@ -49,9 +50,12 @@ def _product():
     return a, out  # 2**24 multiply-adds: BLAS's threads take it; 0.17 ms at the best rate
 
 
-def test_a_stalled_product_holds_blas_to_one_thread_for_a_while(guard):
+def test_stalled_products_in_a_row_hold_blas_to_one_thread_for_a_while(guard):
     a, out = _product()
-    guard[:] = [10.0, 10.05]  # the product took 50 ms: a stall
+    guard[:] = [9.0, 9.05]  # the product took 50 ms: a stall, but a lone one could be a fault
+    kernels.gemm(a, a, out)
+    assert kernels._contended is None and _blas_threads() == 2
+    guard[:] = [10.0, 10.05]  # a second in a row: contention
     kernels.gemm(a, a, out)
     np.testing.assert_array_equal(out, a @ a)
     assert kernels._contended is not None and _blas_threads() == 1
@@ -75,6 +79,12 @@ def test_a_quiet_product_leaves_blas_its_threads_and_learns_the_rate(guard):
     guard[:] = [6.0, 6.0009]  # a proportional slowdown (a fair share of the cores): no stall
     kernels.gemm(a, a, out)
     assert kernels._contended is None and _blas_threads() == 2
+    for t in (7.0, 8.0, 9.0):  # stalls with a quiet product between them: never two in a row
+        guard[:] = [t, t + 0.05]
+        kernels.gemm(a, a, out)
+        guard[:] = [t + 0.5, t + 0.5001]
+        kernels.gemm(a, a, out)
+    assert kernels._contended is None and _blas_threads() == 2
 
 
 def test_small_products_and_the_pools_threads_are_not_timed(guard, monkeypatch):
@@ -90,8 +100,9 @@ def test_small_products_and_the_pools_threads_are_not_timed(guard, monkeypatch):
 
 def test_setting_the_budget_ends_the_hold(guard):
     a, out = _product()
-    guard[:] = [10.0, 10.05]
-    kernels.gemm(a, a, out)
+    for t in (9.0, 10.0):
+        guard[:] = [t, t + 0.05]
+        kernels.gemm(a, a, out)
     assert _blas_threads() == 1
     kernels.set_num_threads(2, own_blas=False)  # BLAS gets its own count back
     assert kernels._contended is None and _blas_threads() == kernels._blas_default
