@@ -449,7 +449,7 @@ class Conv2d(Function):
         An input of fewer than FEW_CHANNELS channels (an image's first layer) is summed in
         blocks of samples instead (_sample_blocks): each block's products in order, then the
         blocks in order, on any thread count; the parts take whole blocks, so no part builds
-        another's columns (8x3x224x224, 11x11 stride 4, 64 outputs: 13.6 -> 8 ms on two
+        another's columns (8x3x224x224, 11x11 stride 4, 64 outputs: 13.6 -> 10.8 ms on two
         threads, where both parts built all of them)."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         og, ckk = o // groups, cg * kh * kw

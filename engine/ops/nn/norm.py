@@ -312,18 +312,16 @@ class LayerNorm(Function):
                 w = weight._data.reshape(-1) if weight is not None else None
                 b = bias._data.reshape(-1) if bias is not None else None
                 kernels.layer_norm_forward(x2, w, b, y2, mean._data, rstd._data, eps)
-                del keep
-                self.save(mean=mean, rstd=rstd)
-                return y
-            xp.mean(x2, axis=1, out=mean._data)
-            xp.subtract(x2, mean._data[:, None], out=y2)
-            var = xp.einsum("md,md->m", y2, y2) / d
-            rstd._data[...] = 1.0 / xp.sqrt(var + eps)
-            xp.multiply(y2, rstd._data[:, None], out=y2)
-            if weight is not None:
-                xp.multiply(y2, weight._data.reshape(-1), out=y2)
-            if bias is not None:
-                xp.add(y2, bias._data.reshape(-1), out=y2)
+            else:
+                xp.mean(x2, axis=1, out=mean._data)
+                xp.subtract(x2, mean._data[:, None], out=y2)
+                var = xp.einsum("md,md->m", y2, y2) / d
+                rstd._data[...] = 1.0 / xp.sqrt(var + eps)
+                xp.multiply(y2, rstd._data[:, None], out=y2)
+                if weight is not None:
+                    xp.multiply(y2, weight._data.reshape(-1), out=y2)
+                if bias is not None:
+                    xp.add(y2, bias._data.reshape(-1), out=y2)
             del keep
         self.save(mean=mean, rstd=rstd)
         return y
@@ -371,8 +369,10 @@ class LayerNorm(Function):
             xp = kernels.xp_of(g)
             g2, gkeep = _reshaped(g, (rows, d))
             x2, xkeep = _reshaped(x, (rows, d))
-            xhat = gx if gx is not None else kernels.empty(self.x_shape, dt, dev)
-            h2 = xhat._data.reshape(rows, d)
+            # x-hat in grad_input's buffer, or in workspace when none is wanted (torch's kernel
+            # makes no block of the input's size)
+            xhat = gx if gx is not None else kernels.Scratch(self.x_shape, dt, dev)
+            h2 = xhat._data.reshape(rows, d) if gx is not None else xhat.data.reshape(rows, d)
             xp.subtract(x2, mean._data[:, None], out=h2)
             xp.multiply(h2, rstd._data[:, None], out=h2)
             if gw is not None:
