@@ -1507,6 +1507,8 @@ def layer_norm_forward(x2, w, b, y2, mean, rstd, eps: float) -> None:
       mean = (sum(x) / D), rstd = 1 / sqrt(sum(c * c) / D + eps) with c = x - mean,
       y = ((c * rstd) [* w]) [+ b]."""
     rows, d = x2.shape
+    if d == 0:  # (no row has values: nothing to normalize)
+        return
     given = [a for a in (w, b) if a is not None]
     if _native_rows(x2, y2, mean, rstd, *given):
         native.layer_norm(x2, w, b, y2, mean, rstd, rows, d, eps, native_threads(x2.size))
@@ -1537,7 +1539,7 @@ def layer_norm_backward(x2, g2, w, mean, rstd, gx2=None, gw=None, gb=None) -> No
     across the loops' threads; this numpy form gives the same bits."""
     rows, d = x2.shape
     outs = [a for a in (gx2, gw, gb) if a is not None]
-    if not outs:
+    if not outs or d == 0:
         return
     if _native_rows(x2, g2, mean, rstd, *outs, *((w,) if w is not None else ())):
         native.layer_norm_backward(x2, g2, w, mean, rstd, gx2, gw, gb, rows, d,

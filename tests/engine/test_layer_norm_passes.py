@@ -146,3 +146,17 @@ def test_layer_norm_through_the_passes_matches_torch(kernel_form, dtype, affine)
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == "float32" else dict(rtol=1e-10, atol=1e-10)
     for mine, theirs in zip(results[engine], results[torch], strict=True):
         np.testing.assert_allclose(mine, theirs, **tol)
+
+
+@pytest.mark.parametrize("shape, normalized", [((2, 0), (0,)), ((0, 4), (4,)), ((3, 0, 5), (5,))])
+def test_empty_inputs_normalize_as_torchs(kernel_form, shape, normalized):
+    torch = pytest.importorskip("torch")
+    out = {}
+    for m in (engine, torch):
+        x = m.ones(*shape, requires_grad=True)
+        ln = m.nn.LayerNorm(normalized)
+        y = ln(x)
+        y.sum().backward()
+        out[m] = [tuple(t.shape) for t in (y, x.grad, ln.weight.grad, ln.bias.grad)]
+        out[m].append(ln.weight.grad.detach().numpy().tolist())
+    assert out[engine] == out[torch]
