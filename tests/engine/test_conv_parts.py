@@ -246,3 +246,34 @@ def test_a_many_channel_grad_weight_splits_by_input_channel(monkeypatch, split_e
     built, _ = _grad_weight_columns(monkeypatch, 2, (4, 8, 9, 9), (5, 8, 3, 3), stride=2)
     assert sorted({chans for _, _, chans in built}) == [(0, 4), (4, 8)]
     assert len(built) == 2 * 4  # each part: its channels of every sample
+
+
+EMPTY_BATCH = {  # (function, input shape, weight shape, dtype, keywords)
+    "conv2d 3 channels": ("conv2d", (0, 3, 8, 8), (4, 3, 3, 3), "float32", dict(padding=1)),
+    "conv2d 8 channels": ("conv2d", (0, 8, 8, 8), (4, 8, 3, 3), "float32", dict(padding=1)),
+    "conv2d float64": ("conv2d", (0, 3, 6, 6), (4, 3, 3, 3), "float64", {}),
+    "conv2d float64 dilated": ("conv2d", (0, 3, 6, 6), (4, 3, 3, 3), "float64", dict(dilation=2)),
+    "conv2d float64 groups": ("conv2d", (0, 4, 6, 6), (4, 2, 3, 3), "float64", dict(groups=2)),
+    "conv1d": ("conv1d", (0, 3, 8), (4, 3, 3), "float32", {}),
+    "conv3d": ("conv3d", (0, 2, 4, 4, 4), (3, 2, 3, 3, 3), "float32", {}),
+    "conv3d float64": ("conv3d", (0, 2, 4, 4, 4), (3, 2, 3, 3, 3), "float64", {}),
+    "conv_transpose2d": ("conv_transpose2d", (0, 3, 5, 5), (3, 4, 3, 3), "float32", {}),
+}
+
+
+@pytest.mark.parametrize("case", list(EMPTY_BATCH))
+def test_an_empty_batch_gives_zero_weight_gradients_as_torch(case):
+    torch = pytest.importorskip("torch")
+    name, xs, ws, dtype, kw = EMPTY_BATCH[case]
+    out = {}
+    for m in (engine, torch):
+        dt = getattr(m, dtype)
+        x = m.ones(*xs, requires_grad=True, dtype=dt)
+        w = m.ones(*ws, requires_grad=True, dtype=dt)
+        b = m.ones(w.shape[1] if "transpose" in name else w.shape[0], requires_grad=True, dtype=dt)
+        y = getattr(m.nn.functional, name)(x, w, b, **kw)
+        y.sum().backward()
+        out[m] = [t.detach().numpy() for t in (y, x.grad, w.grad, b.grad)]
+    for mine, theirs in zip(out[engine], out[torch], strict=True):
+        assert mine.shape == theirs.shape
+        np.testing.assert_array_equal(mine, theirs)

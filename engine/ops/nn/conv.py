@@ -454,6 +454,10 @@ class Conv2d(Function):
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         og, ckk = o // groups, cg * kh * kw
         gw = kernels.empty(self.w_shape, dt, dev)
+        if n == 0:  # no sample: a sum of nothing (torch's zeros)
+            if _live(dev):
+                gw._data.fill(0)
+            return gw
         wide = self._wide() or self.batched
         group = self._group() if wide else 1  # samples per product (all parts alike)
         by_sample = groups == 1 and dev.type == "cpu" and c < FEW_CHANNELS and n > 1

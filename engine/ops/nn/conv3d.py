@@ -161,7 +161,7 @@ def _conv_forward(xp, data, wr, y, geo, plan, b_col=None):
     else:
         cols, owner = plan.buffer()
         stage = _stage(geo, plan.samples, plan.dtype, plan.dev)
-        for b0 in range(0, n, plan.samples):
+        for b0 in range(0, n, max(plan.samples, 1)):  # (an empty batch: no columns)
             b1 = min(b0 + plan.samples, n)
             c4 = _fill_columns(xp, data, b0, b1, geo, cols, stage)
             dst = y[b0:b1].reshape(b1 - b0, geo.groups, geo.og, geo.length)
@@ -182,7 +182,7 @@ def _conv_grad_input(xp, g4, wt, gx, geo, plan):
         return
     cols, owner = plan.buffer()
     stage = kernels.Scratch((plan.samples, geo.c) + geo.padded, plan.dtype, plan.dev)
-    for b0 in range(0, n, plan.samples):
+    for b0 in range(0, n, max(plan.samples, 1)):
         b1 = min(b0 + plan.samples, n)
         count = b1 - b0
         gc = cols.reshape(-1)[: count * geo.groups * geo.ckk * geo.length]
@@ -200,7 +200,9 @@ def _conv_grad_weight(xp, data, g4, gw, geo, plan, cols=None):
         cols, owner = plan.buffer()
     if not geo.pointwise:
         stage = _stage(geo, plan.samples, plan.dtype, plan.dev)
-    step = plan.samples if not geo.pointwise else 1
+    step = max(plan.samples, 1) if not geo.pointwise else 1
+    if n == 0:  # no sample: a sum of nothing (torch's zeros)
+        gw[...] = 0
     for b0 in range(0, n, step):
         b1 = min(b0 + step, n)
         if geo.pointwise:
