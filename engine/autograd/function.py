@@ -336,8 +336,16 @@ class Function:
             # (when it does not, forward raises the shape error before anything is allocated)
             clones = _clone_overwritten(tensors, to_save, out, op)
 
-        if _tracked.observed:
-            result = node._forward_named(op, args, out, attrs)
+        if _tracked.observed:  # _forward_named, written out (a call per op saved)
+            prev = _tracked._op
+            _tracked._op = op
+            try:
+                if attrs or out is not None:
+                    result = node.forward(*args, out=out, **attrs)
+                else:
+                    result = node.forward(*args)
+            finally:
+                _tracked._op = prev
         elif attrs or out is not None:
             result = node.forward(*args, out=out, **attrs)
         else:
@@ -430,8 +438,16 @@ _APPLY_TEMPLATE = """
         if STATE.enabled and cls.differentiable:
 {record}
         # No history to record: the lean path every op takes under no_grad or without grads.
-        if _tracked.observed:
-            result = _new(cls)._forward_named(op or cls.__name__, {args}, None, attrs)
+        if _tracked.observed:  # _forward_named, written out
+            prev = _tracked._op
+            _tracked._op = op or cls.__name__
+            try:
+                if attrs:
+                    result = _new(cls).forward({call}, **attrs)
+                else:
+                    result = _new(cls).forward({call})
+            finally:
+                _tracked._op = prev
         elif attrs:
             result = _new(cls).forward({call}, **attrs)
         else:  # a call without keywords is cheaper
@@ -449,8 +465,16 @@ _APPLY_TEMPLATE = """
             check_inplace(out)  # (a tensor that is no view and needs no grad passes it)
         if STATE.enabled and cls.differentiable:
 {record}
-        if _tracked.observed:
-            result = _new(cls)._forward_named(op or cls.__name__, {args}, out, attrs)
+        if _tracked.observed:  # _forward_named, written out
+            prev = _tracked._op
+            _tracked._op = op or cls.__name__
+            try:
+                if attrs:
+                    result = _new(cls).forward({call}, out=out, **attrs)
+                else:
+                    result = _new(cls).forward({call}, out=out)
+            finally:
+                _tracked._op = prev
         elif attrs:
             result = _new(cls).forward({call}, out=out, **attrs)
         else:  # (a call with **attrs costs more even when attrs is empty)
