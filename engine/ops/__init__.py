@@ -950,9 +950,10 @@ def reshape(input, *shape):
     from engine.backends.strided import infer_shape
 
     target = infer_shape(shape, input.numel())
-    if V.view_array(input, target) is not None:  # (torch's _reshape_alias when not contiguous)
-        cls = V.View if input.is_contiguous() else V.ReshapeAlias
-        return cls.apply(input, op="reshape", shape=target)
+    if input.is_contiguous():  # views as any shape: View works the view out, once
+        return V.View.apply(input, op="reshape", shape=target)
+    if V.view_array(input, target) is not None:  # torch's _reshape_alias
+        return V.ReshapeAlias.apply(input, op="reshape", shape=target)
     # torch's copy: _unsafe_view(clone(contiguous)), not a view of the copy (UnsafeViewBackward0
     # behind CloneBackward0; an in-place op on it is a plain op, no view of an intermediate)
     return unsafe_view(clone(input), target)
