@@ -72,6 +72,7 @@ class EventLog:
         self.categories.code(None)
         self._runs: dict[int, int] = {}
         self._kinds: list[int] = []  # kinds()
+        self.clones_tagged = 0  # how many set_clone_of calls so far (Step.clones reads it)
 
     # --- writing --------------------------------------------------------------------------------
     def add_row(self, nbytes: int, requested: int, category, tensor, event: int) -> int:
@@ -132,6 +133,7 @@ class EventLog:
 
     def set_clone_of(self, row: int, op) -> None:
         self.clone_of[row] = self.strings.code(op)
+        self.clones_tagged += 1
 
     def phase_of(self, index: int):
         """Event `index`'s phase (what `log[index].phase` gives, without making the view)."""

@@ -191,7 +191,7 @@ class _Run(ProgramHooks):
             sid = storage_key(value)
             if rec.allocated_since(sid, step.first):  # the node's own result: an activation
                 rec.name_storage(sid, name, category="activation")
-        clone, ops = step.records.clones()
+        clone, ops = step.clones()
         step.inplace = wrote or bool(getattr(node, "inplace", False))
         step.clone_bytes = clone
         if clone and (node.id, "clone") not in self._warned:
