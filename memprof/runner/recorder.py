@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from engine.allocator import AllocEvent, MemoryObserver
+from engine.allocator import AllocEvent, MemoryObserver, context
 from memprof.reports.build import CATEGORIES, op_row
 from memprof.runner.eventlog import ALLOC, FREE, NO_EVENT, OOM, EventLog, EventSlice
 
@@ -78,9 +78,13 @@ class Record:
 
 
 class Step:
-    """One step in progress (a program node, the backward call, an optimizer step): the caller
-    may set `inplace`, `clone_bytes` and `module` before the block ends; `records` are the
-    events since the step began."""
+    """One step (a program node, the backward call, an optimizer step), made by Recorder.step and
+    entered with `with`: entering begins its span, leaving ends it and (on a normal exit) adds its
+    row. Inside, the caller may set `inplace`, `clone_bytes` and `module`; `records` are the
+    events since the step began.
+
+    A class rather than a generator-based manager: the runner enters one per program node, and a
+    generator costs several times more to enter and leave."""
 
     __slots__ = (
         "_rec",
@@ -95,21 +99,57 @@ class Step:
         "inplace",
         "clone_bytes",
         "module",
+        "clones_tagged",
+        "_context",
+        "_per_op",
+        "_row",
+        "_per_backward_node",
     )
 
-    def __init__(self, rec: Recorder, node, op, phase, iteration, first, allocated_before):
+    def __init__(self, rec: Recorder, node, op, phase, iteration, keys, per_op, row, per_node):
         self._rec = rec
         self.node, self.op, self.phase, self.iteration = node, op, phase, iteration
-        self.first = first
-        self.allocated_before = allocated_before
+        self._context = context(**keys)
+        self._per_op, self._row, self._per_backward_node = per_op, row, per_node
+        self.first = self.clones_tagged = self.allocated_before = 0
         self.start_ns = self.end_ns = 0
         self.inplace = False
         self.clone_bytes = 0
         self.module: str | None = None
 
+    def __enter__(self) -> Step:
+        rec = self._rec
+        rec.span += 1
+        self.first = len(rec.records)
+        self.clones_tagged = rec.records.clones_tagged
+        self.allocated_before = rec._allocated_now()
+        rec.per_op = self._per_op
+        self._context.__enter__()
+        self.start_ns = _perf_ns()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.end_ns = _perf_ns()
+        self._context.__exit__()
+        rec = self._rec
+        rec.per_op = False
+        if exc_type is None and self._row:
+            if self._per_backward_node:
+                rec.ops.extend(rec._backward_rows(self))
+            else:
+                rec.ops.append(rec._row(self))
+        return False
+
     @property
     def records(self) -> EventSlice:
         return self._rec.records[self.first :]
+
+    def clones(self) -> tuple[int, list[str]]:
+        """records.clones(): (bytes, sorted op names) of the in-place clones allocated in the
+        step; (0, []) without reading the records when no clone was tagged since it began."""
+        if self._rec.records.clones_tagged == self.clones_tagged:
+            return 0, []
+        return self.records.clones()
 
 
 class Recorder(MemoryObserver):
@@ -145,7 +185,6 @@ class Recorder(MemoryObserver):
     def _allocated_now(self) -> int:
         return self.allocator.model.allocated_bytes if self.allocator is not None else 0
 
-    @contextmanager
     def step(
         self,
         node: str,
@@ -159,18 +198,15 @@ class Recorder(MemoryObserver):
         per_op: bool = False,
         row: bool = True,
         per_backward_node: bool = False,
-    ) -> Iterator[Step]:
-        """One span: events inside are attributed to (node, phase, iteration, category), and to
-        `context_op`/`tensor` when given (engine ops name themselves otherwise). per_op: each run
-        of events of the same engine op is its own span (backward runs many ops in one call).
+    ) -> Step:
+        """One span, to enter with `with`: events inside are attributed to (node, phase,
+        iteration, category), and to `context_op`/`tensor` when given (engine ops name
+        themselves otherwise). per_op: each run of events of the same engine op is its own span
+        (backward runs many ops in one call).
         On a normal exit the step's row is appended to `ops` (row=False: none, e.g. making an
         input); a step that raises leaves no row, its events stay in `records`.
         per_backward_node: one row per backward node run (ReluBackward0, ...) instead of one for
         the step: `loss.backward()` runs many nodes in one call."""
-        from engine.allocator import context
-
-        self.span += 1
-        step = Step(self, node, op, phase, iteration, len(self.records), self._allocated_now())
         keys: dict[str, Any] = {"phase": phase, "node": node, "iteration": iteration}
         if category is not None:
             keys["category"] = category
@@ -178,20 +214,7 @@ class Recorder(MemoryObserver):
             keys["op"] = context_op
         if tensor is not None:
             keys["tensor"] = tensor
-        self.per_op = per_op
-        try:
-            with context(**keys):
-                step.start_ns = _perf_ns()
-                try:
-                    yield step
-                finally:
-                    step.end_ns = _perf_ns()
-        finally:
-            self.per_op = False
-        if row and per_backward_node:
-            self.ops.extend(self._backward_rows(step))
-        elif row:
-            self.ops.append(self._row(step))
+        return Step(self, node, op, phase, iteration, keys, per_op, row, per_backward_node)
 
     def _row(self, step: Step) -> dict[str, Any]:
         return op_row(
