@@ -20,3 +20,12 @@ def kernel_form(request, monkeypatch):
     else:
         monkeypatch.setattr(kernels, "native", None)
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _blas_not_held():
+    """Each test starts with BLAS's own thread count: a stall that kernels.gemm's guard saw in
+    an earlier test (a busy machine running the suite) would otherwise hold BLAS to one thread
+    for CONTENDED_S into this one, which tests reading BLAS's count would see."""
+    kernels._end_contention()
+    kernels._stalls = 0
