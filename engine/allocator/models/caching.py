@@ -135,9 +135,9 @@ class CachingModel(AccountingModel):
             raise ValueError(f"cannot allocate a negative number of bytes ({nbytes})")
         size = round_size(nbytes)
         if size <= SMALL_SIZE:
-            pool, free_list, stats, other = "small", self._free_small, self._small, self._large
+            pool, free_list, stats = "small", self._free_small, self._small
         else:
-            pool, free_list, stats, other = "large", self._free_large, self._large, self._small
+            pool, free_list, stats = "large", self._free_large, self._large
         i = bisect_left(free_list, (size,))
         if i < len(free_list):
             block = free_list.pop(i)[2]
@@ -169,36 +169,18 @@ class CachingModel(AccountingModel):
             split_blocks = split_bytes = 0
         block.allocated = True
         block.requested = nbytes
-        # stats.add_block(block.size, nbytes, split_blocks, split_bytes), and the all-pools
-        # peaks of the three counters it moves (_init_stats), written out: the hot path
-        taken = block.size  # (the rounded size, or more: an unsplit remainder counts)
-        peak = self._peak
-        n = stats.allocation + 1
-        stats.allocation = n
-        stats.allocation_inc += 1
-        if n > stats.allocation_peak:
-            stats.allocation_peak = n
-        n += other.allocation
+        stats.add_block(block.size, nbytes, split_blocks, split_bytes)
+        # the all-pools peaks (_init_stats); the three that every allocation moves inline
+        small, large, peak = self._small, self._large, self._peak
+        n = small.allocation + large.allocation
         if n > peak["allocation"]:
             peak["allocation"] = n
-        n = stats.allocated_bytes + taken
-        stats.allocated_bytes = n
-        stats.allocated_bytes_inc += taken
-        if n > stats.allocated_bytes_peak:
-            stats.allocated_bytes_peak = n
-        n += other.allocated_bytes
+        n = small.allocated_bytes + large.allocated_bytes
         if n > peak["allocated_bytes"]:
             peak["allocated_bytes"] = n
-        n = stats.requested_bytes + nbytes
-        stats.requested_bytes = n
-        stats.requested_bytes_inc += nbytes
-        if n > stats.requested_bytes_peak:
-            stats.requested_bytes_peak = n
-        n += other.requested_bytes
+        n = small.requested_bytes + large.requested_bytes
         if n > peak["requested_bytes"]:
             peak["requested_bytes"] = n
-        if split_blocks or split_bytes:
-            stats.change_inactive_split(split_blocks, split_bytes)
         if split_blocks > 0:
             self._peaks_after("inactive_split")
         if split_bytes > 0:
@@ -265,12 +247,7 @@ class CachingModel(AccountingModel):
         if merged.prev is not None or merged.next is not None:
             split_blocks += 1
             split_bytes += merged.size
-        # stats.remove_block(block.size, block.requested, split_blocks, split_bytes), written out
-        stats.allocation -= 1
-        stats.allocated_bytes -= block.size
-        stats.requested_bytes -= block.requested
-        if split_blocks or split_bytes:
-            stats.change_inactive_split(split_blocks, split_bytes)
+        stats.remove_block(block.size, block.requested, split_blocks, split_bytes)
         if split_blocks > 0:  # (only these can grow when a block is freed)
             self._peaks_after("inactive_split")
         if split_bytes > 0:
