@@ -213,24 +213,7 @@ class TrackedAllocator:
                 self._emit("oom", nbytes, nbytes, storage_id)
             raise
         if self.observers:
-            sink = self._sink
-            if sink is not None and not self.record_locations:  # _emit's direct form, inline
-                seq = self._seq
-                self._seq = seq + 1
-                sink(
-                    "alloc",
-                    seq,
-                    _perf_ns(),
-                    nbytes,
-                    model.handle_sizes(handle)[1],
-                    storage_id,
-                    model.allocated_bytes,
-                    model.reserved_bytes,
-                    _context,
-                    _op,
-                )
-            else:
-                self._emit("alloc", nbytes, model.handle_sizes(handle)[1], storage_id)
+            self._emit("alloc", nbytes, model.handle_sizes(handle)[1], storage_id)
         return handle, storage_id, self.epoch
 
     def refused(self, nbytes: int) -> None:
@@ -246,24 +229,7 @@ class TrackedAllocator:
         if self.observers:
             requested, nbytes = model.handle_sizes(handle)
             model.uncharge(handle)
-            sink = self._sink
-            if sink is not None and not self.record_locations:  # _emit's direct form, inline
-                seq = self._seq
-                self._seq = seq + 1
-                sink(
-                    "free",
-                    seq,
-                    _perf_ns(),
-                    requested,
-                    nbytes,
-                    storage_id,
-                    model.allocated_bytes,
-                    model.reserved_bytes,
-                    _context,
-                    _op,
-                )
-            else:
-                self._emit("free", requested, nbytes, storage_id)
+            self._emit("free", requested, nbytes, storage_id)
         else:
             model.uncharge(handle)
 
