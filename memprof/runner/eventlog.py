@@ -74,49 +74,7 @@ class EventLog:
         self._kinds: list[int] = []  # kinds()
         self.clones_tagged = 0  # how many set_clone_of calls so far (Step.clones reads it)
 
-    # --- writing --------------------------------------------------------------------------------
-    def add_row(self, nbytes: int, requested: int, category, tensor, event: int) -> int:
-        """A storage row; returns its index."""
-        self.bytes.append(nbytes)
-        self.requested.append(requested)
-        self.first.append(event)
-        self.category.append(self.categories.code(category))
-        self.tensor.append(self.strings.code(tensor))
-        self.clone_of.append(0)
-        return len(self.bytes) - 1
-
-    def add(
-        self,
-        seq: int,
-        time_ns: int,
-        allocated: int,
-        reserved: int,
-        action: int,
-        place: tuple,
-        row: int,
-        run_of: int | None,
-    ) -> None:
-        """An event about storage `row`: the allocator's sequence number, time and totals after
-        it; action: ALLOC, FREE or OOM; place: (node, op, phase, iteration); run_of: the id of
-        the backward node run that made it, or None."""
-        self.seq.append(seq)
-        self.time_ns.append(time_ns)
-        self.allocated.append(allocated)
-        self.reserved.append(reserved)
-        self.row.append(row)
-        key = (action, *place)
-        places = self.places
-        code = places.codes.get(key)
-        self.where.append(places.code(key) if code is None else code)
-        if run_of is None:
-            self.run.append(0)
-        else:
-            runs = self._runs
-            code = runs.get(run_of)
-            if code is None:
-                code = runs[run_of] = len(runs) + 1
-            self.run.append(code)
-
+    # --- writing (the rows and events themselves: Recorder.on_event, the hot path) ---------------
     def kinds(self) -> list[int]:
         """The action code (ALLOC, FREE, OOM) of each place code: `kinds()[where[i]]` is event
         i's. Extended as places are added, not rebuilt."""
