@@ -86,6 +86,12 @@ class _AliasStorage(Storage):
 
     __slots__ = ("owner",)
 
+    def __del__(self):
+        # Nothing to release: drop the reference to the owner's memory before `owner` goes (its
+        # slot is cleared first), so the owner, when this alias held its last reference, finds
+        # its array unshared and gives it to engine/host_cache.py for reuse.
+        self.data = None
+
     @property
     def fake_address(self):
         return self.owner.fake_address

@@ -183,3 +183,73 @@ def test_threads_allocating_and_freeing_at_once_keep_values_and_the_count():
     assert host_cache.cached_bytes() == sum(
         size * len(arrays) for size, arrays in host_cache._free.items()
     )
+
+
+@pytest.mark.parametrize("last", ["alias", "tensor"])
+def test_memory_seen_through_data_is_reused_whichever_dies_last(last):
+    # `t.data` shares t's memory under a version counter of its own (an alias storage); when
+    # the alias held the last reference, its dying used to still hold the array while the owner
+    # gave it back, so the memory went to malloc and the next request faulted in fresh pages
+    x = engine.rand(N)
+    addr = _addr(x)
+    alias = x.data
+    if last == "alias":
+        del x
+        assert host_cache.cached_bytes() == 0  # the alias still reaches the memory
+        del alias
+    else:
+        del alias
+        assert host_cache.cached_bytes() == 0
+        del x
+    assert host_cache.cached_bytes() == N * 4
+    assert _addr(engine.empty(N)) == addr
+
+
+def test_a_numpy_result_of_the_alias_still_blocks_reuse():
+    x = engine.ones(N)
+    alias = x.data
+    a = alias.numpy()
+    del x, alias
+    assert host_cache.cached_bytes() == 0
+    y = engine.zeros(N)
+    assert float(a.sum()) == N and _addr(y) != a.__array_interface__["data"][0]
+
+
+def test_workspace_reuses_one_buffer_per_thread_and_key():
+    a = host_cache.workspace("k", (64, 128), np.float32)
+    addr = a.__array_interface__["data"][0]
+    assert a.shape == (64, 128) and a.dtype == np.float32 and a.flags.c_contiguous
+    b = host_cache.workspace("k", (8, 16), np.float64)  # smaller: the same memory
+    assert b.__array_interface__["data"][0] == addr and b.dtype == np.float64
+    other = host_cache.workspace("other", (64, 128), np.float32)
+    assert other.__array_interface__["data"][0] != addr
+    grown = host_cache.workspace("k", (256, 256), np.float32)  # larger: a new buffer
+    assert grown.nbytes == 256 * 256 * 4
+    assert (
+        host_cache.workspace("k", (256, 256), np.float32).__array_interface__["data"][0]
+        == grown.__array_interface__["data"][0]
+    )
+    seen = {}
+
+    def on_thread():
+        seen["addr"] = host_cache.workspace("k", (64, 128), np.float32).__array_interface__["data"][
+            0
+        ]
+
+    import threading
+
+    t = threading.Thread(target=on_thread)
+    t.start()
+    t.join()
+    assert seen["addr"] != grown.__array_interface__["data"][0]  # each thread its own
+
+
+def test_workspace_past_the_bound_is_a_new_array_and_clear_drops_buffers():
+    big = (host_cache.WORKSPACE_MAX_BYTES // 4 + 1,)
+    a = host_cache.workspace("big", big, np.float32)
+    b = host_cache.workspace("big", big, np.float32)
+    assert a.__array_interface__["data"][0] != b.__array_interface__["data"][0]
+    host_cache.workspace("k", (1024,), np.float32)
+    assert host_cache.workspace_bytes() > 0
+    engine.memory.empty_cache("cpu")
+    assert host_cache.workspace_bytes() == 0
