@@ -20,6 +20,12 @@ reference-count details.
 
 `engine.memory.empty_cache("cpu")` empties it; `set_limit(nbytes)` bounds it (default 1 GiB;
 0 turns it off). Oldest sizes are dropped first when a new array would pass the limit.
+
+Kernels' own numpy temporaries (workspace) come from buffers kept per thread for the same
+reason: one of a megabyte or so is mapped fresh by malloc when glibc's mmap threshold is below
+it, and glibc moves that threshold with what the process freed before, so a kernel's time
+moved with unrelated allocations (attention's backward in the transformer step faulted in
+~1400 pages, ~1.4 us each here, once the storages above stopped reaching malloc).
 """
 
 from __future__ import annotations
@@ -124,16 +130,44 @@ def take(shape, np_dtype):
     return flat.view(np_dtype).reshape(shape)
 
 
+WORKSPACE_MAX_BYTES = 1 << 24  # a temporary larger than this is a new array each call
+_work: dict[tuple, np.ndarray] = {}  # (thread ident, key) -> flat uint8 buffer
+_get_ident = threading.get_ident
+
+
+def workspace(key, shape, np_dtype):
+    """An uninitialised numpy array of `shape` on a buffer kept for this thread and `key`
+    (grown when a larger one is asked for), or a new array past WORKSPACE_MAX_BYTES. For a
+    kernel's temporaries: not charged to any allocator, as numpy temporaries are not (PyTorch's
+    kernels keep such tiles in buffers of their own). The caller is done with the array before
+    it asks for `key` again on the same thread. clear() drops the buffers (one in use stays
+    alive through its view until the kernel lets it go)."""
+    np_dtype = np.dtype(np_dtype)
+    nbytes = _prod(shape) * np_dtype.itemsize
+    if nbytes > WORKSPACE_MAX_BYTES:
+        return np.empty(shape, np_dtype)
+    slot = (_get_ident(), key)
+    buf = _work.get(slot)
+    if buf is None or buf.nbytes < nbytes:
+        buf = _work[slot] = np.empty(max(nbytes, MIN_BYTES), _uint8)
+    return buf[:nbytes].view(np_dtype).reshape(shape)
+
+
+def workspace_bytes() -> int:
+    return sum(b.nbytes for b in list(_work.values()))
+
+
 def cached_bytes() -> int:
     return _cached
 
 
 def clear() -> None:
-    """Give every cached array back to malloc."""
+    """Give every cached array and workspace buffer back to malloc."""
     global _cached
     with _lock:
         _free.clear()
         _cached = 0
+    _work.clear()
 
 
 def set_limit(nbytes: int) -> None:

@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from engine import dtypes, kernels
+from engine import dtypes, host_cache, kernels
 from engine.autograd.function import Function, SavedTensor
 from engine.autograd.grad_mode import no_grad
 from engine.backends import cuda_reduce
@@ -384,7 +384,7 @@ class FusedAttention(Function):
 
             def part(i, lo, hi):
                 for b0, b1, P, m in self._chunks(q, k, mask, lo=lo, hi=hi):
-                    _put(y._data, b0, b1, nd, P @ _compute(_rows(va, b0, b1, nd), P.dtype))
+                    _product(P, _compute(_rows(va, b0, b1, nd), P.dtype), y._data, b0, b1, nd)
                     if lse_rows.size:
                         _put(lse_rows, b0, b1, nd, m)
 
@@ -427,12 +427,17 @@ class FusedAttention(Function):
             add = xp.zeros((L, S), dtype=ct)
             add[~xp.asarray(np.tri(L, S, dtype=bool))] = -np.inf
         hi = lead if hi is None else hi
+        host = xp is np  # numpy: the chunk's arrays on this thread's buffers (host_cache.workspace)
         for b0 in range(lo, hi, step):
             b1 = min(b0 + step, hi)
             # the scale applied to q (L x E) rather than to the scores (L x S)
-            qs = xp.multiply(_rows(qa, b0, b1, qa.ndim), self.scale, dtype=ct)
-            ks = _compute(_rows(ka, b0, b1, qa.ndim), ct)
-            sc = qs @ xp.swapaxes(ks, -1, -2)
+            qr = _rows(qa, b0, b1, qa.ndim)
+            ks = xp.swapaxes(_compute(_rows(ka, b0, b1, qa.ndim), ct), -1, -2)
+            if host:
+                qs = np.multiply(qr, self.scale, dtype=ct, out=_work("q", qr.shape, ct))
+                sc = np.matmul(qs, ks, out=_work("s", qs.shape[:-1] + (S,), ct))
+            else:
+                sc = xp.multiply(qr, self.scale, dtype=ct) @ ks
             if add is not None:
                 sc += add
             if mask is not None:
@@ -569,25 +574,36 @@ class FusedAttention(Function):
         """Slices b0..b1's gradients from their probabilities P (the batched path), with xp
         the arrays' module (numpy or CuPy)."""
         ct = P.dtype
+        host = xp is np  # numpy: temporaries on this thread's buffers (host_cache.workspace)
         # (contiguous: the gradient of a sum is a broadcast view, which numpy's matmul
         # would not hand to BLAS)
-        gs = xp.ascontiguousarray(_compute(_rows(ga, b0, b1, nd), ct))
+        gr = _compute(_rows(ga, b0, b1, nd), ct)
+        if host and not gr.flags.c_contiguous:
+            gs = _work("g", gr.shape, ct)
+            np.copyto(gs, gr)
+        else:
+            gs = xp.ascontiguousarray(gr)
         Pt = xp.swapaxes(P, -1, -2)
         if gv is not None:
-            _put(gv._data, b0, b1, nd, Pt @ gs)
+            _product(Pt, gs, gv._data, b0, b1, nd)
         # dS = P * (dP - rowsum(dP * P)) * scale, the scale applied to g (L x E);
         # rowsum(dP * P) = rowsum(g * y): over the head dim, not the L x S scores, as
         # the flash kernels' backward computes it
-        gsc = gs * self.scale
-        dP = gsc @ xp.swapaxes(_compute(_rows(va, b0, b1, nd), ct), -1, -2)
+        vt = xp.swapaxes(_compute(_rows(va, b0, b1, nd), ct), -1, -2)
+        if host:
+            gsc = np.multiply(gs, self.scale, out=_work("gs", gs.shape, ct))
+            dP = np.matmul(gsc, vt, out=_work("dp", P.shape, ct))
+        else:
+            gsc = gs * self.scale
+            dP = gsc @ vt
         rows = xp.einsum("...i,...i->...", gsc, _compute(_rows(ya, b0, b1, nd), ct))
         dP -= rows[..., None]
         dP *= P  # dS
         if gq is not None:
-            _put(gq._data, b0, b1, nd, dP @ _compute(_rows(ka, b0, b1, nd), ct))
+            _product(dP, _compute(_rows(ka, b0, b1, nd), ct), gq._data, b0, b1, nd)
         if gk is not None:
             dSt = xp.swapaxes(dP, -1, -2)
-            _put(gk._data, b0, b1, nd, dSt @ _compute(_rows(qa, b0, b1, nd), ct))
+            _product(dSt, _compute(_rows(qa, b0, b1, nd), ct), gk._data, b0, b1, nd)
 
     def release_saved(self) -> None:
         super().release_saved()
@@ -693,6 +709,26 @@ def _rows(arr, b0: int, b1: int, nd: int):
 def _put(arr, b0: int, b1: int, nd: int, value) -> None:
     """Rows b0..b1 of an output or gradient written (_rows)."""
     _rows(arr, b0, b1, nd)[...] = value
+
+
+def _product(a, b, arr, b0: int, b1: int, nd: int) -> None:
+    """Rows b0..b1 of an output or gradient = a @ b: numpy's product written in place when
+    it has their dtype (the same values as through a temporary), else put (_put)."""
+    dest = _rows(arr, b0, b1, nd)
+    if (
+        type(dest) is np.ndarray
+        and dest.dtype == a.dtype == b.dtype
+        and dest.shape
+        == (np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]))
+    ):
+        np.matmul(a, b, out=dest)
+    else:
+        dest[...] = a @ b
+
+
+def _work(key, shape, ct):
+    """A temporary on this thread's buffer (host_cache.workspace), for the attention's chunks."""
+    return host_cache.workspace(("attention", key), shape, ct)
 
 
 def _at(arr, idx, batch):

@@ -653,6 +653,60 @@ def test_fused_attention_is_the_same_on_one_and_many_threads():
         assert np.array_equal(a, b)
 
 
+def _fused_step(dtype, packed, mask=None, causal=False):
+    """Fused attention forward and backward; with `packed`, q, k and v are views of one [L, B,
+    3, H, E] projection, as MultiheadAttention hands them over (rows B * 3 * H * E apart)."""
+    rng = np.random.default_rng(1)
+    B, H, L, E = 4, 4, 96, 32
+    if packed:
+        proj = engine.tensor(rng.standard_normal((L, B, 3, H, E)).astype(dtype), requires_grad=True)
+        q, k, v = (proj[:, :, i].permute(1, 2, 0, 3) for i in range(3))
+        leaves = [proj]
+    else:
+        leaves = [
+            engine.tensor(rng.standard_normal((B, H, L, E)).astype(dtype), requires_grad=True)
+            for _ in range(3)
+        ]
+        q, k, v = leaves
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        y = sdpa(q, k, v, attn_mask=mask, is_causal=causal)
+    y.backward(engine.tensor(rng.standard_normal(y.shape).astype(dtype)))
+    return [y.detach().numpy()] + [t.grad.numpy() for t in leaves]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["plain", "packed", "causal", "mask"])
+def test_fused_attention_on_workspace_buffers_gives_the_bits_of_fresh_temporaries(
+    dtype, case, monkeypatch
+):
+    """The chunks' temporaries on per-thread buffers (host_cache.workspace) and products written
+    in place give the same bits as new arrays and products put through a temporary; the buffers
+    are reused from call to call (nothing new after the first)."""
+    from engine import host_cache
+    from engine.ops import attention
+
+    mask = None
+    if case == "mask":
+        mask = engine.tensor(np.random.default_rng(2).random((96, 96)) > 0.2)
+    kw = {"packed": case == "packed", "mask": mask, "causal": case == "causal"}
+    host_cache.clear()
+    ours = _fused_step(dtype, **kw)
+    held = host_cache.workspace_bytes()
+    assert held > 0
+    again = _fused_step(dtype, **kw)
+    assert host_cache.workspace_bytes() == held
+    with monkeypatch.context() as m:
+        m.setattr(host_cache, "WORKSPACE_MAX_BYTES", -1)  # every temporary a new array
+        m.setattr(
+            attention,
+            "_product",
+            lambda a, b, arr, b0, b1, nd: attention._put(arr, b0, b1, nd, a @ b),
+        )
+        fresh = _fused_step(dtype, **kw)
+    for a, b, c in zip(ours, again, fresh, strict=True):
+        assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
 # ---------------------------------------------------------------------------------------------
 # TransformerDecoderLayer / TransformerDecoder / Transformer
 # ---------------------------------------------------------------------------------------------
