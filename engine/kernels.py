@@ -20,6 +20,7 @@ on the calling thread instead of putting two more threads on the same cores.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
@@ -145,22 +146,27 @@ def _blas_controllers():
     return _blas_ctl
 
 
-def split_ranges(n: int, sample_macs: int) -> list[tuple[int, int]]:
-    """Contiguous ranges of range(n) (samples, or output channels) for run_parts: one range when
-    each product is small (below SPLIT_SAMPLE_MACS), the pool has one thread, or BLAS's threads
-    cannot be limited (threadpoolctl missing)."""
-    parts = min(_threads, n)
-    if parts < 2 or sample_macs < SPLIT_SAMPLE_MACS or not (_own_blas or _blas_controllers()):
+def split_ranges(n: int, sample_macs: int, per_thread: int = 1) -> list[tuple[int, int]]:
+    """Contiguous ranges of range(n) (samples, or output channels) for run_parts, about
+    `per_thread` for each of the engine's threads (at most n): one range when each product is
+    small (below SPLIT_SAMPLE_MACS), the pool has one thread, or BLAS's threads cannot be
+    limited (threadpoolctl missing)."""
+    if min(_threads, n) < 2 or sample_macs < SPLIT_SAMPLE_MACS:
         return [(0, n)]
+    if not (_own_blas or _blas_controllers()):
+        return [(0, n)]
+    parts = min(_threads * per_thread, n)
     step = -(-n // parts)
     return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
 
 
 def run_parts(fn, ranges) -> None:
-    """fn(i, lo, hi) for each (lo, hi) = ranges[i]: several on the pool with BLAS
-    single-threaded meanwhile, one on this thread as is. What the allocator tracks must be
-    made before, on this thread: the parts only compute."""
-    if len(ranges) == 1 or _on_pool.yes:
+    """fn(i, lo, hi) for each (lo, hi) = ranges[i], BLAS single-threaded meanwhile: this thread
+    and the pool's take the next part as each gets free (one thread runs each part; a part's
+    values never depend on which), one range on this thread as is. What the allocator tracks
+    must be made before, on this thread: the parts only compute."""
+    count = len(ranges)
+    if count == 1 or _on_pool.yes:
         for i, (lo, hi) in enumerate(ranges):
             fn(i, lo, hi)
         return
@@ -168,11 +174,31 @@ def run_parts(fn, ranges) -> None:
     before = [c.get_num_threads() for c in ctls]
     for c in ctls:
         c.set_num_threads(1)
+    claim = itertools.count().__next__  # (atomic under the GIL)
+    failed = []
+
+    def work():
+        while not failed:
+            i = claim()
+            if i >= count:
+                return
+            try:
+                fn(i, *ranges[i])
+            except BaseException as e:  # the first error is raised once all have stopped
+                failed.append(e)
+
+    helpers = [_get_pool().submit(work) for _ in range(min(_threads, count) - 1)]
+    _on_pool.yes = True  # (what a part calls stays on this thread, as on the pool's)
     try:
-        list(_get_pool().map(lambda i: fn(i, *ranges[i]), range(len(ranges))))
+        work()
     finally:
+        _on_pool.yes = False
+        for h in helpers:
+            h.result()
         for c, k in zip(ctls, before, strict=True):
             c.set_num_threads(k)
+    if failed:
+        raise failed[0]
 
 
 _native_gemm = None  # engine._native.gemm with numpy's BLAS handed in; False: not to be had

@@ -623,7 +623,12 @@ def _ranges(q, k) -> list[tuple[int, int]]:
     backward 10.6 -> 8.4 ms, against numpy's BLAS threading each small product itself)."""
     lead = q.shape[0] if q.ndim > 2 else 1
     per = math.prod(q.shape[1:-2]) * q.shape[-2] * k.shape[-2] * q.shape[-1] * 5
-    return kernels.split_ranges(lead, per)
+    return kernels.split_ranges(lead, per, _PARTS_PER_THREAD)
+
+
+# Ranges per thread, handed out as threads get free (kernels.run_parts): a thread that is late
+# (descheduled on a busy machine) leaves its share to the others. Any split gives the same bits.
+_PARTS_PER_THREAD = 4
 
 
 def _cuda_efficient(q, k, v) -> bool:

@@ -121,6 +121,82 @@ def test_run_parts_gives_blas_its_threads_back_even_on_error():
     assert [c.get_num_threads() for c in ctls] == before
 
 
+def test_run_parts_runs_each_part_once_this_thread_among_them():
+    """Parts are handed out as threads get free: each runs exactly once, on at most the engine's
+    thread count of threads, this one among them from the start; what a part calls runs on its
+    own thread (no nested split); the pool is left usable."""
+    import threading
+    import time
+
+    main = threading.get_ident()
+    runs, threads, nested = [], set(), []
+    lock = threading.Lock()
+
+    def part(i, lo, hi):
+        with lock:
+            runs.append((i, lo, hi))
+            threads.add(threading.get_ident())
+        time.sleep(0.002)  # (a woken pool thread gets its share)
+        inner = []
+        kernels.run_parts(lambda j, a, b: inner.append(threading.get_ident()), [(0, 1), (1, 2)])
+        nested.append(set(inner) == {threading.get_ident()})
+
+    before = engine.get_num_threads()
+    try:
+        kernels.set_num_threads(2)
+        ranges = [(k, k + 1) for k in range(9)]
+        kernels.run_parts(part, ranges)
+        assert sorted(runs) == [(i, lo, hi) for i, (lo, hi) in enumerate(ranges)]
+        assert main in threads and len(threads) <= 2
+        assert all(nested)
+        kernels.set_num_threads(1)  # one thread: every part here, in order
+        runs.clear()
+        threads.clear()
+        kernels.run_parts(part, ranges[:3])
+        assert [r[0] for r in runs] == [0, 1, 2] and threads == {main}
+    finally:
+        kernels.set_num_threads(before)
+    assert not kernels._on_pool.yes
+
+
+def test_run_parts_stops_handing_out_parts_after_an_error():
+    started = []
+
+    def part(i, lo, hi):
+        started.append(i)
+        if i == 0:
+            raise KeyError("first")
+
+    before = engine.get_num_threads()
+    try:
+        kernels.set_num_threads(2)
+        with pytest.raises(KeyError, match="first"):
+            kernels.run_parts(part, [(k, k + 1) for k in range(50)])
+    finally:
+        kernels.set_num_threads(before)
+    assert len(started) < 50  # (the other thread may have started one or two meanwhile)
+    assert not kernels._on_pool.yes
+
+
+@pytest.mark.parametrize("per_thread", [1, 4])
+def test_split_ranges_cover_the_samples_in_order(per_thread):
+    before = engine.get_num_threads()
+    try:
+        kernels.set_num_threads(2)
+        if not kernels._blas_controllers():
+            pytest.skip("no BLAS controller (threadpoolctl cannot see numpy's BLAS)")
+        for n in (1, 2, 3, 7, 8, 33):
+            ranges = kernels.split_ranges(n, kernels.SPLIT_SAMPLE_MACS, per_thread)
+            assert ranges[0][0] == 0 and ranges[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+            assert all(lo < hi for lo, hi in ranges) and len(ranges) <= min(n, 2 * per_thread)
+            if n % (2 * per_thread) == 0:
+                assert len(ranges) == 2 * per_thread
+        assert kernels.split_ranges(8, kernels.SPLIT_SAMPLE_MACS - 1, 4) == [(0, 8)]
+    finally:
+        kernels.set_num_threads(before)
+
+
 # Wide (stride-1) convolutions multiply several samples' columns at once (conv.GROUP_ELEMS).
 # Groups of 2 samples out of 5 leave a last group of one; with the parts on, the forward's
 # parts take whole groups (samples 0-3, 4), grad_W's parts (input channels) all take the same
