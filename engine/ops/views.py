@@ -246,6 +246,26 @@ _STEP_NODE = {
 }
 
 
+def _zero_around(data, pos: int, item) -> None:
+    """Zero `data` (a new gradient) outside item (an int, or a slice) along dim pos: what the
+    gradient copied in leaves of torch's zeros. One pass fewer over the selected part than
+    zeroing all first (the transformer step's q/k/v selects: 3 of 3 MB zeroed, 1 written)."""
+    n = data.shape[pos]
+    if isinstance(item, slice):
+        lo, hi, step = item.indices(n)
+    else:
+        lo = item + n if item < 0 else item
+        hi, step = lo + 1, 1
+    if step != 1 or hi <= lo:
+        data.fill(0)
+        return
+    lead = (slice(None),) * pos
+    if lo > 0:
+        data[lead + (slice(0, lo),)] = 0
+    if hi < n:
+        data[lead + (slice(hi, n),)] = 0
+
+
 class Select(Function):
     """Basic indexing: ints, slices, None, Ellipsis -> a view."""
 
@@ -277,8 +297,9 @@ class Select(Function):
             if kind == "unsqueeze":
                 cur = cur.squeeze(pos)
                 continue
-            new = kernels.zeros(before, g._dtype, g._device)
+            new = kernels.empty(before, g._dtype, g._device)
             if g._device.type != "meta":
+                _zero_around(new._data, pos, item)
                 new._data[(slice(None),) * pos + (item,)] = cur._data
             cur = new
         return (cur,)
