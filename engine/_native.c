@@ -63,6 +63,9 @@ static PyObject *set_erf_coefficients(PyObject *self, PyObject *args) {
  *   q = u * Q[5]; q += Q[4]; ... q += Q[0]
  *   out = (float)(p / q)
  * np.clip keeps a NaN (neither comparison holds for it), as below. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+__attribute__((target_clones("avx512f", "avx2", "default"), optimize("no-trapping-math")))
+#endif
 static void erf_f32_loop(const float *x, float *out, Py_ssize_t n) {
     const double p6 = erf_p[6], p5 = erf_p[5], p4 = erf_p[4], p3 = erf_p[3], p2 = erf_p[2],
                  p1 = erf_p[1], p0 = erf_p[0];
