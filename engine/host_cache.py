@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -131,8 +132,26 @@ def take(shape, np_dtype):
 
 
 WORKSPACE_MAX_BYTES = 1 << 24  # a temporary larger than this is a new array each call
-_work: dict[tuple, np.ndarray] = {}  # (thread ident, key) -> flat uint8 buffer
-_get_ident = threading.get_ident
+
+
+class _Buffers:
+    """One thread's workspace buffers, `arrays`: key -> flat uint8 array (weakly listed in
+    _threads, so that clear() reaches every live thread's)."""
+
+    __slots__ = ("arrays", "__weakref__")
+
+    def __init__(self):
+        self.arrays = {}
+
+
+class _PerThread(threading.local):
+    def __init__(self):
+        self.buffers = _Buffers()
+        _threads.add(self.buffers)
+
+
+_threads: weakref.WeakSet = weakref.WeakSet()  # every live thread's _Buffers
+_per_thread = _PerThread()
 
 
 def workspace(key, shape, np_dtype):
@@ -140,21 +159,22 @@ def workspace(key, shape, np_dtype):
     (grown when a larger one is asked for), or a new array past WORKSPACE_MAX_BYTES. For a
     kernel's temporaries: not charged to any allocator, as numpy temporaries are not (PyTorch's
     kernels keep such tiles in buffers of their own). The caller is done with the array before
-    it asks for `key` again on the same thread. clear() drops the buffers (one in use stays
-    alive through its view until the kernel lets it go)."""
+    it asks for `key` again on the same thread. A thread's buffers go with the thread; clear()
+    drops every thread's (one in use stays alive through its view until the kernel lets go)."""
     np_dtype = np.dtype(np_dtype)
     nbytes = _prod(shape) * np_dtype.itemsize
     if nbytes > WORKSPACE_MAX_BYTES:
         return np.empty(shape, np_dtype)
-    slot = (_get_ident(), key)
-    buf = _work.get(slot)
+    buffers = _per_thread.buffers.arrays
+    buf = buffers.get(key)
     if buf is None or buf.nbytes < nbytes:
-        buf = _work[slot] = np.empty(max(nbytes, MIN_BYTES), _uint8)
+        buf = buffers[key] = np.empty(max(nbytes, MIN_BYTES), _uint8)
     return buf[:nbytes].view(np_dtype).reshape(shape)
 
 
 def workspace_bytes() -> int:
-    return sum(b.nbytes for b in list(_work.values()))
+    """Bytes of workspace buffers held by the live threads."""
+    return sum(b.nbytes for buffers in list(_threads) for b in list(buffers.arrays.values()))
 
 
 def cached_bytes() -> int:
@@ -167,7 +187,8 @@ def clear() -> None:
     with _lock:
         _free.clear()
         _cached = 0
-    _work.clear()
+    for buffers in list(_threads):
+        buffers.arrays.clear()
 
 
 def set_limit(nbytes: int) -> None:

@@ -253,3 +253,21 @@ def test_workspace_past_the_bound_is_a_new_array_and_clear_drops_buffers():
     assert host_cache.workspace_bytes() > 0
     engine.memory.empty_cache("cpu")
     assert host_cache.workspace_bytes() == 0
+
+
+def test_a_threads_workspace_goes_with_the_thread():
+    import gc
+    import threading
+
+    host_cache.clear()
+    before = host_cache.workspace_bytes()
+
+    def on_thread():
+        host_cache.workspace("k", (1 << 18,), np.float32)  # 1 MiB
+
+    t = threading.Thread(target=on_thread)
+    t.start()
+    t.join()
+    del t
+    gc.collect()
+    assert host_cache.workspace_bytes() == before
