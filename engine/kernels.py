@@ -146,6 +146,21 @@ def _blas_controllers():
     return _blas_ctl
 
 
+def _blas_to_one(ctls) -> list:
+    """Hold these BLAS controllers to one thread; returns [(controller, its count)] for
+    _blas_back."""
+    held = [(c, c.get_num_threads()) for c in ctls]
+    for c in ctls:
+        c.set_num_threads(1)
+    return held
+
+
+def _blas_back(held) -> None:
+    """Give the controllers of _blas_to_one their thread counts back."""
+    for c, count in held:
+        c.set_num_threads(count)
+
+
 def split_ranges(n: int, sample_macs: int, per_thread: int = 1) -> list[tuple[int, int]]:
     """Contiguous ranges of range(n) (samples, or output channels) for run_parts, about
     `per_thread` for each of the engine's threads (at most n): one range when each product is
@@ -171,9 +186,7 @@ def run_parts(fn, ranges) -> None:
             fn(i, lo, hi)
         return
     ctls = () if _own_blas else _blas_controllers()
-    before = [c.get_num_threads() for c in ctls]
-    for c in ctls:
-        c.set_num_threads(1)
+    held = _blas_to_one(ctls)
     claim = itertools.count().__next__  # (atomic under the GIL)
     failed = []
 
@@ -195,8 +208,7 @@ def run_parts(fn, ranges) -> None:
         _on_pool.yes = False
         for h in helpers:
             h.result()
-        for c, k in zip(ctls, before, strict=True):
-            c.set_num_threads(k)
+        _blas_back(held)
     if failed:
         raise failed[0]
 
@@ -317,17 +329,14 @@ def _start_contention(now: float) -> None:
     ctls = _blas_controllers()
     if not ctls:
         return
-    _contended = [(c, c.get_num_threads()) for c in ctls]
+    _contended = _blas_to_one(ctls)
     _contended_until = now + CONTENDED_S
-    for c, _ in _contended:
-        c.set_num_threads(1)
 
 
 def _end_contention() -> None:
     global _contended
     held, _contended = _contended, None
-    for c, count in held or ():
-        c.set_num_threads(count)
+    _blas_back(held or ())
 
 
 def gemm(a, b, out) -> None:
