@@ -1403,6 +1403,190 @@ static PyObject *gemm(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* --- softmax rows (the fused attention's passes over its scores) -----------------------------
+ *
+ * `rows` contiguous rows of L values, in place. kind 0: m = the row's maximum (NaN when it holds
+ * a NaN), 0 where m is not finite, + 0 (a zero maximum as +0: which zero numpy's maximum picks
+ * depends on its order); row -= m; v[r] = m. kind 1: t = numpy's float sum of the row, 1 where t == 0; row /= t; v[r] = t.
+ * kind 2: row -= v[r] (backward's sc -= lse). kind 3: row = (row - v[r]) * p[same place]
+ * (backward's dP -= rows; dP *= P). Each operation rounded in the element type, as numpy's. */
+
+/* numpy's sum of n contiguous values (its pairwise_sum, loops_utils.h): fewer than 8 added in
+ * order to 0; to 128 in 8 lanes, joined ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), the
+ * rest after in order; above, the two halves (the first a multiple of 8 long) summed apart. */
+#define PAIRWISE_SUM(T)                                                                         \
+    static T pairwise_sum_##T(const T *a, Py_ssize_t n) {                                      \
+        if (n < 8) {                                                                           \
+            T res = 0;                                                                         \
+            for (Py_ssize_t i = 0; i < n; i++) res += a[i];                                    \
+            return res;                                                                        \
+        }                                                                                      \
+        if (n <= 128) {                                                                        \
+            T r[8];                                                                            \
+            for (int k = 0; k < 8; k++) r[k] = a[k];                                           \
+            Py_ssize_t i;                                                                      \
+            for (i = 8; i < n - (n % 8); i += 8)                                               \
+                for (int k = 0; k < 8; k++) r[k] += a[i + k];                                  \
+            T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));         \
+            for (; i < n; i++) res += a[i];                                                    \
+            return res;                                                                        \
+        }                                                                                      \
+        Py_ssize_t n2 = n / 2;                                                                 \
+        n2 -= n2 % 8;                                                                          \
+        return pairwise_sum_##T(a, n2) + pairwise_sum_##T(a + n2, n - n2);                     \
+    }
+PAIRWISE_SUM(float)
+PAIRWISE_SUM(double)
+
+/* The maximum of n contiguous values, NaN when one is (the maximum is the same in any order;
+ * which of two zeros comes out is left open). With SSE2, four (two) lanes at a time. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+static float row_max_float(const float *a, Py_ssize_t n) {
+    __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0, u = _mm_setzero_ps();
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128 x0 = _mm_loadu_ps(a + i), x1 = _mm_loadu_ps(a + i + 4);
+        m0 = _mm_max_ps(x0, m0); /* (a NaN x gives m back: NaNs are told apart by u) */
+        m1 = _mm_max_ps(x1, m1);
+        u = _mm_or_ps(u, _mm_or_ps(_mm_cmpunord_ps(x0, x0), _mm_cmpunord_ps(x1, x1)));
+    }
+    float lanes[4], nan[4];
+    _mm_storeu_ps(lanes, _mm_max_ps(m0, m1));
+    _mm_storeu_ps(nan, u);
+    float m = lanes[0];
+    int any = 0;
+    for (int k = 0; k < 4; k++) {
+        m = lanes[k] > m ? lanes[k] : m;
+        any |= nan[k] != 0 || nan[k] != nan[k];
+    }
+    for (; i < n; i++) {
+        any |= a[i] != a[i];
+        m = a[i] > m ? a[i] : m;
+    }
+    return any ? NAN : m;
+}
+static double row_max_double(const double *a, Py_ssize_t n) {
+    __m128d m0 = _mm_set1_pd(-INFINITY), m1 = m0, u = _mm_setzero_pd();
+    Py_ssize_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        __m128d x0 = _mm_loadu_pd(a + i), x1 = _mm_loadu_pd(a + i + 2);
+        m0 = _mm_max_pd(x0, m0);
+        m1 = _mm_max_pd(x1, m1);
+        u = _mm_or_pd(u, _mm_or_pd(_mm_cmpunord_pd(x0, x0), _mm_cmpunord_pd(x1, x1)));
+    }
+    double lanes[2], nan[2];
+    _mm_storeu_pd(lanes, _mm_max_pd(m0, m1));
+    _mm_storeu_pd(nan, u);
+    double m = lanes[0] > lanes[1] ? lanes[0] : lanes[1];
+    int any = nan[0] != 0 || nan[0] != nan[0] || nan[1] != 0 || nan[1] != nan[1];
+    for (; i < n; i++) {
+        any |= a[i] != a[i];
+        m = a[i] > m ? a[i] : m;
+    }
+    return any ? NAN : m;
+}
+#else
+#define ROW_MAX(T)                                                                              \
+    static T row_max_##T(const T *a, Py_ssize_t n) {                                           \
+        T m = -(T)INFINITY;                                                                    \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                   \
+            if (a[i] != a[i]) return (T)NAN;                                                   \
+            m = a[i] > m ? a[i] : m;                                                           \
+        }                                                                                      \
+        return m;                                                                              \
+    }
+ROW_MAX(float)
+ROW_MAX(double)
+#endif
+
+#define SOFTMAX_ROWS_LOOP(T)                                                                    \
+    static void softmax_rows_##T(T *x, T *v, const T *p, Py_ssize_t rows, Py_ssize_t L,       \
+                                 int kind) {                                                   \
+        for (Py_ssize_t r = 0; r < rows; r++) {                                                \
+            T *row = x + r * L;                                                                \
+            if (kind == 0) {                                                                   \
+                T m = row_max_##T(row, L);                                                     \
+                if (!isfinite(m)) m = 0; /* NaN, +-inf, or no values */                        \
+                m += 0; /* -0 as +0 */                                                         \
+                for (Py_ssize_t i = 0; i < L; i++) row[i] -= m;                                \
+                v[r] = m;                                                                      \
+            } else if (kind == 1) {                                                            \
+                T t = pairwise_sum_##T(row, L);                                                \
+                if (t == 0) t = 1;                                                             \
+                for (Py_ssize_t i = 0; i < L; i++) row[i] /= t;                                \
+                v[r] = t;                                                                      \
+            } else if (kind == 2) {                                                            \
+                T m = v[r];                                                                    \
+                for (Py_ssize_t i = 0; i < L; i++) row[i] -= m;                                \
+            } else {                                                                           \
+                T m = v[r];                                                                    \
+                const T *pr = p + r * L;                                                       \
+                for (Py_ssize_t i = 0; i < L; i++) {                                           \
+                    T d = row[i] - m;                                                          \
+                    row[i] = d * pr[i];                                                        \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+SOFTMAX_ROWS_LOOP(float)
+SOFTMAX_ROWS_LOOP(double)
+
+typedef struct {
+    char k;
+    void *x, *v;
+    const void *p;
+    Py_ssize_t L;
+    int kind;
+} softmax_ctx_t;
+static void softmax_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    softmax_ctx_t *t = (softmax_ctx_t *)c;
+    if (t->k == 'f')
+        softmax_rows_float((float *)t->x + lo * t->L, (float *)t->v + lo,
+                           (const float *)t->p + lo * t->L, hi - lo, t->L, t->kind);
+    else
+        softmax_rows_double((double *)t->x + lo * t->L, (double *)t->v + lo,
+                            (const double *)t->p + lo * t->L, hi - lo, t->L, t->kind);
+}
+
+static PyObject *softmax_rows(PyObject *self, PyObject *args) {
+    PyObject *xo, *vo, *po;
+    Py_ssize_t rows, L;
+    int kind, threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOnni|i", &xo, &vo, &po, &rows, &L, &kind, &threads))
+        return NULL;
+    if (kind < 0 || kind > 3 || rows < 0 || L < 0) {
+        PyErr_SetString(PyExc_ValueError, "softmax_rows: invalid kind or sizes");
+        return NULL;
+    }
+    /* p is read for kind 3 only (else any buffer: x again) */
+    PyObject *objs = PyTuple_Pack(3, xo, vo, kind == 3 ? po : xo);
+    if (!objs) return NULL;
+    Py_buffer b[3];
+    const int writable[3] = {1, 1, 0};
+    int got = get_many(objs, b, 3, writable);
+    Py_DECREF(objs);
+    if (got < 0) return NULL;
+    char k = real_kind(&b[0]);
+    const char *error = NULL;
+    if (k == 0 || real_kind(&b[1]) != k || real_kind(&b[2]) != k)
+        error = "x, v and p must be float32 or float64 alike";
+    else if (b[0].len != rows * L * b[0].itemsize || b[2].len != b[0].len)
+        error = "x and p must hold rows * L values";
+    else if (b[1].len != rows * b[1].itemsize) error = "v must hold rows values";
+    if (error) {
+        PyErr_SetString(PyExc_ValueError, error);
+        release_many(b, 3);
+        return NULL;
+    }
+    softmax_ctx_t ctx = {k, b[0].buf, b[1].buf, b[2].buf, L, kind};
+    Py_BEGIN_ALLOW_THREADS
+    parallel_run(softmax_part, &ctx, rows, threads);
+    Py_END_ALLOW_THREADS
+    release_many(b, 3);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"set_erf_coefficients", set_erf_coefficients, METH_VARARGS,
      "set_erf_coefficients(P, Q): kernels._ERF_P and _ERF_Q (7 and 6 floats)."},
@@ -1438,6 +1622,9 @@ static PyMethodDef methods[] = {
     {"layer_norm_backward", layer_norm_backward, METH_VARARGS,
      "layer_norm_backward(x, g, w, mean, rstd, gx, gw, gb, rows, L, threads=1): its gradients "
      "(w, gx, gw, gb: None when absent or not wanted), kernels.layer_norm_backward's loops."},
+    {"softmax_rows", softmax_rows, METH_VARARGS,
+     "softmax_rows(x, v, p, rows, L, kind, threads=1): the passes of a softmax over contiguous "
+     "rows of L values, in place (kernels.softmax_rows), without the GIL."},
     {"copy_runs", copy_runs, METH_VARARGS,
      "copy_runs(src, dst, bias, threads=1): dst[...] = src (+ bias on axis 1) for strided views "
      "of one shape whose last axis is contiguous (kernels.copy_runs), without the GIL."},

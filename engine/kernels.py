@@ -1354,6 +1354,40 @@ def _erf_rational(out, x) -> None:
         part((0, n))
 
 
+def softmax_rows(x, v, kind: int, p=None) -> None:
+    """The passes of a softmax over the last axis of x (numpy, contiguous), in place; v holds
+    one value per row (shape x.shape[:-1] + (1,)). kind 0: v = each row's maximum (+0 where not
+    finite or zero), x -= v; kind 1: v = each row's sum (1 where 0), x /= v; kind 2: x -= v; kind 3:
+    x = (x - v) * p. engine._native's loop for contiguous float32/float64 arrays of one dtype
+    (one pass per row, in cache), numpy's passes otherwise: the same bits (the maximum is exact;
+    the sum is numpy's pairwise sum, repeated in its order)."""
+    L = x.shape[-1] if x.ndim else 1
+    rows = x.size // L if L else 0
+    if (
+        native_takes(x, v, *(() if p is None else (p,)))
+        and v.dtype == x.dtype
+        and v.size == rows
+        and (p is None or (p.dtype == x.dtype and p.shape == x.shape))
+        and L
+    ):
+        native.softmax_rows(x, v, x if p is None else p, rows, L, kind, native_threads(x.size))
+        return
+    if kind == 0:
+        np.max(x, axis=-1, keepdims=True, out=v)
+        v[~np.isfinite(v)] = 0.0
+        v += 0.0  # a maximum of -0 as +0 (which zero numpy's maximum picks depends on its order)
+        x -= v
+    elif kind == 1:
+        np.sum(x, axis=-1, keepdims=True, out=v)
+        v[v == 0] = 1.0
+        x /= v
+    elif kind == 2:
+        x -= v
+    else:
+        x -= v
+        x *= p
+
+
 def zero_where(xp, out, g, below) -> None:
     """out = below ? 0 : g: a literal +0 where the mask `below` holds, g's own bits elsewhere
     (NaN payloads included); torch's gradient kernels that select write this. The mask is made

@@ -447,9 +447,20 @@ class FusedAttention(Function):
                 else:
                     sc += m
             if lse is not None and lse.dtype == ct:
-                sc -= _rows(lse, b0, b1, qa.ndim)[..., None]
+                if host:  # (kernels.softmax_rows: the same bits, one pass)
+                    kernels.softmax_rows(sc, _rows(lse, b0, b1, qa.ndim)[..., None], 2)
+                else:
+                    sc -= _rows(lse, b0, b1, qa.ndim)[..., None]
                 xp.exp(sc, out=sc)
                 yield b0, b1, sc, None
+                continue
+            if host:  # the passes below, each row's in cache (kernels.softmax_rows)
+                mx = _work("mx", sc.shape[:-1] + (1,), ct)
+                kernels.softmax_rows(sc, mx, 0)
+                np.exp(sc, out=sc)
+                tot = _work("tot", sc.shape[:-1] + (1,), ct)
+                kernels.softmax_rows(sc, tot, 1)
+                yield b0, b1, sc, (mx + np.log(tot))[..., 0]
                 continue
             mx = sc.max(axis=-1, keepdims=True)
             mx[~xp.isfinite(mx)] = 0.0
@@ -597,8 +608,11 @@ class FusedAttention(Function):
             gsc = gs * self.scale
             dP = gsc @ vt
         rows = xp.einsum("...i,...i->...", gsc, _compute(_rows(ya, b0, b1, nd), ct))
-        dP -= rows[..., None]
-        dP *= P  # dS
+        if host:  # dS = (dP - rows) * P, one pass (kernels.softmax_rows: the same bits)
+            kernels.softmax_rows(dP, rows[..., None], 3, P)
+        else:
+            dP -= rows[..., None]
+            dP *= P  # dS
         if gq is not None:
             _product(dP, _compute(_rows(ka, b0, b1, nd), ct), gq._data, b0, b1, nd)
         if gk is not None:
