@@ -99,4 +99,3 @@ def test_the_passes_make_a_softmax(kernel_form):
     assert z.tolist() == [[-1.0, 0.0, 1.0], [1.0, 2.0, 3.0]]
     kernels.softmax_rows(z, np.array([[1.0], [1.0]]), 3, np.full((2, 3), 2.0))
     assert z.tolist() == [[-4.0, -2.0, 0.0], [0.0, 2.0, 4.0]]
-
