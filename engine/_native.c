@@ -1587,6 +1587,101 @@ static PyObject *softmax_rows(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* --- col2im: a convolution's input gradient from its columns -----------------------------------
+ *
+ * cols [C, kh, kw, S, OH, OW] (contiguous) added into the zero-padded samples stage [S, C, Hp, Wp]
+ * (contiguous): stage[s, c, oh * sh + i * dh, ow * sw + j * dw] += cols[c, i, j, s, oh, ow], kernel
+ * offsets (i, j) in order, as the numpy form's one add per offset; a thread's part is whole
+ * planes (s, c), so each element gets its terms in the same order whatever the thread count. */
+#define COL2IM_LOOP(T)                                                                          \
+    static void col2im_##T(const T *cols, T *stage, Py_ssize_t p0, Py_ssize_t p1,              \
+                           const Py_ssize_t *g) {                                              \
+        Py_ssize_t S = g[0], C = g[1], kh = g[2], kw = g[3], OH = g[4], OW = g[5], Hp = g[6],  \
+                   Wp = g[7], sh = g[8], sw = g[9], dh = g[10], dw = g[11];                    \
+        for (Py_ssize_t p = p0; p < p1; p++) {                                                 \
+            Py_ssize_t s = p / C, c = p % C;                                                   \
+            T *plane = stage + p * Hp * Wp;                                                    \
+            for (Py_ssize_t i = 0; i < kh; i++)                                                \
+                for (Py_ssize_t j = 0; j < kw; j++) {                                          \
+                    const T *src = cols + (((c * kh + i) * kw + j) * S + s) * OH * OW;         \
+                    for (Py_ssize_t oh = 0; oh < OH; oh++) {                                   \
+                        T *dst = plane + (oh * sh + i * dh) * Wp + j * dw;                     \
+                        const T *row = src + oh * OW;                                          \
+                        if (sw == 1)                                                           \
+                            for (Py_ssize_t ow = 0; ow < OW; ow++) dst[ow] += row[ow];         \
+                        else                                                                   \
+                            for (Py_ssize_t ow = 0; ow < OW; ow++) dst[ow * sw] += row[ow];    \
+                    }                                                                          \
+                }                                                                              \
+        }                                                                                      \
+    }
+COL2IM_LOOP(float)
+COL2IM_LOOP(double)
+
+typedef struct {
+    char k;
+    const void *cols;
+    void *stage;
+    Py_ssize_t g[12];
+} col2im_ctx_t;
+static void col2im_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    col2im_ctx_t *t = (col2im_ctx_t *)c;
+    if (t->k == 'f')
+        col2im_float((const float *)t->cols, (float *)t->stage, lo, hi, t->g);
+    else
+        col2im_double((const double *)t->cols, (double *)t->stage, lo, hi, t->g);
+}
+
+static PyObject *col2im(PyObject *self, PyObject *args) {
+    PyObject *co, *so;
+    col2im_ctx_t ctx;
+    Py_ssize_t *g = ctx.g;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OO(nnnnnnnnnnnn)|i", &co, &so, &g[0], &g[1], &g[2], &g[3],
+                          &g[4], &g[5], &g[6], &g[7], &g[8], &g[9], &g[10], &g[11], &threads))
+        return NULL;
+    Py_ssize_t S = g[0], C = g[1], kh = g[2], kw = g[3], OH = g[4], OW = g[5], Hp = g[6],
+               Wp = g[7], sh = g[8], sw = g[9], dh = g[10], dw = g[11];
+    for (int i = 0; i < 12; i++)
+        if (g[i] < 0 || (i >= 8 && g[i] < 1)) {
+            PyErr_SetString(PyExc_ValueError, "col2im: invalid sizes");
+            return NULL;
+        }
+    /* every window inside the padded sample */
+    if (OH && OW && kh && kw &&
+        ((OH - 1) * sh + (kh - 1) * dh >= Hp || (OW - 1) * sw + (kw - 1) * dw >= Wp)) {
+        PyErr_SetString(PyExc_ValueError, "col2im: the windows leave the padded sample");
+        return NULL;
+    }
+    Py_buffer c, s;
+    if (get_buffer(co, &c, 0) < 0) return NULL;
+    if (get_buffer(so, &s, 1) < 0) {
+        PyBuffer_Release(&c);
+        return NULL;
+    }
+    char k = real_kind(&c);
+    const char *error = NULL;
+    if (k == 0 || real_kind(&s) != k) error = "cols and stage must be float32 or float64 alike";
+    else if (c.len != C * kh * kw * S * OH * OW * c.itemsize)
+        error = "cols must hold C * kh * kw * S * OH * OW values";
+    else if (s.len != S * C * Hp * Wp * s.itemsize) error = "stage must hold S * C * Hp * Wp values";
+    if (error) {
+        PyErr_SetString(PyExc_ValueError, error);
+        PyBuffer_Release(&c);
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    ctx.k = k;
+    ctx.cols = c.buf;
+    ctx.stage = s.buf;
+    Py_BEGIN_ALLOW_THREADS
+    parallel_run(col2im_part, &ctx, S * C, threads);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&c);
+    PyBuffer_Release(&s);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"set_erf_coefficients", set_erf_coefficients, METH_VARARGS,
      "set_erf_coefficients(P, Q): kernels._ERF_P and _ERF_Q (7 and 6 floats)."},
@@ -1625,6 +1720,10 @@ static PyMethodDef methods[] = {
     {"softmax_rows", softmax_rows, METH_VARARGS,
      "softmax_rows(x, v, p, rows, L, kind, threads=1): the passes of a softmax over contiguous "
      "rows of L values, in place (kernels.softmax_rows), without the GIL."},
+    {"col2im", col2im, METH_VARARGS,
+     "col2im(cols, stage, (S, C, kh, kw, OH, OW, Hp, Wp, sh, sw, dh, dw), threads=1): a "
+     "convolution's columns added into its zero-padded samples (kernels.col2im_add), without "
+     "the GIL."},
     {"copy_runs", copy_runs, METH_VARARGS,
      "copy_runs(src, dst, bias, threads=1): dst[...] = src (+ bias on axis 1) for strided views "
      "of one shape whose last axis is contiguous (kernels.copy_runs), without the GIL."},

@@ -1388,6 +1388,28 @@ def softmax_rows(x, v, kind: int, p=None) -> None:
         x *= p
 
 
+def col2im_add(cols, stage, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> None:
+    """A convolution's columns cols [C, kh, kw, S, OH, OW] added into its padded samples stage
+    [S, C, Hp, Wp] (numpy, C-contiguous): stage[s, c, oh*sh + i*dh, ow*sw + j*dw] += cols[c, i,
+    j, s, oh, ow], one kernel offset (i, j) after another. engine._native's loop for float32 and
+    float64 (each plane's adds in one pass, on its threads), else one numpy add per offset over
+    a strided view: the same bits (each element's terms in the same order)."""
+    c, _, _, s, oh, ow = cols.shape
+    hp, wp = stage.shape[2], stage.shape[3]
+    if native_takes(cols, stage) and cols.dtype == stage.dtype:
+        sizes = (s, c, kh, kw, oh, ow, hp, wp, sh, sw, dh, dw)
+        native.col2im(cols, stage, sizes, native_threads(cols.size))
+        return
+    as_strided = np.lib.stride_tricks.as_strided
+    s0, s1, s2, s3 = stage.strides
+    for i in range(kh):
+        for j in range(kw):
+            region = as_strided(
+                stage[:, :, i * dh :, j * dw :], (c, s, oh, ow), (s1, s0, sh * s2, sw * s3)
+            )
+            np.add(region, cols[:, i, j], out=region)
+
+
 def zero_where(xp, out, g, below) -> None:
     """out = below ? 0 : g: a literal +0 where the mask `below` holds, g's own bits elsewhere
     (NaN payloads included); torch's gradient kernels that select write this. The mask is made

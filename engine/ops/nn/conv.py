@@ -36,6 +36,9 @@ BATCHED_DEVICES = frozenset({"cuda"})
 FEW_CHANNELS = 4
 SAMPLE_BLOCKS = 8
 BATCH_ELEMS = 1 << 24
+# grad_x of a small image on cpu (Conv2d._few_macs): samples per block of columns, up to this
+# many elements (4 MiB of float32)
+COL2IM_ELEMS = 1 << 20
 
 
 class _Stage:
@@ -301,6 +304,14 @@ class Conv2d(Function):
             prods.clear()
         return y
 
+    def _few_macs(self) -> bool:
+        """Whether one sample's product is too small for parts of its own (below
+        kernels.SPLIT_SAMPLE_MACS) and the samples' columns are better made in blocks, for
+        grad_x (_grad_input_batched on cpu: one product per block of samples, and col2im)."""
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        per_sample = o * cg * kh * kw * oh * ow
+        return not self._pointwise() and per_sample < kernels.SPLIT_SAMPLE_MACS
+
     def _pointwise(self) -> bool:
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         return kh == kw == 1 and sh == sw == 1 and pt == pb == pl == pr == 0
@@ -549,16 +560,18 @@ class Conv2d(Function):
 
     def _grad_input(self, weight, g4, g, dt, dev):
         """col2im(W.T @ g), one sample at a time through a scratch column buffer (per part); on
-        cpu, for stride 1, the correlation of g with the flipped weight instead."""
+        cpu, for stride 1, the correlation of g with the flipped weight instead, or for small
+        images (_few_macs) col2im over blocks of samples (_grad_input_batched)."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         og, ckk = o // groups, cg * kh * kw
         full = (dh * (kh - 1) - pt, dh * (kh - 1) - pb, dw * (kw - 1) - pl, dw * (kw - 1) - pr)
-        if dev.type == "cpu" and sh == sw == 1 and min(full) >= 0 and not self._pointwise():
+        few = dev.type == "cpu" and self._few_macs()
+        if dev.type == "cpu" and sh == sw == 1 and min(full) >= 0 and not few:
             return self._grad_input_correlated(weight, g, full, dt, dev)
         gx = kernels.empty(self.x_shape, dt, dev)
         live = _live(dev)
         wt = weight._data.reshape(groups, og, ckk).transpose(0, 2, 1) if live else None
-        if self.batched:
+        if self.batched or few:
             self._grad_input_batched(wt, g4, gx, dt, dev)
             return gx
         ranges = self._parts(dev, n)
@@ -607,7 +620,10 @@ class Conv2d(Function):
         per sample."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         og, ckk, length = o // groups, cg * kh * kw, oh * ow
-        group = self._group()
+        if self.batched:
+            group = self._group()
+        else:  # cpu (_few_macs): blocks of columns that stay in cache
+            group = max(1, min(n, COL2IM_ELEMS // max(c * kh * kw * length, 1)))
         gs = kernels.Scratch((groups * og * group * length,), dt, dev)
         gcols = kernels.Scratch((groups * ckk * group * length,), dt, dev)
         stage = _BatchStage(self.geom, dt, dev, group)
@@ -625,10 +641,13 @@ class Conv2d(Function):
                 )
                 cols = gc.reshape(c, kh, kw, count, oh, ow)
                 stage.t.data.fill(0)
-                for i in range(kh):
-                    for j in range(kw):
-                        region = stage.windows(as_strided, count, (i, j))
-                        xp.add(region, cols[:, i, j], out=region)
+                if xp is np:  # (kernels.col2im_add: the same adds, in the same order)
+                    kernels.col2im_add(cols, stage.t.data[:count], kh, kw, sh, sw, dh, dw)
+                else:
+                    for i in range(kh):
+                        for j in range(kw):
+                            region = stage.windows(as_strided, count, (i, j))
+                            xp.add(region, cols[:, i, j], out=region)
                 xp.copyto(gx._data[s0:s1], stage.t.data[:count, :, pt : pt + h, pl : pl + w])
         del gs, gcols, stage  # the workspace goes back now
 
