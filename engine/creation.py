@@ -298,12 +298,17 @@ def dense_strides_like(shape, strides) -> tuple[int, ...]:
 def _like_layout(t: Tensor, input, memory_format) -> Tensor:
     """t (a new C-contiguous tensor of input's shape) laid out as `memory_format` asks:
     preserve_format (the default) follows the input's layout, as PyTorch's empty_like."""
-    from engine.backends.strided import contiguous_strides
-
-    if memory_format not in (None, "preserve_format"):
+    if memory_format is None:
+        # the common case: a C-contiguous input of t's itemsize gives t's layout as it is
+        src, new = input._data, t._data
+        if src.strides == new.strides and src.itemsize == new.itemsize:
+            return t
+    elif memory_format != "preserve_format":
         if memory_format == "contiguous_format":
             return t
         raise RuntimeError(f"memory_format {memory_format!r} is not supported by the engine")
+    from engine.backends.strided import contiguous_strides
+
     shape = tuple(input.shape)
     want = dense_strides_like(shape, input.stride())
     if want == contiguous_strides(shape, 1):

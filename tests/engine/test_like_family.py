@@ -73,3 +73,22 @@ def test_on_meta_the_layout_follows_the_cpu_rule():
     x = engine.randn(2, 3, 4, device="meta").transpose(0, 2)
     y = engine.zeros_like(x)
     assert y.device.type == "meta" and y.stride() == (1, 4, 12)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "size_one_dim", "scalar"])
+@pytest.mark.parametrize("name", FAMILY)
+def test_layout_with_another_dtype_or_device_is_torchs(name, layout):
+    """Another itemsize (a float64 result of a float32 input) or device (meta) keeps the layout
+    rule: the strides in elements are the ones torch gives."""
+    torch = pytest.importorskip("torch")
+    for kw in (dict(dtype="float64"), dict(device="meta")):
+        ekw = {k: getattr(engine, v) if k == "dtype" else v for k, v in kw.items()}
+        tkw = {k: getattr(torch, v) if k == "dtype" else v for k, v in kw.items()}
+        e = _call(engine, name, LAYOUTS[layout](engine), **ekw)
+        t = _call(torch, name, LAYOUTS[layout](torch), **tkw)
+        assert (tuple(e.shape), e.stride(), e._dtype.name, e.device.type) == (
+            tuple(t.shape),
+            t.stride(),
+            str(t.dtype).removeprefix("torch."),
+            t.device.type,
+        )
