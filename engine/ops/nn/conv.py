@@ -194,7 +194,8 @@ class Conv2d(Function):
     own), so they are `kernels.Scratch`: reported apart (engine.memory.memory_scratch), not
     charged to memory_allocated. Backward keeps only input and weight and rebuilds the columns;
     grad_x is col2im (strided slices added per kernel offset), or on cpu for stride 1 a
-    convolution of g with the flipped weight (fewer, longer copies).
+    convolution of g with the flipped weight (fewer, longer copies), or on cpu for small images
+    (_few_macs) one product per block of samples and a compiled col2im (_grad_input_batched).
     """
 
     def to_save(self, tensors):
