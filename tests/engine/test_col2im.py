@@ -139,3 +139,21 @@ def test_small_convolutions_grad_input_in_blocks_matches_torch_on_any_thread_cou
     ty.backward(torch.tensor(np.linspace(-1, 1, ty.numel(), dtype=np.float32).reshape(ty.shape)))
     for got in (one[0], single[0]):
         np.testing.assert_allclose(got, tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [5, 64])  # a sample's product below and above the bound
+def test_a_pointwise_convolution_keeps_its_direct_grad_input(monkeypatch, size):
+    """A 1x1 convolution's grad_x is W.T @ g per sample, neither blocks of columns nor the
+    correlation with the flipped weight, whatever its size."""
+    x = engine.tensor(np.random.default_rng(0).random((2, 64, size, size), np.float32))
+    x.requires_grad_(True)
+    w = engine.tensor(np.random.default_rng(1).random((64, 64, 1, 1), np.float32))
+
+    def refuse(self, *a):
+        raise AssertionError("a 1x1 convolution took a columns path")
+
+    monkeypatch.setattr(conv.Conv2d, "_grad_input_correlated", refuse)
+    monkeypatch.setattr(conv.Conv2d, "_grad_input_batched", refuse)
+    engine.nn.functional.conv2d(x, w).sum().backward()
+    want = np.broadcast_to(w.numpy().sum(axis=0)[:, 0, 0][None, :, None, None], x.shape)
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-5)

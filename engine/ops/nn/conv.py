@@ -567,7 +567,8 @@ class Conv2d(Function):
         og, ckk = o // groups, cg * kh * kw
         full = (dh * (kh - 1) - pt, dh * (kh - 1) - pb, dw * (kw - 1) - pl, dw * (kw - 1) - pr)
         few = dev.type == "cpu" and self._few_macs()
-        if dev.type == "cpu" and sh == sw == 1 and min(full) >= 0 and not few:
+        correlate = sh == sw == 1 and min(full) >= 0 and not self._pointwise()
+        if dev.type == "cpu" and correlate and not few:
             return self._grad_input_correlated(weight, g, full, dt, dev)
         gx = kernels.empty(self.x_shape, dt, dev)
         live = _live(dev)
