@@ -334,10 +334,15 @@ class Conv2d(Function):
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         per_sample = c * kh * kw * oh * self._row()
         if self.batched:
-            return max(1, min(n, BATCH_ELEMS // max(per_sample, 1)))
+            return self._samples_within(BATCH_ELEMS, per_sample)
         if cg * kh * kw < GROUP_MIN_K:
             return 1
-        return max(1, min(n, GROUP_ELEMS // max(per_sample, 1)))
+        return self._samples_within(GROUP_ELEMS, per_sample)
+
+    def _samples_within(self, elems: int, per_sample: int) -> int:
+        """How many samples' columns fit `elems` elements at `per_sample` each: at least one,
+        at most the batch."""
+        return max(1, min(self.geom[0], elems // max(per_sample, 1)))
 
     def _row(self) -> int:
         """The width of one output row in a product of several samples' columns: the padded
@@ -625,7 +630,7 @@ class Conv2d(Function):
         if self.batched:
             group = self._group()
         else:  # cpu (_few_macs): blocks of columns that stay in cache
-            group = max(1, min(n, COL2IM_ELEMS // max(c * kh * kw * length, 1)))
+            group = self._samples_within(COL2IM_ELEMS, c * kh * kw * length)
         gs = kernels.Scratch((groups * og * group * length,), dt, dev)
         gcols = kernels.Scratch((groups * ckk * group * length,), dt, dev)
         stage = _BatchStage(self.geom, dt, dev, group)
