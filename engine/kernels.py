@@ -793,11 +793,46 @@ def ufunc(f, *args, out, **kw):
     identical to one call.
     """
     n = out.size
+    if type(out) is np.ndarray and n >= CONSTANT_MIN_ELEMS:
+        if constant_ufunc(f, args, out, kw):
+            return out
     if type(out) is np.ndarray and pool_threads(n) > 1:
         if _parallel_ufunc(f, args, out, kw):
             return out
     f(*args, out=out, **kw)
     return out
+
+
+# An arithmetic ufunc whose array inputs are each one value broadcast (every stride zero: a
+# gradient expanded from a scalar, as mean's and sum's backward make) has one result: it is
+# computed once and written everywhere (a fill), where numpy's loop over zero strides costs
+# about three times as much (1.5M float32: 0.76 -> 0.23 ms). Only correctly rounded operations
+# (IEEE's +, -, *, /): their value does not depend on which loop numpy picks.
+CONSTANT_MIN_ELEMS = 1 << 12
+_EXACT_UFUNCS = frozenset((np.add, np.subtract, np.multiply, np.true_divide, np.negative))
+
+
+def constant_ufunc(f, args, out, kw=None) -> bool:
+    """out[...] = f(*args) by one evaluation and a fill when f is one of _EXACT_UFUNCS, every
+    array in args is one broadcast value and out has no repeated element; False (nothing
+    written) otherwise."""
+    if kw is None:
+        kw = {}
+    if f not in _EXACT_UFUNCS or not all(out.strides) or not out.flags.writeable or "where" in kw:
+        return False
+    small = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            if any(a.strides) or a.ndim > out.ndim:
+                return False
+            a = a[(slice(0, 1),) * a.ndim]
+        elif not isinstance(a, (bool, int, float, complex, np.generic)):
+            return False
+        small.append(a)
+    one = np.empty((1,) * out.ndim, out.dtype)
+    f(*small, out=one, **kw)
+    np.copyto(out, one)
+    return True
 
 
 def _same_elements(a: np.ndarray, out: np.ndarray) -> bool:

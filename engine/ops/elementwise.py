@@ -13,7 +13,7 @@ import numpy as np
 from engine import dtypes, kernels
 from engine.autograd.function import Function, specialised_apply
 from engine.backends import cuda_fast
-from engine.kernels import PARALLEL_MIN_ELEMS
+from engine.kernels import CONSTANT_MIN_ELEMS, PARALLEL_MIN_ELEMS, constant_ufunc
 from engine.ops.common import (
     broadcast_shape,
     broadcast_shapes,
@@ -628,7 +628,10 @@ class Binary(Function):
                 kw["dtype"] = dtype.np
             yd = y._data
             if not kw and kind == "cpu" and yd.size < PARALLEL_MIN_ELEMS and self.plain_ufunc:
-                self.ufunc(ad, bd, out=yd)  # small, same dtype, no attributes: one numpy call
+                # small, same dtype, no attributes: one numpy call (or one value and a fill:
+                # kernels.constant_ufunc, an expanded gradient's)
+                if yd.size < CONSTANT_MIN_ELEMS or not constant_ufunc(self.ufunc, (ad, bd), yd):
+                    self.ufunc(ad, bd, out=yd)
             else:
                 self.kernel(np if kind == "cpu" else kernels.xp_of_device(dev), ad, bd, yd, **kw)
             if dtype.emulated:
