@@ -170,6 +170,187 @@ static PyObject *erf_f32(PyObject *self, PyObject *args) {
 }
 
 
+/* --- numpy's float32 exp, and the float32 exact GELU over it -----------------------------------
+ *
+ * npexp_f32 is np.exp on float32 as numpy's SIMD loop computes it (its AVX2/FMA3 and AVX512F
+ * dispatch; numpy 2.x loops_exponent_log): q = rint(x log2 e) (by the 0x1.8p23 magic), r = x -
+ * q ln 2 in two fused steps (Cody-Waite: ln 2's high and low parts), exp(r) as a P5/Q2 rational
+ * in fused multiply-adds, then poly 2^q rounded once (here two exact-then-rounded scalings:
+ * 2^(q/2) leaves poly normal, so only the second rounds, as scalef does). x >= XMAX gives inf,
+ * x <= XMIN +0, NaN the default NaN. All 2^32 float32 inputs gave np.exp's bits (numpy 2.4,
+ * AVX512F). Where numpy takes another loop (a build without the dispatch calls libm's expf),
+ * kernels checks the two against each other once (kernels._native_exp_matches) and keeps the
+ * numpy forms when they differ. Branch-free, so gcc vectorizes the loops (the clones: AVX512F,
+ * Haswell's AVX2 + FMA, and a default that calls libm's fmaf). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define EXP_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#else
+#define EXP_CLONES
+#endif
+#define NPEXP_XMAX 88.72283935546875f
+#define NPEXP_XMIN (-103.97208404541015625f)
+
+static inline float npexp_pow2(int k) {  /* 2^k for -126 <= k <= 127 */
+    uint32_t b = (uint32_t)(k + 127) << 23;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+static inline float npexp_f32(float x) {
+    const float c1 = -6.93145752e-1f, c2 = -1.42860677e-6f, magic = 0x1.8p23f;
+    const float log2e = 1.442695040888963407359924681001892137f;
+    const float p0 = 9.999999999980870924916e-01f, p1 = 7.257664613233124478488e-01f,
+                p2 = 2.473615434895520810817e-01f, p3 = 5.114512081637298353406e-02f,
+                p4 = 6.757896990527504603057e-03f, p5 = 5.082762527590693718096e-04f;
+    const float q0 = 1.0f, q1 = -2.742335390411667452936e-01f, q2 = 2.159509375685829852307e-02f;
+    float xc = x > NPEXP_XMIN ? x : NPEXP_XMIN; /* (a NaN too: the result is chosen below) */
+    xc = xc < NPEXP_XMAX ? xc : NPEXP_XMAX;
+    float q = xc * log2e;
+    q = q + magic;
+    q = q - magic;
+    float r = fmaf(q, c1, xc);
+    r = fmaf(q, c2, r);
+    float num = fmaf(p5, r, p4);
+    num = fmaf(num, r, p3);
+    num = fmaf(num, r, p2);
+    num = fmaf(num, r, p1);
+    num = fmaf(num, r, p0);
+    float den = fmaf(q2, r, q1);
+    den = fmaf(den, r, q0);
+    float poly = num / den;
+    int k = (int)q;
+    int k1 = k >> 1;
+    float y = (poly * npexp_pow2(k1)) * npexp_pow2(k - k1);
+    y = x >= NPEXP_XMAX ? INFINITY : y;
+    y = x <= NPEXP_XMIN ? 0.0f : y;
+    return x != x ? NAN : y;
+}
+
+EXP_CLONES
+static void exp_f32_loop(const float *restrict x, float *restrict out, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = npexp_f32(x[i]);
+}
+
+/* The constants of activation.py's float32 exact GELU (_AS_P, _AS_A, 1/sqrt(2 pi)), as numpy
+ * rounds them against float32 arrays (to nearest). */
+typedef struct { float p, a1, a2, a3, a4, a5, inv_sqrt_2pi; } gelu_consts;
+
+/* activation._upper_tail_chunk element by element: *e = exp(-x^2 / 2), returns Q(|x|); a = |x|. */
+static inline float gelu_upper_tail(float a, const gelu_consts *c, float *e) {
+    float t = a * c->p;
+    t = t + 1.0f;
+    t = 1.0f / t;
+    float s = t * c->a5;
+    s = s + c->a4; s = s * t;
+    s = s + c->a3; s = s * t;
+    s = s + c->a2; s = s * t;
+    s = s + c->a1; s = s * t;
+    float h = a * a;
+    h = h * -0.5f;
+    *e = npexp_f32(h);
+    return s * *e;
+}
+
+/* activation._gelu_chunk's float32 exact form: relu(x) - |x| Q(|x|), x's sign. */
+EXP_CLONES
+static void gelu_f32_loop(const float *restrict x, float *restrict out, Py_ssize_t n,
+                          gelu_consts c) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float xi = x[i], a = fabsf(xi), e;
+        float s = gelu_upper_tail(a, &c, &e);
+        s = s * a;
+        float o = a + xi;
+        o = o * 0.5f;
+        o = o - s;
+        out[i] = copysignf(o, xi);
+    }
+}
+
+/* activation._gelu_grad_chunk's float32 exact form: (Phi(x) + x phi(x)) g. */
+EXP_CLONES
+static void gelu_grad_f32_loop(const float *restrict x, const float *restrict g,
+                               float *restrict out, Py_ssize_t n, gelu_consts c) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float xi = x[i], a = fabsf(xi), e;
+        float q = gelu_upper_tail(a, &c, &e);
+        float o = 0.5f - q;
+        o = copysignf(o, xi);
+        o = o + 0.5f;
+        e = e * xi;
+        e = e * c.inv_sqrt_2pi;
+        o = o + e;
+        out[i] = o * g[i];
+    }
+}
+
+typedef struct { const float *x, *g; float *out; int kind; gelu_consts c; } act_ctx;
+static void act_part(void *p, Py_ssize_t lo, Py_ssize_t hi) {
+    act_ctx *a = (act_ctx *)p;
+    if (a->kind == 0) exp_f32_loop(a->x + lo, a->out + lo, hi - lo);
+    else if (a->kind == 1) gelu_f32_loop(a->x + lo, a->out + lo, hi - lo, a->c);
+    else gelu_grad_f32_loop(a->x + lo, a->g + lo, a->out + lo, hi - lo, a->c);
+}
+
+/* exp_gelu_f32(x, g, out, kind, consts, threads=1): kind 0: out = np.exp(x); 1: out = gelu(x);
+ * 2: out = gelu'(x) g (g None for kinds 0 and 1); consts: the 7 of gelu_consts. */
+static PyObject *exp_gelu_f32(PyObject *self, PyObject *args) {
+    PyObject *xo, *go, *oo, *co;
+    int kind, threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOiO|i", &xo, &go, &oo, &kind, &co, &threads)) return NULL;
+    if (kind < 0 || kind > 2 || (kind == 2) != (go != Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "kind must be 0, 1 (g None) or 2 (g given)");
+        return NULL;
+    }
+    act_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.kind = kind;
+    PyObject *cs = PySequence_Fast(co, "consts must be a sequence");
+    if (!cs) return NULL;
+    if (PySequence_Fast_GET_SIZE(cs) != 7) {
+        Py_DECREF(cs);
+        PyErr_SetString(PyExc_ValueError, "expected 7 constants");
+        return NULL;
+    }
+    float v[7];
+    for (int i = 0; i < 7; i++) v[i] = (float)PyFloat_AsDouble(PySequence_Fast_GET_ITEM(cs, i));
+    Py_DECREF(cs);
+    if (PyErr_Occurred()) return NULL;
+    ctx.c = (gelu_consts){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    Py_buffer bx, bg, bo;
+    if (get_buffer(xo, &bx, 0) < 0) return NULL;
+    if (go != Py_None && get_buffer(go, &bg, 0) < 0) { PyBuffer_Release(&bx); return NULL; }
+    if (get_buffer(oo, &bo, 1) < 0) {
+        PyBuffer_Release(&bx);
+        if (go != Py_None) PyBuffer_Release(&bg);
+        return NULL;
+    }
+    const char *why = NULL;
+    PyObject *error = PyExc_TypeError;
+    if (real_kind(&bx) != 'f' || real_kind(&bo) != 'f' || (go != Py_None && real_kind(&bg) != 'f')) {
+        why = "x, g and out must be contiguous float32 buffers";
+    } else if (bx.len != bo.len || (go != Py_None && bg.len != bo.len)) {
+        error = PyExc_ValueError;
+        why = "x, g and out must have the same number of elements";
+    }
+    if (!why) {
+        ctx.x = (const float *)bx.buf;
+        ctx.g = go != Py_None ? (const float *)bg.buf : NULL;
+        ctx.out = (float *)bo.buf;
+        Py_BEGIN_ALLOW_THREADS
+        parallel_run(act_part, &ctx, bo.len / 4, threads);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&bx);
+    if (go != Py_None) PyBuffer_Release(&bg);
+    PyBuffer_Release(&bo);
+    if (why) {
+        PyErr_SetString(error, why);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* --- the loops' own threads --------------------------------------------------------------------
  *
  * parallel_run(fn, ctx, n, parts) cuts range(n) into equal chunks (CHUNKS_PER_PART per part)
@@ -1688,6 +1869,10 @@ static PyMethodDef methods[] = {
     {"erf_f32", erf_f32, METH_VARARGS,
      "erf_f32(x, out): out = erf(x) for contiguous float32 buffers of equal length, as "
      "kernels._erf_rational_block computes it (bit for bit), without the GIL."},
+    {"exp_gelu_f32", exp_gelu_f32, METH_VARARGS,
+     "exp_gelu_f32(x, g, out, kind, consts, threads=1): over contiguous float32 buffers of "
+     "equal length, kind 0: out = np.exp(x) (numpy's SIMD loop's bits); 1: the exact GELU of "
+     "activation._gelu_chunk; 2: its gradient times g (_gelu_grad_chunk); without the GIL."},
     {"max_pool2d", max_pool2d, METH_VARARGS,
      "max_pool2d(x, y, indices, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow): "
      "PyTorch's max_pool2d_with_indices over contiguous planes, without the GIL."},

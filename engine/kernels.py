@@ -1342,6 +1342,57 @@ def native_takes(*arrays) -> bool:
     )
 
 
+_native_exp = None  # whether engine._native's float32 exp gives np.exp's bits here (checked once)
+
+
+def native_exp_f32() -> bool:
+    """Whether engine._native's float32 exp (npexp_f32, and the loops built on it) gives
+    np.exp's bits on this machine: it repeats the SIMD loop numpy 2.x dispatches to on AVX2 +
+    FMA3 and AVX512F, and a numpy without that loop (or a future one) may round otherwise.
+    Checked once, on first use, over 2^16 values spanning exp's float32 range and 2^16 bit
+    patterns spread over all of float32 (NaNs, infinities, subnormals); if any output differs,
+    the numpy forms stay."""
+    global _native_exp
+    if _native_exp is None:
+        ok = native is not None and hasattr(native, "exp_gelu_f32")
+        if ok:
+            span = np.linspace(-105.0, 90.0, 1 << 16, dtype=np.float32)
+            spread = (np.arange(1 << 16, dtype=np.uint64) * 65537).astype(np.uint32)
+            x = np.concatenate([span, spread.view(np.float32)])
+            got = np.empty_like(x)
+            native.exp_gelu_f32(x, None, got, 0, (0.0,) * 7, 1)
+            with np.errstate(all="ignore"):
+                ok = np.exp(x).tobytes() == got.tobytes()
+        _native_exp = ok
+    return _native_exp
+
+
+def exp_f32(x, out) -> bool:
+    """out = np.exp(x) through engine._native's loop on its threads, for contiguous float32
+    arrays of one size that are one array or apart (True), when native_exp_f32(); else False
+    (nothing written)."""
+    if (
+        type(x) is not np.ndarray
+        or type(out) is not np.ndarray
+        or x.dtype != np.float32
+        or out.dtype != np.float32
+        or x.size != out.size
+        or not (x.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable)
+        or not native_exp_f32()
+        or (x.ctypes.data != out.ctypes.data and np.may_share_memory(x, out))
+    ):
+        return False
+    native.exp_gelu_f32(x, None, out, 0, (0.0,) * 7, native_threads(x.size))
+    return True
+
+
+def exp_into(x, out) -> None:
+    """out = np.exp(x) for numpy arrays: exp_f32's compiled loop where it takes them, else
+    numpy's call (the same bits either way)."""
+    if not exp_f32(x, out):
+        np.exp(x, out=out)
+
+
 def _erf_rational(out, x) -> None:
     """_erf_rational_block over blocks of _ERF_BLOCK elements, one set of scratch per thread
     (or engine._native's loop, for contiguous float32).

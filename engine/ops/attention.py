@@ -451,13 +451,16 @@ class FusedAttention(Function):
                     kernels.softmax_rows(sc, _rows(lse, b0, b1, qa.ndim)[..., None], 2)
                 else:
                     sc -= _rows(lse, b0, b1, qa.ndim)[..., None]
-                xp.exp(sc, out=sc)
+                if host:
+                    kernels.exp_into(sc, sc)
+                else:
+                    xp.exp(sc, out=sc)
                 yield b0, b1, sc, None
                 continue
             if host:  # the passes below, each row's in cache (kernels.softmax_rows)
                 mx = _work("mx", sc.shape[:-1] + (1,), ct)
                 kernels.softmax_rows(sc, mx, 0)
-                np.exp(sc, out=sc)
+                kernels.exp_into(sc, sc)
                 tot = _work("tot", sc.shape[:-1] + (1,), ct)
                 kernels.softmax_rows(sc, tot, 1)
                 yield b0, b1, sc, (mx + np.log(tot))[..., 0]

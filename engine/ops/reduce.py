@@ -327,7 +327,10 @@ class Softmax(Function):
             md, sd = m.data, s.data
             xp.max(xd, axis=d, keepdims=True, out=md)
             xp.subtract(xd, md, out=yd)
-            xp.exp(yd, out=yd)
+            if xp is np:  # (float32: the compiled loop, numpy's bits)
+                kernels.exp_into(yd, yd)
+            else:
+                xp.exp(yd, out=yd)
             xp.sum(yd, axis=d, keepdims=True, out=sd)
             if self.log:  # y = (x - max) - log(sum(exp(x - max))), as torch's kernels: the
                 # max subtracted first (x - (max + log sum) loses log sum beside a large max)

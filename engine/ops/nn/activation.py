@@ -129,6 +129,29 @@ def _gelu_grad_chunk(xp, approximate, x, g, out, s1, s2):
     xp.multiply(out, g, out=out)
 
 
+_GELU_CONSTS = (_AS_P, *_AS_A, _INV_SQRT_2PI)
+
+
+def _native_gelu(x, g, out) -> bool:
+    """The float32 exact GELU (g None) or its gradient times g by engine._native's loop
+    (exp_gelu_f32: _gelu_chunk's and _gelu_grad_chunk's operations element by element, with
+    numpy's exp: the same bits), on its threads; False where it cannot take them (not float32
+    contiguous numpy arrays, or kernels.native_exp_f32() found numpy's exp other)."""
+    arrays = (x, out) if g is None else (x, g, out)
+    if not (
+        all(
+            type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays
+        )
+        and out.flags.writeable
+        and kernels.native_exp_f32()
+    ):
+        return False
+    kernels.native.exp_gelu_f32(
+        x, g, out, 1 if g is None else 2, _GELU_CONSTS, kernels.native_threads(out.size)
+    )
+    return True
+
+
 def _chunked(xp, func, out, *arrays):
     """func(*chunks, out_chunk, scratch1, scratch2) over flat chunks of contiguous arrays.
 
@@ -185,9 +208,13 @@ class Gelu(Function):
             if xp is not np and cuda_fast.gelu(x._data, y._data, approximate):
                 return y  # torch's cuda kernel, any strides
             src, keep = _contiguous(x)
-            _chunked(
-                xp, lambda a, o, s1, s2: _gelu_chunk(xp, approximate, a, o, s1, s2), y._data, src
-            )
+            if approximate == "tanh" or not _native_gelu(src, None, y._data):
+                _chunked(
+                    xp,
+                    lambda a, o, s1, s2: _gelu_chunk(xp, approximate, a, o, s1, s2),
+                    y._data,
+                    src,
+                )
             del keep
         return y
 
@@ -201,6 +228,8 @@ class Gelu(Function):
                 return (gx,)
             xs, xkeep = _contiguous(x)
             gs, gkeep = _contiguous(g)
+            if approximate != "tanh" and _native_gelu(xs, gs, gx._data):
+                return (gx,)
             _chunked(
                 xp,
                 lambda a, b, o, s1, s2: _gelu_grad_chunk(xp, approximate, a, b, o, s1, s2),
