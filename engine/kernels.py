@@ -1353,8 +1353,10 @@ def native_exp_f32() -> bool:
     patterns spread over all of float32 (NaNs, infinities, subnormals); if any output differs,
     the numpy forms stay."""
     global _native_exp
+    if native is None:  # (switched off after the check: tests compare the forms)
+        return False
     if _native_exp is None:
-        ok = native is not None and hasattr(native, "exp_gelu_f32")
+        ok = hasattr(native, "exp_gelu_f32")
         if ok:
             span = np.linspace(-105.0, 90.0, 1 << 16, dtype=np.float32)
             spread = (np.arange(1 << 16, dtype=np.uint64) * 65537).astype(np.uint32)

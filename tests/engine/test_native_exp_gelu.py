@@ -103,6 +103,16 @@ def test_the_entry_checks_its_buffers():
         kernels.native.exp_gelu_f32(np.zeros(16, np.float32)[::2], None, x, 0, (0.0,) * 7)
 
 
+def test_the_numpy_forms_when_native_is_switched_off(monkeypatch):
+    assert kernels.native_exp_f32()  # (checked, then switched off: tests' kernel_form)
+    monkeypatch.setattr(kernels, "native", None)
+    x = np.linspace(-3, 3, 5000, dtype=np.float32)
+    out = np.zeros_like(x)
+    assert not kernels.exp_f32(x, out) and not out.any()
+    y = engine.nn.functional.gelu(engine.tensor(x)).numpy()
+    assert y.tobytes() == _numpy_gelu(x).tobytes()
+
+
 def test_exp_f32_refuses_what_it_cannot_take():
     x = np.linspace(-3, 3, 64, dtype=np.float32)
     out = np.full(64, 7.0, np.float32)
