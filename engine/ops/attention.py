@@ -379,7 +379,13 @@ class FusedAttention(Function):
             work = kernels.Scratch(
                 (kernels.get_num_threads() * (qs * kvs + 2 * qs + qs * Dv),), acc, q._device
             )
-        if _live(q) and self._batched(q, k, v):
+        if (
+            _live(q)
+            and self._batched(q, k, v)
+            and _native_forward(self, q, k, v, y, lse_rows, mask)
+        ):
+            del work
+        elif _live(q) and self._batched(q, k, v):
             nd, va = q.ndim, v._data
 
             def part(i, lo, hi):
@@ -546,7 +552,8 @@ class FusedAttention(Function):
                 for b0, b1, P, _ in self._chunks(q, k, mask, lse_a, lo=lo, hi=hi):
                     self._grads(xp, P, b0, b1, nd, ga, va, qa, ka, ya, gq, gk, gv)
 
-            kernels.run_parts(part, _ranges(q, k))
+            if mask is not None or not _native_backward(self, q, k, v, g, ya, lse_a, gq, gk, gv):
+                kernels.run_parts(part, _ranges(q, k))
         elif _live(g):
             xp = _xp(g)
             batch = self.batch
@@ -630,6 +637,135 @@ class FusedAttention(Function):
         if self.efficient:
             return "ScaledDotProductEfficientAttentionBackward0"
         return "ScaledDotProductFlashAttentionBackward0"
+
+
+def _slice_offsets(arr, batch) -> np.ndarray:
+    """The byte offsets of arr's (L, E) slices from its first element, batch index by batch
+    index in C order (arr's batch dims are `batch`)."""
+    off = np.zeros((), np.int64)
+    for n, st in zip(batch, arr.strides[: len(batch)], strict=True):
+        off = (off[..., None] + np.arange(n, dtype=np.int64) * st) if n else off[..., None][..., :0]
+    return off.reshape(-1)
+
+
+def _native_forward(node, q, k, v, y, lse_rows, mask) -> bool:
+    """The float32 forward of _chunks and its part in one call of engine._native's
+    attention_forward_f32: per slice, q scaled, numpy's cblas_sgemm calls for the scores and the
+    output, the causal -inf, the softmax passes (kernels.softmax_rows' kinds 0 and 1) and
+    numpy's exp (kernels.exp_f32) in the slice's cache, on the loops' threads without the GIL;
+    the log-sum-exp then as _chunks makes it (mx + np.log(tot)). The same bits as the numpy
+    path; False (nothing done) where it does not apply: a mask, another dtype, a dim below 2
+    (numpy takes gemv there), rows not unit-stride, or the compiled loops (or numpy's exp, or
+    its BLAS's addresses) missing."""
+    native = kernels.native
+    arrays = (q._data, k._data, v._data, y._data)
+    if (
+        mask is not None
+        or native is None
+        or not hasattr(native, "attention_forward_f32")
+        or not all(type(a) is np.ndarray and a.dtype == np.float32 for a in arrays)
+        or arrays[0].ndim < 2
+    ):
+        return False
+    qa, ka, va, ya = arrays
+    L, E, S, Dv = qa.shape[-2], qa.shape[-1], ka.shape[-2], va.shape[-1]
+    if min(L, E, S, Dv) < 2:
+        return False
+    rows = []
+    for a, width in ((qa, E), (ka, E), (va, Dv), (ya, Dv)):
+        rs, cs = a.strides[-2:]
+        if cs != 4 or rs % 4 or rs // 4 < width:  # (numpy's is_blasable2d)
+            return False
+        rows.append(rs // 4)
+    if not (kernels.native_exp_f32() and kernels._load_native_gemm()):
+        return False
+    batch = qa.shape[:-2]
+    slices = math.prod(batch)
+    offsets = np.stack([_slice_offsets(a, batch) for a in arrays])
+    m = np.empty(slices * L, np.float32)
+    t = np.empty(slices * L, np.float32)
+    dims = (L, S, E, Dv, *rows)
+    addresses = [a.ctypes.data for a in arrays]
+    _native_call(
+        _native_parts(q, k), native.attention_forward_f32,
+        *addresses, offsets, m, t, dims, node.scale, node.causal,
+    )  # fmt: skip
+    if lse_rows.size:
+        lse_rows[...] = (m + np.log(t)).reshape(lse_rows.shape)
+    return True
+
+
+def _native_parts(q, k) -> int:
+    """The threads the compiled attention's slices take: the engine's when parts pay
+    (_ranges), else 1 (and 1 on the pool's own threads)."""
+    if len(_ranges(q, k)) > 1 and not kernels._on_pool.yes:
+        return kernels.get_num_threads()
+    return 1
+
+
+def _native_call(parts: int, fn, *args) -> None:
+    """fn(*args, parts), BLAS held to one thread meanwhile when the slices take several (as
+    kernels.run_parts holds it)."""
+    held = kernels._blas_to_one(kernels._blas_controllers() or ()) if parts > 1 else []
+    try:
+        fn(*args, parts)
+    finally:
+        kernels._blas_back(held)
+
+
+def _native_backward(node, q, k, v, g, ya, lse_a, gq, gk, gv) -> bool:
+    """The float32 backward of _chunks (given the log-sum-exp) and _grads in one call of
+    engine._native's attention_backward_f32, per slice in its cache, on the loops' threads:
+    g * scale and the rows' sums of (g * scale) * y are made first as _grads makes them (numpy's
+    multiply and einsum, over all slices at once: the same values row by row), then per slice
+    P, gv, dP, dS, gq and gk by numpy's cblas_sgemm calls and the softmax passes. The same bits
+    as the numpy path; False (nothing done) where _native_forward would not apply (a mask is
+    the caller's to refuse)."""
+    native = kernels.native
+    outs = [a._data if a is not None else None for a in (gq, gk, gv)]
+    arrays = [q._data, k._data, v._data, g._data, ya, *[a for a in outs if a is not None]]
+    if (
+        native is None
+        or not hasattr(native, "attention_backward_f32")
+        or not all(type(a) is np.ndarray and a.dtype == np.float32 for a in arrays)
+        or arrays[0].ndim < 2
+        or lse_a.dtype != np.float32
+        or not any(a is not None for a in outs)
+    ):
+        return False
+    qa, ka, va, ga = arrays[:4]
+    L, E, S, Dv = qa.shape[-2], qa.shape[-1], ka.shape[-2], va.shape[-1]
+    if min(L, E, S, Dv) < 2 or ga.shape != ya.shape or ga.shape[-1] != Dv:
+        return False
+    rows = []
+    for a, width in ((qa, E), (ka, E), (va, Dv), *zip(outs, (E, E, Dv), strict=True)):
+        if a is None:
+            rows.append(0)
+            continue
+        rs, cs = a.strides[-2:]
+        if cs != 4 or rs % 4 or rs // 4 < width:  # (numpy's is_blasable2d)
+            return False
+        rows.append(rs // 4)
+    if not (kernels.native_exp_f32() and kernels._load_native_gemm()):
+        return False
+    batch = qa.shape[:-2]
+    # what _grads makes per chunk: g contiguous, g * scale, its rows' sums with the output
+    gc = ga if ga.flags.c_contiguous else np.ascontiguousarray(ga)
+    gsc = np.multiply(gc, node.scale)
+    sums = np.einsum("...i,...i->...", gsc, ya)
+    lse = np.ascontiguousarray(lse_a, dtype=np.float32).reshape(-1)
+    sums = np.ascontiguousarray(sums, dtype=np.float32).reshape(-1)
+    placed = [qa, ka, va, gc, gsc, *[a if a is not None else qa for a in outs]]
+    offsets = np.stack([_slice_offsets(a, batch) for a in placed])
+    addresses = tuple(a.ctypes.data for a in placed[:5]) + tuple(
+        a.ctypes.data if a is not None else 0 for a in outs
+    )
+    dims = (L, S, E, Dv, *rows)
+    _native_call(
+        _native_parts(q, k), native.attention_backward_f32,
+        addresses, offsets, lse, sums, dims, node.scale, node.causal,
+    )  # fmt: skip
+    return True
 
 
 def _ranges(q, k) -> list[tuple[int, int]]:
