@@ -2053,6 +2053,167 @@ static PyObject *attention_backward_f32(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* --- a convolution's forward when its inner dim is small (Conv2d._direct) ----------------------
+ *
+ * y[n, o] = sum over (c, i, j) of w[o, c, i, j] * xpad[n, c, y + i, x + j], then + b[o]: stride
+ * 1, no dilation, one group, float32, an inner dim C*kh*kw of at most a few dozen (an image's
+ * first layer), where the columns and a BLAS call per sample cost more than the products. Each
+ * output is one fused multiply-add after another in (c, i, j) order from 0, then the bias
+ * added: the same on any thread count (often the im2col path's bits too: OpenBLAS's kernel
+ * sums a short inner dim in that order, though not for every size). Eight output channels by
+ * 32 outputs of a row at a time in AVX512F registers; samples split across the loops' threads,
+ * each chunk padding its samples into a stage of its own. AVX512F only (conv2d_direct_avx512
+ * answers whether it runs here). */
+typedef struct {
+    const float *x, *wt, *b;
+    float *y;
+    Py_ssize_t C, H, W, O, kh, kw, pt, pl, OH, OW, Hp, Wp, K, stage_len;
+    int failed;
+} convd_ctx;
+
+#define CONVD_OB 8
+#ifdef HAVE_EXP_AVX512
+__attribute__((target("avx512f")))
+static void convd_sample(const convd_ctx *a, float *xp, Py_ssize_t n) {
+    Py_ssize_t C = a->C, H = a->H, W = a->W, O = a->O, kh = a->kh, kw = a->kw;
+    Py_ssize_t OH = a->OH, OW = a->OW, Hp = a->Hp, Wp = a->Wp, K = a->K;
+    for (Py_ssize_t c = 0; c < C; c++)
+        for (Py_ssize_t r = 0; r < H; r++)
+            memcpy(xp + (c * Hp + r + a->pt) * Wp + a->pl, a->x + ((n * C + c) * H + r) * W,
+                   (size_t)W * 4);
+    for (Py_ssize_t o0 = 0; o0 < O; o0 += CONVD_OB) {
+        const float *wb = a->wt + (o0 / CONVD_OB) * K * CONVD_OB;
+        for (Py_ssize_t yy = 0; yy < OH; yy++) {
+            for (Py_ssize_t x0 = 0; x0 < OW; x0 += 32) {
+                __m512 a0[CONVD_OB], a1[CONVD_OB];
+                for (int q = 0; q < CONVD_OB; q++) a0[q] = a1[q] = _mm512_setzero_ps();
+                Py_ssize_t k = 0;
+                for (Py_ssize_t c = 0; c < C; c++)
+                    for (Py_ssize_t i = 0; i < kh; i++) {
+                        const float *row = xp + (c * Hp + yy + i) * Wp + x0;
+                        for (Py_ssize_t j = 0; j < kw; j++, k++) {
+                            __m512 v0 = _mm512_loadu_ps(row + j), v1 = _mm512_loadu_ps(row + j + 16);
+                            const float *wk = wb + k * CONVD_OB;
+                            for (int q = 0; q < CONVD_OB; q++) {
+                                __m512 wv = _mm512_set1_ps(wk[q]);
+                                a0[q] = _mm512_fmadd_ps(wv, v0, a0[q]);
+                                a1[q] = _mm512_fmadd_ps(wv, v1, a1[q]);
+                            }
+                        }
+                    }
+                Py_ssize_t rem = OW - x0;
+                __mmask16 m0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1);
+                __mmask16 m1 = rem >= 32   ? (__mmask16)0xFFFF
+                               : rem <= 16 ? (__mmask16)0
+                                           : (__mmask16)((1u << (rem - 16)) - 1);
+                for (int q = 0; q < CONVD_OB && o0 + q < O; q++) {
+                    __m512 r0 = a0[q], r1 = a1[q];
+                    if (a->b) {
+                        __m512 bv = _mm512_set1_ps(a->b[o0 + q]);
+                        r0 = _mm512_add_ps(r0, bv);
+                        r1 = _mm512_add_ps(r1, bv);
+                    }
+                    float *dst = a->y + ((n * O + o0 + q) * OH + yy) * OW + x0;
+                    _mm512_mask_storeu_ps(dst, m0, r0);
+                    _mm512_mask_storeu_ps(dst + 16, m1, r1);
+                }
+            }
+        }
+    }
+}
+
+/* A chunk of samples on a stage of its own (a few KiB: C x Hp x Wp floats), zero-padded once;
+ * each sample overwrites the same inner positions. */
+static void convd_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    convd_ctx *a = (convd_ctx *)c;
+    float *xp = malloc(sizeof(float) * (size_t)a->stage_len);
+    if (xp == NULL) {
+        a->failed = 1;
+        return;
+    }
+    memset(xp, 0, sizeof(float) * (size_t)a->stage_len);
+    for (Py_ssize_t n = lo; n < hi; n++) convd_sample(a, xp, n);
+    free(xp);
+}
+#endif
+
+static PyObject *conv2d_direct_avx512(PyObject *self, PyObject *args) {
+#ifdef HAVE_EXP_AVX512
+    if (exp_avx512) Py_RETURN_TRUE;
+#endif
+    Py_RETURN_FALSE;
+}
+
+/* conv2d_direct(x, w, b, y, dims, threads=1): x [N, C, H, W], w [O, C, kh, kw], b [O] or None,
+ * y [N, O, OH, OW], all contiguous float32; dims (N, C, H, W, O, kh, kw, pt, pl, OH, OW) with
+ * OH = H + pt + pb - kh + 1 and OW alike. */
+static PyObject *conv2d_direct(PyObject *self, PyObject *args) {
+    PyObject *xo, *wo, *bo, *yo;
+    Py_ssize_t N, C, H, W, O, kh, kw, pt, pl, OH, OW;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOO(nnnnnnnnnnn)|i", &xo, &wo, &bo, &yo, &N, &C, &H, &W, &O,
+                          &kh, &kw, &pt, &pl, &OH, &OW, &threads))
+        return NULL;
+#ifndef HAVE_EXP_AVX512
+    PyErr_SetString(PyExc_RuntimeError, "conv2d_direct: built without AVX512F");
+    return NULL;
+#else
+    if (!exp_avx512) {
+        PyErr_SetString(PyExc_RuntimeError, "conv2d_direct: this processor has no AVX512F");
+        return NULL;
+    }
+    if (N < 0 || C < 1 || H < 1 || W < 1 || O < 1 || kh < 1 || kw < 1 || pt < 0 || pl < 0 ||
+        OH < 1 || OW < 1 || pt + H > OH + kh - 1 || pl + W > OW + kw - 1) {
+        PyErr_SetString(PyExc_ValueError, "conv2d_direct: invalid sizes");
+        return NULL;
+    }
+    Py_buffer b[4];
+    int has_bias = bo != Py_None;
+    if (get_buffer(xo, &b[0], 0) < 0) return NULL;
+    if (get_buffer(wo, &b[1], 0) < 0) { PyBuffer_Release(&b[0]); return NULL; }
+    if (get_buffer(yo, &b[2], 1) < 0) { PyBuffer_Release(&b[0]); PyBuffer_Release(&b[1]); return NULL; }
+    if (has_bias && get_buffer(bo, &b[3], 0) < 0) {
+        PyBuffer_Release(&b[0]); PyBuffer_Release(&b[1]); PyBuffer_Release(&b[2]);
+        return NULL;
+    }
+    const char *why = NULL;
+    Py_ssize_t K = C * kh * kw, Op = (O + CONVD_OB - 1) / CONVD_OB * CONVD_OB;
+    if (real_kind(&b[0]) != 'f' || real_kind(&b[1]) != 'f' || real_kind(&b[2]) != 'f' ||
+        (has_bias && real_kind(&b[3]) != 'f'))
+        why = "x, w, b and y must be contiguous float32";
+    else if (b[0].len != N * C * H * W * 4 || b[1].len != O * K * 4 ||
+             b[2].len != N * O * OH * OW * 4 || (has_bias && b[3].len != O * 4))
+        why = "x, w, b and y must hold [N, C, H, W], [O, C, kh, kw], [O], [N, O, OH, OW]";
+    float *wt = NULL;
+    if (!why) {
+        wt = calloc((size_t)(Op * K), sizeof(float)); /* [o block][k][8] */
+        if (wt == NULL) why = "out of memory";
+    }
+    if (why) {
+        PyErr_SetString(PyExc_ValueError, why);
+    } else {
+        const float *w = (const float *)b[1].buf;
+        for (Py_ssize_t o = 0; o < O; o++)
+            for (Py_ssize_t k = 0; k < K; k++)
+                wt[((o / CONVD_OB) * K + k) * CONVD_OB + o % CONVD_OB] = w[o * K + k];
+        Py_ssize_t Hp = OH + kh - 1, Wp = OW + kw - 1 + 32;
+        convd_ctx ctx = {(const float *)b[0].buf, wt, has_bias ? (const float *)b[3].buf : NULL,
+                         (float *)b[2].buf, C, H, W, O, kh, kw, pt, pl, OH, OW, Hp, Wp, K,
+                         C * Hp * Wp, 0};
+        Py_BEGIN_ALLOW_THREADS
+        parallel_run(convd_part, &ctx, N, threads);
+        Py_END_ALLOW_THREADS
+        if (ctx.failed) why = "out of memory";
+        free(wt);
+        if (why) PyErr_NoMemory();
+    }
+    PyBuffer_Release(&b[0]); PyBuffer_Release(&b[1]); PyBuffer_Release(&b[2]);
+    if (has_bias) PyBuffer_Release(&b[3]);
+    if (why) return NULL;
+    Py_RETURN_NONE;
+#endif
+}
+
 /* --- col2im: a convolution's input gradient from its columns -----------------------------------
  *
  * cols [C, kh, kw, S, OH, OW] (contiguous) added into the zero-padded samples stage [S, C, Hp, Wp]
@@ -2195,6 +2356,12 @@ static PyMethodDef methods[] = {
      "attention_backward_f32(addresses, offsets, lse, rows, dims, scale, causal, threads=1): "
      "the fused attention's float32 backward per slice (FusedAttention._native_backward), "
      "numpy's BLAS calls and the softmax passes in cache, without the GIL."},
+    {"conv2d_direct", conv2d_direct, METH_VARARGS,
+     "conv2d_direct(x, w, b, y, dims, threads=1): a stride-1 float32 convolution's forward with "
+     "a small inner dim, fused multiply-adds in (c, i, j) order then the bias (Conv2d._direct), "
+     "without the GIL; AVX512F only."},
+    {"conv2d_direct_avx512", conv2d_direct_avx512, METH_NOARGS,
+     "conv2d_direct_avx512(): whether conv2d_direct runs here (built with it, AVX512F)."},
     {"softmax_rows", softmax_rows, METH_VARARGS,
      "softmax_rows(x, v, p, rows, L, kind, threads=1): the passes of a softmax over contiguous "
      "rows of L values, in place (kernels.softmax_rows), without the GIL."},

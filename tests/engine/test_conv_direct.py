@@ -1,0 +1,153 @@
+"""A float32 convolution's forward with a small inner dim without columns (Conv2d._direct,
+engine._native's conv2d_direct): each output its inner dim's fused multiply-adds in order, then
+the bias (within float32's rounding of the im2col path and of torch, the same bits on any
+thread count), and the cases it leaves to the im2col path."""
+
+import numpy as np
+import pytest
+
+import engine
+import engine.nn.functional as F
+from engine import kernels
+from engine.ops.nn import conv as C
+
+native = kernels.native
+pytestmark = pytest.mark.skipif(
+    native is None or not hasattr(native, "conv2d_direct") or not native.conv2d_direct_avx512(),
+    reason="engine._native not built, or no AVX512F here",
+)
+
+# (x shape, out channels, kernel, padding, bias)
+CASES = {
+    "cifar-first": ((32, 3, 32, 32), 32, 3, 1, True),
+    "mnist-5x5": ((8, 1, 28, 28), 16, 5, 2, True),
+    "odd": ((4, 2, 9, 13), 7, 3, 0, True),
+    "wide-rows": ((3, 3, 11, 70), 9, 3, 1, False),
+    "tall-kernel": ((2, 2, 12, 17), 12, (5, 1), (2, 0), True),
+    "same-even": ((2, 3, 10, 10), 8, 4, "same", True),
+    "k64": ((2, 4, 8, 8), 5, 4, 1, True),
+    "empty-batch": ((0, 3, 8, 8), 4, 3, 1, True),
+}
+
+
+@pytest.fixture
+def direct(monkeypatch):
+    calls = []
+    real = C.Conv2d._direct
+
+    def counted(self, *a):
+        done = real(self, *a)
+        calls.append(done)
+        return done
+
+    monkeypatch.setattr(C.Conv2d, "_direct", counted)
+
+    def use(on: bool):
+        monkeypatch.setattr(C, "DIRECT_MAX_K", 64 if on else 0)
+
+    use.calls = calls
+    return use
+
+
+def _forward(case, seed=0):
+    shape, o, k, pad, bias = CASES[case]
+    rng = np.random.default_rng(seed)
+    x = engine.tensor(rng.standard_normal(shape).astype(np.float32))
+    kh, kw = (k, k) if isinstance(k, int) else k
+    w = engine.tensor(rng.standard_normal((o, shape[1], kh, kw)).astype(np.float32))
+    b = engine.tensor(rng.standard_normal(o).astype(np.float32)) if bias else None
+    return F.conv2d(x, w, b, padding=pad).numpy(), (x, w, b, pad)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_thread_counts_give_the_same_bits_close_to_the_im2col_path(direct, case):
+    before = kernels.get_num_threads()
+    try:
+        direct(False)
+        want, _ = _forward(case)
+        direct(True)
+        got = []
+        for threads in (1, 2):
+            engine.set_num_threads(threads)
+            got.append(_forward(case)[0])
+    finally:
+        engine.set_num_threads(before)
+    assert direct.calls == [False, True, True]
+    assert got[0].shape == want.shape
+    assert got[0].tobytes() == got[1].tobytes()
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["cifar-first", "odd", "k64", "same-even"])
+def test_within_the_in_order_sums_rounding_bound(direct, case):
+    """|y - exact| <= (K + 1) u sum |w x| + |b| u, the bound of K fused multiply-adds in turn
+    and one add (u = 2^-24), against the float64 convolution."""
+    direct(True)
+    y, (x, w, b, pad) = _forward(case)
+    exact = F.conv2d(x.double(), w.double(), padding=pad).numpy()
+    magnitude = F.conv2d(x.abs().double(), w.abs().double(), padding=pad).numpy()
+    k = w.shape[1] * w.shape[2] * w.shape[3]
+    u = 2.0**-24
+    bias = b.numpy().astype(np.float64)[None, :, None, None]
+    bound = (k + 1) * u * magnitude + 2 * u * (np.abs(exact) + np.abs(bias))
+    assert (np.abs(y - (exact + bias)) <= bound + 1e-30).all()
+
+
+def test_values_match_torch(direct):
+    torch = pytest.importorskip("torch")
+    direct(True)
+    y, (x, w, b, pad) = _forward("cifar-first")
+    yt = torch.nn.functional.conv2d(
+        torch.tensor(x.numpy()), torch.tensor(w.numpy()), torch.tensor(b.numpy()), padding=pad
+    )
+    np.testing.assert_allclose(y, yt.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_left_to_the_im2col_path(direct):
+    direct(True)
+    rng = np.random.default_rng(1)
+    x = engine.tensor(rng.standard_normal((2, 4, 12, 12)).astype(np.float32))
+    w = engine.tensor(rng.standard_normal((6, 4, 3, 3)).astype(np.float32))
+    F.conv2d(x, w, stride=2)
+    F.conv2d(x, w, dilation=2)
+    F.conv2d(x, engine.tensor(rng.standard_normal((6, 2, 3, 3)).astype(np.float32)), groups=2)
+    F.conv2d(x, engine.tensor(rng.standard_normal((6, 4, 5, 5)).astype(np.float32)))  # K 100
+    F.conv2d(x.double(), w.double())
+    F.conv2d(x.transpose(2, 3), w)  # not contiguous
+    F.conv2d(engine.empty((2, 4, 12, 12), device="meta"), engine.empty((6, 4, 3, 3), device="meta"))
+    assert len(direct.calls) >= 6 and True not in direct.calls  # (float64 never asks)
+
+
+def test_backward_is_unchanged(direct):
+    def run():
+        rng = np.random.default_rng(2)
+        x = engine.tensor(
+            rng.standard_normal((4, 3, 16, 16)).astype(np.float32), requires_grad=True
+        )
+        m = engine.nn.Conv2d(3, 8, 3, padding=1)
+        with engine.no_grad():
+            m.weight.copy_(engine.tensor(rng.standard_normal((8, 3, 3, 3)).astype(np.float32)))
+        y = m(x)
+        (y * 0.5).sum().backward()  # (g does not depend on y's values)
+        return [x.grad.numpy(), m.weight.grad.numpy(), m.bias.grad.numpy()]
+
+    direct(False)
+    want = run()
+    direct(True)
+    got = run()
+    assert True in direct.calls
+    for a, b in zip(got, want, strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_the_entry_checks_its_arguments():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    w = np.zeros((2, 1, 3, 3), np.float32)
+    y = np.zeros((1, 2, 2, 2), np.float32)
+    native.conv2d_direct(x, w, None, y, (1, 1, 4, 4, 2, 3, 3, 0, 0, 2, 2))
+    with pytest.raises(ValueError):  # the output's size does not follow from the input's
+        native.conv2d_direct(x, w, None, y, (1, 1, 4, 4, 2, 3, 3, 0, 0, 1, 2))
+    with pytest.raises(ValueError):  # buffers not of the sizes given
+        native.conv2d_direct(x, w, None, y[:, :1], (1, 1, 4, 4, 2, 3, 3, 0, 0, 2, 2))
+    with pytest.raises(ValueError):
+        native.conv2d_direct(x.astype(np.float64), w, None, y, (1, 1, 4, 4, 2, 3, 3, 0, 0, 2, 2))
