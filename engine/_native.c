@@ -2071,7 +2071,8 @@ typedef struct {
     int failed;
 } convd_ctx;
 
-#define CONVD_OB 8
+#define CONVD_OB 8 /* output channels a step */
+#define CONVD_V 3  /* vectors of 16 outputs a step (along a row, then on the next rows) */
 #ifdef HAVE_EXP_AVX512
 __attribute__((target("avx512f")))
 static void convd_sample(const convd_ctx *a, float *xp, Py_ssize_t n) {
@@ -2081,41 +2082,46 @@ static void convd_sample(const convd_ctx *a, float *xp, Py_ssize_t n) {
         for (Py_ssize_t r = 0; r < H; r++)
             memcpy(xp + (c * Hp + r + a->pt) * Wp + a->pl, a->x + ((n * C + c) * H + r) * W,
                    (size_t)W * 4);
+    Py_ssize_t per_row = (OW + 15) / 16, total = OH * per_row;
     for (Py_ssize_t o0 = 0; o0 < O; o0 += CONVD_OB) {
         const float *wb = a->wt + (o0 / CONVD_OB) * K * CONVD_OB;
-        for (Py_ssize_t yy = 0; yy < OH; yy++) {
-            for (Py_ssize_t x0 = 0; x0 < OW; x0 += 32) {
-                __m512 a0[CONVD_OB], a1[CONVD_OB];
-                for (int q = 0; q < CONVD_OB; q++) a0[q] = a1[q] = _mm512_setzero_ps();
-                Py_ssize_t k = 0;
-                for (Py_ssize_t c = 0; c < C; c++)
-                    for (Py_ssize_t i = 0; i < kh; i++) {
-                        const float *row = xp + (c * Hp + yy + i) * Wp + x0;
-                        for (Py_ssize_t j = 0; j < kw; j++, k++) {
-                            __m512 v0 = _mm512_loadu_ps(row + j), v1 = _mm512_loadu_ps(row + j + 16);
-                            const float *wk = wb + k * CONVD_OB;
-                            for (int q = 0; q < CONVD_OB; q++) {
-                                __m512 wv = _mm512_set1_ps(wk[q]);
-                                a0[q] = _mm512_fmadd_ps(wv, v0, a0[q]);
-                                a1[q] = _mm512_fmadd_ps(wv, v1, a1[q]);
-                            }
+        for (Py_ssize_t s0 = 0; s0 < total; s0 += CONVD_V) {
+            const float *base[CONVD_V];
+            Py_ssize_t out_at[CONVD_V];
+            __mmask16 keep[CONVD_V];
+            for (int v = 0; v < CONVD_V; v++) {
+                Py_ssize_t s = s0 + v < total ? s0 + v : s0; /* (a spare slot: not stored) */
+                Py_ssize_t yy = s / per_row, x0 = (s % per_row) * 16, rem = OW - x0;
+                base[v] = xp + yy * Wp + x0;
+                out_at[v] = yy * OW + x0;
+                keep[v] = s0 + v >= total ? (__mmask16)0
+                          : rem >= 16    ? (__mmask16)0xFFFF
+                                         : (__mmask16)((1u << rem) - 1);
+            }
+            __m512 acc[CONVD_OB][CONVD_V];
+            for (int q = 0; q < CONVD_OB; q++)
+                for (int v = 0; v < CONVD_V; v++) acc[q][v] = _mm512_setzero_ps();
+            Py_ssize_t k = 0;
+            for (Py_ssize_t c = 0; c < C; c++)
+                for (Py_ssize_t i = 0; i < kh; i++) {
+                    Py_ssize_t row = (c * Hp + i) * Wp;
+                    for (Py_ssize_t j = 0; j < kw; j++, k++) {
+                        __m512 xv[CONVD_V];
+                        for (int v = 0; v < CONVD_V; v++) xv[v] = _mm512_loadu_ps(base[v] + row + j);
+                        const float *wk = wb + k * CONVD_OB;
+                        for (int q = 0; q < CONVD_OB; q++) {
+                            __m512 wv = _mm512_set1_ps(wk[q]);
+                            for (int v = 0; v < CONVD_V; v++)
+                                acc[q][v] = _mm512_fmadd_ps(wv, xv[v], acc[q][v]);
                         }
                     }
-                Py_ssize_t rem = OW - x0;
-                __mmask16 m0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1);
-                __mmask16 m1 = rem >= 32   ? (__mmask16)0xFFFF
-                               : rem <= 16 ? (__mmask16)0
-                                           : (__mmask16)((1u << (rem - 16)) - 1);
-                for (int q = 0; q < CONVD_OB && o0 + q < O; q++) {
-                    __m512 r0 = a0[q], r1 = a1[q];
-                    if (a->b) {
-                        __m512 bv = _mm512_set1_ps(a->b[o0 + q]);
-                        r0 = _mm512_add_ps(r0, bv);
-                        r1 = _mm512_add_ps(r1, bv);
-                    }
-                    float *dst = a->y + ((n * O + o0 + q) * OH + yy) * OW + x0;
-                    _mm512_mask_storeu_ps(dst, m0, r0);
-                    _mm512_mask_storeu_ps(dst + 16, m1, r1);
+                }
+            for (int q = 0; q < CONVD_OB && o0 + q < O; q++) {
+                float *plane = a->y + (n * O + o0 + q) * OH * OW;
+                __m512 bv = a->b ? _mm512_set1_ps(a->b[o0 + q]) : _mm512_setzero_ps();
+                for (int v = 0; v < CONVD_V; v++) {
+                    __m512 r = a->b ? _mm512_add_ps(acc[q][v], bv) : acc[q][v];
+                    _mm512_mask_storeu_ps(plane + out_at[v], keep[v], r);
                 }
             }
         }
@@ -2196,7 +2202,7 @@ static PyObject *conv2d_direct(PyObject *self, PyObject *args) {
         for (Py_ssize_t o = 0; o < O; o++)
             for (Py_ssize_t k = 0; k < K; k++)
                 wt[((o / CONVD_OB) * K + k) * CONVD_OB + o % CONVD_OB] = w[o * K + k];
-        Py_ssize_t Hp = OH + kh - 1, Wp = OW + kw - 1 + 32;
+        Py_ssize_t Hp = OH + kh - 1, Wp = OW + kw - 1 + 16;
         convd_ctx ctx = {(const float *)b[0].buf, wt, has_bias ? (const float *)b[3].buf : NULL,
                          (float *)b[2].buf, C, H, W, O, kh, kw, pt, pl, OH, OW, Hp, Wp, K,
                          C * Hp * Wp, 0};
