@@ -118,6 +118,10 @@ def test_small_convolutions_grad_input_in_blocks_matches_torch_on_any_thread_cou
     rng = np.random.default_rng(3)
     x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal(ws).astype(np.float32)
+    # (the blocks path's test: a stride-1 one takes the direct kernel where it runs,
+    # tests/engine/test_conv_direct.py)
+    monkeypatch.setattr(conv, "DIRECT_SMALL_K", 0)
+    monkeypatch.setattr(conv, "DIRECT_MAX_K", 0)
     took = []
     real = conv.Conv2d._grad_input_batched
     monkeypatch.setattr(

@@ -129,26 +129,47 @@ def test_left_to_the_im2col_path(direct):
     assert len(direct.calls) >= 6 and True not in direct.calls  # (float64 never asks)
 
 
-def test_backward_is_unchanged(direct):
-    def run():
-        rng = np.random.default_rng(2)
-        x = engine.tensor(
-            rng.standard_normal((4, 3, 16, 16)).astype(np.float32), requires_grad=True
-        )
-        m = engine.nn.Conv2d(3, 8, 3, padding=1)
-        with engine.no_grad():
-            m.weight.copy_(engine.tensor(rng.standard_normal((8, 3, 3, 3)).astype(np.float32)))
-        y = m(x)
-        (y * 0.5).sum().backward()  # (g does not depend on y's values)
-        return [x.grad.numpy(), m.weight.grad.numpy(), m.bias.grad.numpy()]
+def _backward(case="cifar-first", grad_input=True):
+    _, (x, w, b, pad) = _forward(case)
+    x.requires_grad_(grad_input)
+    w.requires_grad_(True)
+    y = F.conv2d(x, w, b, padding=pad)
+    (y * 0.5).sum().backward()  # (g does not depend on y's values)
+    return (x.grad.numpy() if grad_input else None), w.grad.numpy()
 
+
+@pytest.mark.parametrize("case", ["cifar-first", "k288", "odd", "same-even", "wide-rows"])
+def test_grad_input_is_the_correlation_by_the_direct_kernel(direct, case):
+    """grad_x of a stride-1 convolution is g correlated with the flipped weight: a convolution
+    that the direct kernel takes too (small images included); grad_W is unchanged."""
     direct(False)
-    want = run()
+    gx_want, gw_want = _backward(case)
     direct(True)
-    got = run()
-    assert True in direct.calls
-    for a, b in zip(got, want, strict=True):
-        assert a.tobytes() == b.tobytes()
+    before = kernels.get_num_threads()
+    try:
+        got = []
+        for threads in (1, 2):
+            engine.set_num_threads(threads)
+            got.append(_backward(case))
+    finally:
+        engine.set_num_threads(before)
+    assert direct.calls.count(True) >= 4  # forward and the correlation, on both counts
+    assert got[0][0].tobytes() == got[1][0].tobytes()
+    assert got[0][1].tobytes() == gw_want.tobytes()
+    np.testing.assert_allclose(got[0][0], gx_want, rtol=1e-4, atol=1e-4 * np.abs(gx_want).max())
+
+
+def test_grad_input_matches_torch(direct):
+    torch = pytest.importorskip("torch")
+    direct(True)
+    _, (x, w, b, pad) = _forward("k288")
+    xe = x.detach().requires_grad_(True)
+    F.conv2d(xe, w, b, padding=pad).sum().backward()
+    xt = torch.tensor(x.numpy(), requires_grad=True)
+    torch.nn.functional.conv2d(
+        xt, torch.tensor(w.numpy()), torch.tensor(b.numpy()), padding=pad
+    ).sum().backward()
+    np.testing.assert_allclose(xe.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_the_entry_checks_its_arguments():
