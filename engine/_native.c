@@ -2220,6 +2220,138 @@ static PyObject *conv2d_direct(PyObject *self, PyObject *args) {
 #endif
 }
 
+/* conv2d_direct_grad_w: grad_W of the same convolutions, without columns:
+ *   dw[o, (c, i, j)] = sum over n, y, x of g[n, o, y, x] * xpad[n, c, y + i, x + j]
+ * Tiles of 4 output channels by 6 taps hold 16-lane partial sums in registers; for each sample
+ * in turn (its g and padded input in cache) every tile of a part sweeps the sample's output
+ * positions, row by row, 16 at a time (the row's tail masked to zero in both operands), its
+ * sums kept in memory between samples; at the end each (o, tap)'s 16 lanes are added in one
+ * fixed order. Each tile belongs to one part, so the sums do not depend on the thread count.
+ * xpad: the input zero-padded, [N, C, Hp, Wp] (Hp = OH + kh - 1, Wp = OW + kw - 1). */
+#define CONVW_OB 4
+#define CONVW_KB 6
+typedef struct {
+    const float *xpad, *g;
+    float *dw;
+    Py_ssize_t N, C, O, kh, kw, OH, OW, Hp, Wp, K, oblocks, kblocks, parts;
+    int failed;
+} convw_ctx;
+
+#ifdef HAVE_EXP_AVX512
+__attribute__((target("avx512f")))
+static void convw_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
+    convw_ctx *a = (convw_ctx *)c;
+    Py_ssize_t tiles = a->oblocks * a->kblocks;
+    for (Py_ssize_t part = lo; part < hi; part++) {
+        Py_ssize_t t0 = tiles * part / a->parts, t1 = tiles * (part + 1) / a->parts;
+        if (t1 <= t0) continue;
+        float *sums = calloc((size_t)((t1 - t0) * CONVW_OB * CONVW_KB * 16), sizeof(float));
+        if (sums == NULL) {
+            a->failed = 1;
+            return;
+        }
+        static const float zeros[16] = {0};
+        Py_ssize_t OH = a->OH, OW = a->OW, Hp = a->Hp, Wp = a->Wp, O = a->O, K = a->K;
+        for (Py_ssize_t n = 0; n < a->N; n++) {
+            const float *xs = a->xpad + n * a->C * Hp * Wp;
+            for (Py_ssize_t t = t0; t < t1; t++) {
+                Py_ssize_t o0 = (t / a->kblocks) * CONVW_OB, k0 = (t % a->kblocks) * CONVW_KB;
+                const float *gq[CONVW_OB];
+                for (int q = 0; q < CONVW_OB; q++)
+                    gq[q] = o0 + q < O ? a->g + (n * O + o0 + q) * OH * OW : NULL;
+                Py_ssize_t off[CONVW_KB];
+                for (int u = 0; u < CONVW_KB; u++) {
+                    Py_ssize_t k = k0 + u < K ? k0 + u : k0; /* (a spare tap: not stored) */
+                    Py_ssize_t cc = k / (a->kh * a->kw), r = k % (a->kh * a->kw);
+                    off[u] = (cc * Hp + r / a->kw) * Wp + r % a->kw;
+                }
+                float *mine = sums + (t - t0) * CONVW_OB * CONVW_KB * 16;
+                __m512 acc[CONVW_OB][CONVW_KB];
+                for (int q = 0; q < CONVW_OB; q++)
+                    for (int u = 0; u < CONVW_KB; u++)
+                        acc[q][u] = _mm512_loadu_ps(mine + (q * CONVW_KB + u) * 16);
+                for (Py_ssize_t y = 0; y < OH; y++) {
+                    for (Py_ssize_t x0 = 0; x0 < OW; x0 += 16) {
+                        Py_ssize_t rem = OW - x0;
+                        __mmask16 m = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1);
+                        __m512 gv[CONVW_OB];
+                        for (int q = 0; q < CONVW_OB; q++)
+                            gv[q] = _mm512_maskz_loadu_ps(m, gq[q] ? gq[q] + y * OW + x0 : zeros);
+                        const float *xr = xs + y * Wp + x0;
+                        for (int u = 0; u < CONVW_KB; u++) {
+                            __m512 xv = _mm512_maskz_loadu_ps(m, xr + off[u]);
+                            for (int q = 0; q < CONVW_OB; q++)
+                                acc[q][u] = _mm512_fmadd_ps(gv[q], xv, acc[q][u]);
+                        }
+                    }
+                }
+                for (int q = 0; q < CONVW_OB; q++)
+                    for (int u = 0; u < CONVW_KB; u++)
+                        _mm512_storeu_ps(mine + (q * CONVW_KB + u) * 16, acc[q][u]);
+            }
+        }
+        for (Py_ssize_t t = t0; t < t1; t++) {
+            Py_ssize_t o0 = (t / a->kblocks) * CONVW_OB, k0 = (t % a->kblocks) * CONVW_KB;
+            const float *mine = sums + (t - t0) * CONVW_OB * CONVW_KB * 16;
+            for (int q = 0; q < CONVW_OB && o0 + q < O; q++)
+                for (int u = 0; u < CONVW_KB && k0 + u < K; u++)
+                    a->dw[(o0 + q) * K + k0 + u] =
+                        _mm512_reduce_add_ps(_mm512_loadu_ps(mine + (q * CONVW_KB + u) * 16));
+        }
+        free(sums);
+    }
+}
+#endif
+
+/* conv2d_direct_grad_w(xpad, g, dw, dims, threads=1): xpad [N, C, Hp, Wp] (the input
+ * zero-padded: Hp = OH + kh - 1, Wp = OW + kw - 1), g [N, O, OH, OW], dw [O, C, kh, kw], all
+ * contiguous float32; dims (N, C, O, kh, kw, OH, OW). The tiles are cut into one part per
+ * thread (each part reads all of g and xpad once); a tile's sums are the same in any part. */
+static PyObject *conv2d_direct_grad_w(PyObject *self, PyObject *args) {
+    PyObject *xo, *go, *wo;
+    Py_ssize_t N, C, O, kh, kw, OH, OW;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOO(nnnnnnn)|i", &xo, &go, &wo, &N, &C, &O, &kh, &kw, &OH, &OW,
+                          &threads))
+        return NULL;
+#ifndef HAVE_EXP_AVX512
+    PyErr_SetString(PyExc_RuntimeError, "conv2d_direct_grad_w: built without AVX512F");
+    return NULL;
+#else
+    if (!exp_avx512) {
+        PyErr_SetString(PyExc_RuntimeError, "conv2d_direct_grad_w: this processor has no AVX512F");
+        return NULL;
+    }
+    if (N < 0 || C < 1 || O < 1 || kh < 1 || kw < 1 || OH < 1 || OW < 1) {
+        PyErr_SetString(PyExc_ValueError, "conv2d_direct_grad_w: invalid sizes");
+        return NULL;
+    }
+    Py_buffer b[3];
+    if (get_three(xo, go, wo, &b[0], &b[1], &b[2], 0) < 0) return NULL;
+    Py_ssize_t Hp = OH + kh - 1, Wp = OW + kw - 1, K = C * kh * kw;
+    const char *why = NULL;
+    if (real_kind(&b[0]) != 'f' || real_kind(&b[1]) != 'f' || real_kind(&b[2]) != 'f')
+        why = "xpad, g and dw must be contiguous float32";
+    else if (b[0].len != N * C * Hp * Wp * 4 || b[1].len != N * O * OH * OW * 4 ||
+             b[2].len != O * K * 4)
+        why = "xpad, g and dw must hold [N, C, Hp, Wp], [N, O, OH, OW], [O, C, kh, kw]";
+    if (why) {
+        PyErr_SetString(PyExc_ValueError, why);
+        release_three(&b[0], &b[1], &b[2]);
+        return NULL;
+    }
+    convw_ctx ctx = {(const float *)b[0].buf, (const float *)b[1].buf, (float *)b[2].buf, N, C,
+                     O, kh, kw, OH, OW, Hp, Wp, K, (O + CONVW_OB - 1) / CONVW_OB,
+                     (K + CONVW_KB - 1) / CONVW_KB, threads < 1 ? 1 : threads, 0};
+    Py_BEGIN_ALLOW_THREADS
+    parallel_run(convw_part, &ctx, ctx.parts, threads);
+    Py_END_ALLOW_THREADS
+    release_three(&b[0], &b[1], &b[2]);
+    if (ctx.failed) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+#endif
+}
+
 /* --- col2im: a convolution's input gradient from its columns -----------------------------------
  *
  * cols [C, kh, kw, S, OH, OW] (contiguous) added into the zero-padded samples stage [S, C, Hp, Wp]
@@ -2366,6 +2498,10 @@ static PyMethodDef methods[] = {
      "conv2d_direct(x, w, b, y, dims, threads=1): a stride-1 float32 convolution's forward with "
      "a small inner dim, fused multiply-adds in (c, i, j) order then the bias (Conv2d._direct), "
      "without the GIL; AVX512F only."},
+    {"conv2d_direct_grad_w", conv2d_direct_grad_w, METH_VARARGS,
+     "conv2d_direct_grad_w(xpad, g, dw, dims, threads=1): grad_W of conv2d_direct's "
+     "convolutions from the zero-padded input and g, without columns, without the GIL; "
+     "AVX512F only."},
     {"conv2d_direct_avx512", conv2d_direct_avx512, METH_NOARGS,
      "conv2d_direct_avx512(): whether conv2d_direct runs here (built with it, AVX512F)."},
     {"softmax_rows", softmax_rows, METH_VARARGS,

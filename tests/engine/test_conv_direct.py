@@ -139,9 +139,17 @@ def _backward(case="cifar-first", grad_input=True):
 
 
 @pytest.mark.parametrize("case", ["cifar-first", "k288", "odd", "same-even", "wide-rows"])
-def test_grad_input_is_the_correlation_by_the_direct_kernel(direct, case):
-    """grad_x of a stride-1 convolution is g correlated with the flipped weight: a convolution
-    that the direct kernel takes too (small images included); grad_W is unchanged."""
+def test_gradients_by_the_direct_kernels(direct, monkeypatch, case):
+    """grad_x of a stride-1 convolution is g correlated with the flipped weight, a convolution
+    the direct kernel takes too (small images included); grad_W its own direct kernel
+    (conv2d_direct_grad_w). Both the same bits on 1 and 2 threads, close to the columns'."""
+    grad_w_direct = []
+    real = C.Conv2d._grad_weight_direct
+    monkeypatch.setattr(
+        C.Conv2d,
+        "_grad_weight_direct",
+        lambda *a: grad_w_direct.append(real(*a)) or grad_w_direct[-1],
+    )
     direct(False)
     gx_want, gw_want = _backward(case)
     direct(True)
@@ -154,9 +162,31 @@ def test_grad_input_is_the_correlation_by_the_direct_kernel(direct, case):
     finally:
         engine.set_num_threads(before)
     assert direct.calls.count(True) >= 4  # forward and the correlation, on both counts
-    assert got[0][0].tobytes() == got[1][0].tobytes()
-    assert got[0][1].tobytes() == gw_want.tobytes()
-    np.testing.assert_allclose(got[0][0], gx_want, rtol=1e-4, atol=1e-4 * np.abs(gx_want).max())
+    assert grad_w_direct == [False, True, True]
+    for i, want in enumerate((gx_want, gw_want)):
+        assert got[0][i].tobytes() == got[1][i].tobytes()
+        np.testing.assert_allclose(got[0][i], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same'")
+@pytest.mark.parametrize("case", ["cifar-first", "k288", "same-even", "tall-kernel"])
+def test_grad_weight_matches_float64(direct, case):
+    torch = pytest.importorskip("torch")
+    direct(True)
+    _, gw = _backward(case, grad_input=False)
+    _, (x, w, b, pad) = _forward(case)
+    y = F.conv2d(x, w, b, padding=pad)
+
+    def grad_w(xs, ws):
+        wt = torch.tensor(ws.astype(np.float64), requires_grad=True)
+        yt = torch.nn.functional.conv2d(torch.tensor(xs.astype(np.float64)), wt, padding=pad)
+        yt.backward(torch.full(yt.shape, 0.5, dtype=torch.float64))
+        return wt.grad.numpy()
+
+    want = grad_w(x.numpy(), w.numpy())
+    scale = grad_w(np.abs(x.numpy()), w.numpy())  # (g = 0.5 > 0: sum |g x|)
+    positions = x.shape[0] * y.shape[2] * y.shape[3]
+    assert (np.abs(gw - want) <= (positions + 16) * 2.0**-24 * scale + 1e-30).all()
 
 
 def test_grad_input_matches_torch(direct):

@@ -517,6 +517,8 @@ class Conv2d(Function):
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         og, ckk = o // groups, cg * kh * kw
         gw = kernels.empty(self.w_shape, dt, dev)
+        if n and self._grad_weight_direct(x, g4, gw):
+            return gw
         if n == 0:  # no sample: a sum of nothing (torch's zeros)
             if _live(dev):
                 gw._data.fill(0)
@@ -600,6 +602,43 @@ class Conv2d(Function):
         if wide:
             gws.clear()
         return gw
+
+    def _grad_weight_direct(self, x, g4, gw) -> bool:
+        """gw by engine._native's conv2d_direct_grad_w, without columns, where the forward
+        runs direct (_direct's conditions) and g is contiguous: from the input zero-padded
+        into scratch, per (output channel, tap) 16-lane sums over the samples' positions in
+        order, the lanes added last; the same bits on any thread count (not the columns'
+        bits: BLAS sums the positions in its own blocks). 32x3x32x32 -> 32: 2.3 -> 0.4 ms;
+        32x32x16x16 -> 64: 4.4 -> 2.3 ms. False (nothing written) where it does not apply."""
+        n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
+        dev = gw._device
+        if (
+            dev.type != "cpu"
+            or not _direct_runs(gw._dtype)
+            or groups != 1
+            or sh != 1
+            or sw != 1
+            or dh != 1
+            or dw != 1
+            or not _direct_pays(c * kh * kw, ow)
+            or not hasattr(kernels.native, "conv2d_direct_grad_w")
+        ):
+            return False
+        xd, gd = x._data, g4
+        if not all(
+            type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous
+            for a in (xd, gd, gw._data)
+        ):
+            return False
+        stage = kernels.Scratch((n, c, h + pt + pb, w + pl + pr), gw._dtype, dev)
+        stage.data.fill(0)
+        stage.data[:, :, pt : pt + h, pl : pl + w] = xd
+        kernels.native.conv2d_direct_grad_w(
+            stage.data, gd.reshape(n, o, oh, ow), gw._data, (n, c, o, kh, kw, oh, ow),
+            _direct_threads(gd.size),
+        )  # fmt: skip
+        stage.release()
+        return True
 
     def _sample_blocks(self, group: int) -> list[tuple[int, int]]:
         """grad_W's blocks of samples for a few-channel input: up to SAMPLE_BLOCKS contiguous
