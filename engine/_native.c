@@ -2066,22 +2066,42 @@ static PyObject *attention_backward_f32(PyObject *self, PyObject *args) {
  * answers whether it runs here). */
 typedef struct {
     const float *x, *wt, *b;
-    float *y;
-    Py_ssize_t C, H, W, O, kh, kw, pt, pl, OH, OW, Hp, Wp, K, stage_len;
-    int failed;
+    float *y, *stages;
+    Py_ssize_t N, C, H, W, O, kh, kw, pt, pl, OH, OW, sh, sw, Hp, Wpad, Wq, K, stage_len, parts;
 } convd_ctx;
 
 #define CONVD_OB 8 /* output channels a step */
 #define CONVD_V 3  /* vectors of 16 outputs a step (along a row, then on the next rows) */
 #ifdef HAVE_EXP_AVX512
+/* Sample n into the stage [C, Hp, sw, Wq]: padded position (row, q*sw + r) at [row, r, q] (the
+ * columns one kernel column reads at a stride of sw lie side by side); rows and columns past
+ * what the outputs read are left out. The rest of the stage stays zero. */
+static void convd_load(const convd_ctx *a, float *xp, Py_ssize_t n) {
+    Py_ssize_t sw = a->sw, Wq = a->Wq, line = sw * Wq;
+    for (Py_ssize_t c = 0; c < a->C; c++)
+        for (Py_ssize_t r = 0; r < a->H; r++) {
+            Py_ssize_t pr = r + a->pt;
+            if (pr >= a->Hp) break;
+            const float *src = a->x + ((n * a->C + c) * a->H + r) * a->W;
+            float *dst = xp + (c * a->Hp + pr) * line;
+            Py_ssize_t width = a->W < a->Wpad - a->pl ? a->W : a->Wpad - a->pl;
+            if (sw == 1) {
+                memcpy(dst + a->pl, src, (size_t)width * 4);
+                continue;
+            }
+            for (Py_ssize_t f = 0; f < width; f++) {
+                Py_ssize_t pc = f + a->pl;
+                dst[(pc % sw) * Wq + pc / sw] = src[f];
+            }
+        }
+}
+
 __attribute__((target("avx512f")))
 static void convd_sample(const convd_ctx *a, float *xp, Py_ssize_t n) {
-    Py_ssize_t C = a->C, H = a->H, W = a->W, O = a->O, kh = a->kh, kw = a->kw;
-    Py_ssize_t OH = a->OH, OW = a->OW, Hp = a->Hp, Wp = a->Wp, K = a->K;
-    for (Py_ssize_t c = 0; c < C; c++)
-        for (Py_ssize_t r = 0; r < H; r++)
-            memcpy(xp + (c * Hp + r + a->pt) * Wp + a->pl, a->x + ((n * C + c) * H + r) * W,
-                   (size_t)W * 4);
+    Py_ssize_t C = a->C, O = a->O, kh = a->kh, kw = a->kw;
+    Py_ssize_t OH = a->OH, OW = a->OW, Hp = a->Hp, K = a->K, sh = a->sh, sw = a->sw;
+    Py_ssize_t Wq = a->Wq, line = sw * Wq; /* a padded row: sw runs of Wq (column q*sw + r) */
+    convd_load(a, xp, n);
     Py_ssize_t per_row = (OW + 15) / 16, total = OH * per_row;
     for (Py_ssize_t o0 = 0; o0 < O; o0 += CONVD_OB) {
         const float *wb = a->wt + (o0 / CONVD_OB) * K * CONVD_OB;
@@ -2092,7 +2112,7 @@ static void convd_sample(const convd_ctx *a, float *xp, Py_ssize_t n) {
             for (int v = 0; v < CONVD_V; v++) {
                 Py_ssize_t s = s0 + v < total ? s0 + v : s0; /* (a spare slot: not stored) */
                 Py_ssize_t yy = s / per_row, x0 = (s % per_row) * 16, rem = OW - x0;
-                base[v] = xp + yy * Wp + x0;
+                base[v] = xp + yy * sh * line + x0;
                 out_at[v] = yy * OW + x0;
                 keep[v] = s0 + v >= total ? (__mmask16)0
                           : rem >= 16    ? (__mmask16)0xFFFF
@@ -2104,10 +2124,11 @@ static void convd_sample(const convd_ctx *a, float *xp, Py_ssize_t n) {
             Py_ssize_t k = 0;
             for (Py_ssize_t c = 0; c < C; c++)
                 for (Py_ssize_t i = 0; i < kh; i++) {
-                    Py_ssize_t row = (c * Hp + i) * Wp;
+                    Py_ssize_t row = (c * Hp + i) * line;
                     for (Py_ssize_t j = 0; j < kw; j++, k++) {
                         __m512 xv[CONVD_V];
-                        for (int v = 0; v < CONVD_V; v++) xv[v] = _mm512_loadu_ps(base[v] + row + j);
+                        Py_ssize_t at = row + (j % sw) * Wq + j / sw;
+                        for (int v = 0; v < CONVD_V; v++) xv[v] = _mm512_loadu_ps(base[v] + at);
                         const float *wk = wb + k * CONVD_OB;
                         for (int q = 0; q < CONVD_OB; q++) {
                             __m512 wv = _mm512_set1_ps(wk[q]);
@@ -2128,18 +2149,16 @@ static void convd_sample(const convd_ctx *a, float *xp, Py_ssize_t n) {
     }
 }
 
-/* A chunk of samples on a stage of its own (a few KiB: C x Hp x Wp floats), zero-padded once;
- * each sample overwrites the same inner positions. */
+/* Part p: its share of the samples on its own stage (C x Hp x sw x Wq floats of the caller's
+ * workspace), zeroed once; each sample overwrites the same inner positions. */
 static void convd_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
     convd_ctx *a = (convd_ctx *)c;
-    float *xp = malloc(sizeof(float) * (size_t)a->stage_len);
-    if (xp == NULL) {
-        a->failed = 1;
-        return;
+    for (Py_ssize_t p = lo; p < hi; p++) {
+        float *xp = a->stages + p * a->stage_len;
+        memset(xp, 0, sizeof(float) * (size_t)a->stage_len);
+        for (Py_ssize_t n = a->N * p / a->parts; n < a->N * (p + 1) / a->parts; n++)
+            convd_sample(a, xp, n);
     }
-    memset(xp, 0, sizeof(float) * (size_t)a->stage_len);
-    for (Py_ssize_t n = lo; n < hi; n++) convd_sample(a, xp, n);
-    free(xp);
 }
 #endif
 
@@ -2150,15 +2169,37 @@ static PyObject *conv2d_direct_avx512(PyObject *self, PyObject *args) {
     Py_RETURN_FALSE;
 }
 
-/* conv2d_direct(x, w, b, y, dims, threads=1): x [N, C, H, W], w [O, C, kh, kw], b [O] or None,
- * y [N, O, OH, OW], all contiguous float32; dims (N, C, H, W, O, kh, kw, pt, pl, OH, OW) with
- * OH = H + pt + pb - kh + 1 and OW alike. */
+/* The workspace of conv2d_direct, in floats: the weights in blocks of 8 output channels
+ * ([O/8 rounded up][K][8]), then a stage per part ([C][Hp][sw][Wq]: the padded rows and
+ * columns the outputs read, split by the stride, runs 16 longer for the loads past them). */
+static void convd_sizes(Py_ssize_t C, Py_ssize_t O, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t OH,
+                        Py_ssize_t OW, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t *weights,
+                        Py_ssize_t *stage) {
+    Py_ssize_t Hp = (OH - 1) * sh + kh, Wpad = (OW - 1) * sw + kw;
+    *weights = (O + CONVD_OB - 1) / CONVD_OB * CONVD_OB * C * kh * kw;
+    *stage = C * Hp * sw * ((Wpad + sw - 1) / sw + 16);
+}
+
+/* conv2d_direct_work(dims, parts): the floats conv2d_direct's workspace takes. */
+static PyObject *conv2d_direct_work(PyObject *self, PyObject *args) {
+    Py_ssize_t N, C, H, W, O, kh, kw, pt, pl, OH, OW, sh, sw, parts, weights, stage;
+    if (!PyArg_ParseTuple(args, "(nnnnnnnnnnnnn)n", &N, &C, &H, &W, &O, &kh, &kw, &pt, &pl, &OH,
+                          &OW, &sh, &sw, &parts))
+        return NULL;
+    convd_sizes(C, O, kh, kw, OH, OW, sh, sw, &weights, &stage);
+    return PyLong_FromSsize_t(weights + parts * stage);
+}
+
+/* conv2d_direct(x, w, b, y, dims, work, parts): x [N, C, H, W], w [O, C, kh, kw], b [O] or
+ * None, y [N, O, OH, OW], all contiguous float32; dims (N, C, H, W, O, kh, kw, pt, pl, OH, OW,
+ * sh, sw) with OH = (H + pt + pb - kh) / sh + 1 and OW alike; work: float32, the workspace for
+ * `parts` parts (conv2d_direct_work), each part one thread's share of the samples. */
 static PyObject *conv2d_direct(PyObject *self, PyObject *args) {
-    PyObject *xo, *wo, *bo, *yo;
-    Py_ssize_t N, C, H, W, O, kh, kw, pt, pl, OH, OW;
-    int threads = 1;
-    if (!PyArg_ParseTuple(args, "OOOO(nnnnnnnnnnn)|i", &xo, &wo, &bo, &yo, &N, &C, &H, &W, &O,
-                          &kh, &kw, &pt, &pl, &OH, &OW, &threads))
+    PyObject *xo, *wo, *bo, *yo, *ko;
+    Py_ssize_t N, C, H, W, O, kh, kw, pt, pl, OH, OW, sh, sw;
+    int parts = 1;
+    if (!PyArg_ParseTuple(args, "OOOO(nnnnnnnnnnnnn)O|i", &xo, &wo, &bo, &yo, &N, &C, &H, &W,
+                          &O, &kh, &kw, &pt, &pl, &OH, &OW, &sh, &sw, &ko, &parts))
         return NULL;
 #ifndef HAVE_EXP_AVX512
     PyErr_SetString(PyExc_RuntimeError, "conv2d_direct: built without AVX512F");
@@ -2169,53 +2210,50 @@ static PyObject *conv2d_direct(PyObject *self, PyObject *args) {
         return NULL;
     }
     if (N < 0 || C < 1 || H < 1 || W < 1 || O < 1 || kh < 1 || kw < 1 || pt < 0 || pl < 0 ||
-        OH < 1 || OW < 1 || pt + H > OH + kh - 1 || pl + W > OW + kw - 1) {
+        OH < 1 || OW < 1 || sh < 1 || sw < 1 || (OH - 1) * sh + kh > H + pt + kh ||
+        (OW - 1) * sw + kw > W + pl + kw || parts < 1) {
         PyErr_SetString(PyExc_ValueError, "conv2d_direct: invalid sizes");
         return NULL;
     }
-    Py_buffer b[4];
+    Py_buffer b[5];
     int has_bias = bo != Py_None;
-    if (get_buffer(xo, &b[0], 0) < 0) return NULL;
-    if (get_buffer(wo, &b[1], 0) < 0) { PyBuffer_Release(&b[0]); return NULL; }
-    if (get_buffer(yo, &b[2], 1) < 0) { PyBuffer_Release(&b[0]); PyBuffer_Release(&b[1]); return NULL; }
-    if (has_bias && get_buffer(bo, &b[3], 0) < 0) {
-        PyBuffer_Release(&b[0]); PyBuffer_Release(&b[1]); PyBuffer_Release(&b[2]);
-        return NULL;
-    }
+    PyObject *objs = has_bias ? PyTuple_Pack(5, xo, wo, yo, ko, bo) : PyTuple_Pack(4, xo, wo, yo, ko);
+    if (objs == NULL) return NULL;
+    static const int writable[5] = {0, 0, 1, 1, 0};
+    int got = get_many(objs, b, 4 + has_bias, writable);
+    Py_DECREF(objs);
+    if (got < 0) return NULL;
     const char *why = NULL;
-    Py_ssize_t K = C * kh * kw, Op = (O + CONVD_OB - 1) / CONVD_OB * CONVD_OB;
-    if (real_kind(&b[0]) != 'f' || real_kind(&b[1]) != 'f' || real_kind(&b[2]) != 'f' ||
-        (has_bias && real_kind(&b[3]) != 'f'))
-        why = "x, w, b and y must be contiguous float32";
-    else if (b[0].len != N * C * H * W * 4 || b[1].len != O * K * 4 ||
-             b[2].len != N * O * OH * OW * 4 || (has_bias && b[3].len != O * 4))
+    Py_ssize_t K = C * kh * kw, weights, stage_len;
+    convd_sizes(C, O, kh, kw, OH, OW, sh, sw, &weights, &stage_len);
+    for (int i = 0; i < 4 + has_bias; i++)
+        if (real_kind(&b[i]) != 'f') why = "x, w, y, work and b must be contiguous float32";
+    if (!why && (b[0].len != N * C * H * W * 4 || b[1].len != O * K * 4 ||
+                 b[2].len != N * O * OH * OW * 4 || (has_bias && b[4].len != O * 4)))
         why = "x, w, b and y must hold [N, C, H, W], [O, C, kh, kw], [O], [N, O, OH, OW]";
-    float *wt = NULL;
+    if (!why && b[3].len != (weights + parts * stage_len) * 4)
+        why = "work must hold conv2d_direct_work(dims, parts) floats";
     if (!why) {
-        wt = calloc((size_t)(Op * K), sizeof(float)); /* [o block][k][8] */
-        if (wt == NULL) why = "out of memory";
-    }
-    if (why) {
-        PyErr_SetString(PyExc_ValueError, why);
-    } else {
+        float *wt = (float *)b[3].buf;
         const float *w = (const float *)b[1].buf;
+        memset(wt, 0, sizeof(float) * (size_t)weights);
         for (Py_ssize_t o = 0; o < O; o++)
             for (Py_ssize_t k = 0; k < K; k++)
                 wt[((o / CONVD_OB) * K + k) * CONVD_OB + o % CONVD_OB] = w[o * K + k];
-        Py_ssize_t Hp = OH + kh - 1, Wp = OW + kw - 1 + 16;
-        convd_ctx ctx = {(const float *)b[0].buf, wt, has_bias ? (const float *)b[3].buf : NULL,
-                         (float *)b[2].buf, C, H, W, O, kh, kw, pt, pl, OH, OW, Hp, Wp, K,
-                         C * Hp * Wp, 0};
+        Py_ssize_t Hp = (OH - 1) * sh + kh, Wpad = (OW - 1) * sw + kw;
+        Py_ssize_t Wq = (Wpad + sw - 1) / sw + 16;
+        convd_ctx ctx = {(const float *)b[0].buf, wt, has_bias ? (const float *)b[4].buf : NULL,
+                         (float *)b[2].buf, wt + weights, N, C, H, W, O, kh, kw, pt, pl, OH,
+                         OW, sh, sw, Hp, Wpad, Wq, K, stage_len, parts};
         Py_BEGIN_ALLOW_THREADS
-        parallel_run(convd_part, &ctx, N, threads);
+        parallel_run(convd_part, &ctx, parts, parts);
         Py_END_ALLOW_THREADS
-        if (ctx.failed) why = "out of memory";
-        free(wt);
-        if (why) PyErr_NoMemory();
     }
-    PyBuffer_Release(&b[0]); PyBuffer_Release(&b[1]); PyBuffer_Release(&b[2]);
-    if (has_bias) PyBuffer_Release(&b[3]);
-    if (why) return NULL;
+    release_many(b, 4 + has_bias);
+    if (why) {
+        PyErr_SetString(PyExc_ValueError, why);
+        return NULL;
+    }
     Py_RETURN_NONE;
 #endif
 }
@@ -2227,14 +2265,14 @@ static PyObject *conv2d_direct(PyObject *self, PyObject *args) {
  * positions, row by row, 16 at a time (the row's tail masked to zero in both operands), its
  * sums kept in memory between samples; at the end each (o, tap)'s 16 lanes are added in one
  * fixed order. Each tile belongs to one part, so the sums do not depend on the thread count.
- * xpad: the input zero-padded, [N, C, Hp, Wp] (Hp = OH + kh - 1, Wp = OW + kw - 1). */
+ * xpad: the input zero-padded as conv2d_direct's stage, [N, C, Hp, sw, Wq]: padded position
+ * (row, q*sw + r) at [row, r, q] (Hp = (OH - 1) sh + kh rows). */
 #define CONVW_OB 4
 #define CONVW_KB 6
 typedef struct {
     const float *xpad, *g;
-    float *dw;
-    Py_ssize_t N, C, O, kh, kw, OH, OW, Hp, Wp, K, oblocks, kblocks, parts;
-    int failed;
+    float *dw, *sums;
+    Py_ssize_t N, C, O, kh, kw, OH, OW, sh, sw, Hp, Wq, K, oblocks, kblocks, parts;
 } convw_ctx;
 
 #ifdef HAVE_EXP_AVX512
@@ -2245,15 +2283,13 @@ static void convw_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
     for (Py_ssize_t part = lo; part < hi; part++) {
         Py_ssize_t t0 = tiles * part / a->parts, t1 = tiles * (part + 1) / a->parts;
         if (t1 <= t0) continue;
-        float *sums = calloc((size_t)((t1 - t0) * CONVW_OB * CONVW_KB * 16), sizeof(float));
-        if (sums == NULL) {
-            a->failed = 1;
-            return;
-        }
+        float *sums = a->sums + t0 * CONVW_OB * CONVW_KB * 16;
+        memset(sums, 0, sizeof(float) * (size_t)((t1 - t0) * CONVW_OB * CONVW_KB * 16));
         static const float zeros[16] = {0};
-        Py_ssize_t OH = a->OH, OW = a->OW, Hp = a->Hp, Wp = a->Wp, O = a->O, K = a->K;
+        Py_ssize_t OH = a->OH, OW = a->OW, Hp = a->Hp, O = a->O, K = a->K;
+        Py_ssize_t sw = a->sw, Wq = a->Wq, line = sw * Wq;
         for (Py_ssize_t n = 0; n < a->N; n++) {
-            const float *xs = a->xpad + n * a->C * Hp * Wp;
+            const float *xs = a->xpad + n * a->C * Hp * line;
             for (Py_ssize_t t = t0; t < t1; t++) {
                 Py_ssize_t o0 = (t / a->kblocks) * CONVW_OB, k0 = (t % a->kblocks) * CONVW_KB;
                 const float *gq[CONVW_OB];
@@ -2263,7 +2299,8 @@ static void convw_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
                 for (int u = 0; u < CONVW_KB; u++) {
                     Py_ssize_t k = k0 + u < K ? k0 + u : k0; /* (a spare tap: not stored) */
                     Py_ssize_t cc = k / (a->kh * a->kw), r = k % (a->kh * a->kw);
-                    off[u] = (cc * Hp + r / a->kw) * Wp + r % a->kw;
+                    Py_ssize_t j = r % a->kw;
+                    off[u] = ((cc * Hp + r / a->kw) * sw + j % sw) * Wq + j / sw;
                 }
                 float *mine = sums + (t - t0) * CONVW_OB * CONVW_KB * 16;
                 __m512 acc[CONVW_OB][CONVW_KB];
@@ -2277,7 +2314,7 @@ static void convw_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
                         __m512 gv[CONVW_OB];
                         for (int q = 0; q < CONVW_OB; q++)
                             gv[q] = _mm512_maskz_loadu_ps(m, gq[q] ? gq[q] + y * OW + x0 : zeros);
-                        const float *xr = xs + y * Wp + x0;
+                        const float *xr = xs + y * a->sh * line + x0;
                         for (int u = 0; u < CONVW_KB; u++) {
                             __m512 xv = _mm512_maskz_loadu_ps(m, xr + off[u]);
                             for (int q = 0; q < CONVW_OB; q++)
@@ -2298,21 +2335,29 @@ static void convw_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
                     a->dw[(o0 + q) * K + k0 + u] =
                         _mm512_reduce_add_ps(_mm512_loadu_ps(mine + (q * CONVW_KB + u) * 16));
         }
-        free(sums);
     }
 }
 #endif
 
-/* conv2d_direct_grad_w(xpad, g, dw, dims, threads=1): xpad [N, C, Hp, Wp] (the input
- * zero-padded: Hp = OH + kh - 1, Wp = OW + kw - 1), g [N, O, OH, OW], dw [O, C, kh, kw], all
- * contiguous float32; dims (N, C, O, kh, kw, OH, OW). The tiles are cut into one part per
- * thread (each part reads all of g and xpad once); a tile's sums are the same in any part. */
+/* conv2d_direct_grad_w_work(C, O, kh, kw): the floats of its workspace (the tiles' sums). */
+static PyObject *conv2d_direct_grad_w_work(PyObject *self, PyObject *args) {
+    Py_ssize_t C, O, kh, kw;
+    if (!PyArg_ParseTuple(args, "nnnn", &C, &O, &kh, &kw)) return NULL;
+    Py_ssize_t tiles = (O + CONVW_OB - 1) / CONVW_OB * ((C * kh * kw + CONVW_KB - 1) / CONVW_KB);
+    return PyLong_FromSsize_t(tiles * CONVW_OB * CONVW_KB * 16);
+}
+
+/* conv2d_direct_grad_w(xpad, g, dw, dims, sums, threads=1): xpad [N, C, Hp, sw, Wq] (above), g
+ * [N, O, OH, OW], dw [O, C, kh, kw], sums (conv2d_direct_grad_w_work), all contiguous float32;
+ * dims (N, C, O, kh, kw, OH, OW, sh, sw, Wq), Wq >= ((OW - 1) sw + kw) / sw rounded up. The
+ * tiles are cut into one part per thread (each part reads all of g and xpad once); a tile's
+ * sums are the same in any part. */
 static PyObject *conv2d_direct_grad_w(PyObject *self, PyObject *args) {
-    PyObject *xo, *go, *wo;
-    Py_ssize_t N, C, O, kh, kw, OH, OW;
+    PyObject *xo, *go, *wo, *so;
+    Py_ssize_t N, C, O, kh, kw, OH, OW, sh, sw, Wq;
     int threads = 1;
-    if (!PyArg_ParseTuple(args, "OOO(nnnnnnn)|i", &xo, &go, &wo, &N, &C, &O, &kh, &kw, &OH, &OW,
-                          &threads))
+    if (!PyArg_ParseTuple(args, "OOO(nnnnnnnnnn)O|i", &xo, &go, &wo, &N, &C, &O, &kh, &kw, &OH,
+                          &OW, &sh, &sw, &Wq, &so, &threads))
         return NULL;
 #ifndef HAVE_EXP_AVX512
     PyErr_SetString(PyExc_RuntimeError, "conv2d_direct_grad_w: built without AVX512F");
@@ -2322,32 +2367,41 @@ static PyObject *conv2d_direct_grad_w(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "conv2d_direct_grad_w: this processor has no AVX512F");
         return NULL;
     }
-    if (N < 0 || C < 1 || O < 1 || kh < 1 || kw < 1 || OH < 1 || OW < 1) {
+    if (N < 0 || C < 1 || O < 1 || kh < 1 || kw < 1 || OH < 1 || OW < 1 || sh < 1 || sw < 1 ||
+        Wq * sw < (OW - 1) * sw + kw) {
         PyErr_SetString(PyExc_ValueError, "conv2d_direct_grad_w: invalid sizes");
         return NULL;
     }
-    Py_buffer b[3];
-    if (get_three(xo, go, wo, &b[0], &b[1], &b[2], 0) < 0) return NULL;
-    Py_ssize_t Hp = OH + kh - 1, Wp = OW + kw - 1, K = C * kh * kw;
+    Py_buffer b[4];
+    PyObject *objs = PyTuple_Pack(4, xo, go, wo, so);
+    if (objs == NULL) return NULL;
+    static const int writable[4] = {0, 0, 1, 1};
+    int got = get_many(objs, b, 4, writable);
+    Py_DECREF(objs);
+    if (got < 0) return NULL;
+    Py_ssize_t Hp = (OH - 1) * sh + kh, K = C * kh * kw;
+    Py_ssize_t oblocks = (O + CONVW_OB - 1) / CONVW_OB, kblocks = (K + CONVW_KB - 1) / CONVW_KB;
     const char *why = NULL;
-    if (real_kind(&b[0]) != 'f' || real_kind(&b[1]) != 'f' || real_kind(&b[2]) != 'f')
-        why = "xpad, g and dw must be contiguous float32";
-    else if (b[0].len != N * C * Hp * Wp * 4 || b[1].len != N * O * OH * OW * 4 ||
+    if (real_kind(&b[0]) != 'f' || real_kind(&b[1]) != 'f' || real_kind(&b[2]) != 'f' ||
+        real_kind(&b[3]) != 'f')
+        why = "xpad, g, dw and sums must be contiguous float32";
+    else if (b[3].len != oblocks * kblocks * CONVW_OB * CONVW_KB * 16 * 4)
+        why = "sums must hold conv2d_direct_grad_w_work(C, O, kh, kw) floats";
+    else if (b[0].len != N * C * Hp * sw * Wq * 4 || b[1].len != N * O * OH * OW * 4 ||
              b[2].len != O * K * 4)
-        why = "xpad, g and dw must hold [N, C, Hp, Wp], [N, O, OH, OW], [O, C, kh, kw]";
+        why = "xpad, g and dw must hold [N, C, Hp, sw, Wq], [N, O, OH, OW], [O, C, kh, kw]";
     if (why) {
         PyErr_SetString(PyExc_ValueError, why);
-        release_three(&b[0], &b[1], &b[2]);
+        release_many(b, 4);
         return NULL;
     }
-    convw_ctx ctx = {(const float *)b[0].buf, (const float *)b[1].buf, (float *)b[2].buf, N, C,
-                     O, kh, kw, OH, OW, Hp, Wp, K, (O + CONVW_OB - 1) / CONVW_OB,
-                     (K + CONVW_KB - 1) / CONVW_KB, threads < 1 ? 1 : threads, 0};
+    convw_ctx ctx = {(const float *)b[0].buf, (const float *)b[1].buf, (float *)b[2].buf,
+                     (float *)b[3].buf, N, C, O, kh, kw, OH, OW, sh, sw, Hp, Wq, K, oblocks,
+                     kblocks, threads < 1 ? 1 : threads};
     Py_BEGIN_ALLOW_THREADS
     parallel_run(convw_part, &ctx, ctx.parts, threads);
     Py_END_ALLOW_THREADS
-    release_three(&b[0], &b[1], &b[2]);
-    if (ctx.failed) return PyErr_NoMemory();
+    release_many(b, 4);
     Py_RETURN_NONE;
 #endif
 }
@@ -2495,13 +2549,17 @@ static PyMethodDef methods[] = {
      "the fused attention's float32 backward per slice (FusedAttention._native_backward), "
      "numpy's BLAS calls and the softmax passes in cache, without the GIL."},
     {"conv2d_direct", conv2d_direct, METH_VARARGS,
-     "conv2d_direct(x, w, b, y, dims, threads=1): a stride-1 float32 convolution's forward with "
-     "a small inner dim, fused multiply-adds in (c, i, j) order then the bias (Conv2d._direct), "
-     "without the GIL; AVX512F only."},
+     "conv2d_direct(x, w, b, y, dims, work, parts=1): a float32 convolution's forward without "
+     "columns, fused multiply-adds in (c, i, j) order then the bias (Conv2d._direct), on the "
+     "caller's workspace, without the GIL; AVX512F only."},
+    {"conv2d_direct_work", conv2d_direct_work, METH_VARARGS,
+     "conv2d_direct_work(dims, parts): the float32 values conv2d_direct's workspace holds."},
     {"conv2d_direct_grad_w", conv2d_direct_grad_w, METH_VARARGS,
      "conv2d_direct_grad_w(xpad, g, dw, dims, threads=1): grad_W of conv2d_direct's "
      "convolutions from the zero-padded input and g, without columns, without the GIL; "
      "AVX512F only."},
+    {"conv2d_direct_grad_w_work", conv2d_direct_grad_w_work, METH_VARARGS,
+     "conv2d_direct_grad_w_work(C, O, kh, kw): the float32 values of its workspace."},
     {"conv2d_direct_avx512", conv2d_direct_avx512, METH_NOARGS,
      "conv2d_direct_avx512(): whether conv2d_direct runs here (built with it, AVX512F)."},
     {"softmax_rows", softmax_rows, METH_VARARGS,

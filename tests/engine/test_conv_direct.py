@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(
     reason="engine._native not built, or no AVX512F here",
 )
 
-# (x shape, out channels, kernel, padding, bias)
+# (x shape, out channels, kernel, padding, bias[, stride])
 CASES = {
     "cifar-first": ((32, 3, 32, 32), 32, 3, 1, True),
     "mnist-5x5": ((8, 1, 28, 28), 16, 5, 2, True),
@@ -29,6 +29,9 @@ CASES = {
     "empty-batch": ((0, 3, 8, 8), 4, 3, 1, True),
     "k288": ((4, 32, 16, 16), 20, 3, 1, True),
     "k576-14-wide": ((2, 64, 14, 14), 16, 3, 1, False),
+    "stem-stride-4": ((2, 3, 67, 67), 16, 11, 2, True, 4),
+    "stride-2": ((3, 5, 20, 37), 12, 3, 1, True, 2),
+    "stride-2x3": ((2, 4, 19, 40), 8, (3, 5), (1, 2), True, (2, 3)),
 }
 
 
@@ -47,19 +50,21 @@ def direct(monkeypatch):
     def use(on: bool):
         monkeypatch.setattr(C, "DIRECT_SMALL_K", 64 if on else 0)
         monkeypatch.setattr(C, "DIRECT_MAX_K", 1152 if on else 0)
+        monkeypatch.setattr(C, "DIRECT_GRAD_W_POSITIONS", 1 << 30 if on else 0)
 
     use.calls = calls
     return use
 
 
 def _forward(case, seed=0):
-    shape, o, k, pad, bias = CASES[case]
+    shape, o, k, pad, bias, *stride = CASES[case]
+    stride = stride[0] if stride else 1
     rng = np.random.default_rng(seed)
     x = engine.tensor(rng.standard_normal(shape).astype(np.float32))
     kh, kw = (k, k) if isinstance(k, int) else k
     w = engine.tensor(rng.standard_normal((o, shape[1], kh, kw)).astype(np.float32))
     b = engine.tensor(rng.standard_normal(o).astype(np.float32)) if bias else None
-    return F.conv2d(x, w, b, padding=pad).numpy(), (x, w, b, pad)
+    return F.conv2d(x, w, b, padding=pad, stride=stride).numpy(), (x, w, b, pad, stride)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -79,8 +84,8 @@ def test_thread_counts_give_the_same_bits_close_to_the_im2col_path(direct, case)
     assert got[0].shape == want.shape
     assert got[0].tobytes() == got[1].tobytes()
     # both within float32's rounding of the sums: (K + 2) u sum |w x| apart at most
-    _, (x, w, b, pad) = _forward(case)
-    magnitude = F.conv2d(x.abs().double(), w.abs().double(), padding=pad).numpy()
+    _, (x, w, b, pad, stride) = _forward(case)
+    magnitude = F.conv2d(x.abs().double(), w.abs().double(), padding=pad, stride=stride).numpy()
     if b is not None:
         magnitude = magnitude + np.abs(b.numpy().astype(np.float64))[None, :, None, None]
     k = w.shape[1] * w.shape[2] * w.shape[3]
@@ -92,9 +97,9 @@ def test_within_the_in_order_sums_rounding_bound(direct, case):
     """|y - exact| <= (K + 1) u sum |w x| + |b| u, the bound of K fused multiply-adds in turn
     and one add (u = 2^-24), against the float64 convolution."""
     direct(True)
-    y, (x, w, b, pad) = _forward(case)
-    exact = F.conv2d(x.double(), w.double(), padding=pad).numpy()
-    magnitude = F.conv2d(x.abs().double(), w.abs().double(), padding=pad).numpy()
+    y, (x, w, b, pad, stride) = _forward(case)
+    exact = F.conv2d(x.double(), w.double(), padding=pad, stride=stride).numpy()
+    magnitude = F.conv2d(x.abs().double(), w.abs().double(), padding=pad, stride=stride).numpy()
     k = w.shape[1] * w.shape[2] * w.shape[3]
     u = 2.0**-24
     bias = b.numpy().astype(np.float64)[None, :, None, None]
@@ -105,9 +110,13 @@ def test_within_the_in_order_sums_rounding_bound(direct, case):
 def test_values_match_torch(direct):
     torch = pytest.importorskip("torch")
     direct(True)
-    y, (x, w, b, pad) = _forward("cifar-first")
+    y, (x, w, b, pad, stride) = _forward("cifar-first")
     yt = torch.nn.functional.conv2d(
-        torch.tensor(x.numpy()), torch.tensor(w.numpy()), torch.tensor(b.numpy()), padding=pad
+        torch.tensor(x.numpy()),
+        torch.tensor(w.numpy()),
+        torch.tensor(b.numpy()),
+        padding=pad,
+        stride=stride,
     )
     np.testing.assert_allclose(y, yt.numpy(), rtol=1e-5, atol=1e-5)
 
@@ -117,7 +126,6 @@ def test_left_to_the_im2col_path(direct):
     rng = np.random.default_rng(1)
     x = engine.tensor(rng.standard_normal((2, 4, 12, 12)).astype(np.float32))
     w = engine.tensor(rng.standard_normal((6, 4, 3, 3)).astype(np.float32))
-    F.conv2d(x, w, stride=2)
     F.conv2d(x, w, dilation=2)
     F.conv2d(x, engine.tensor(rng.standard_normal((6, 2, 3, 3)).astype(np.float32)), groups=2)
     F.conv2d(
@@ -126,19 +134,21 @@ def test_left_to_the_im2col_path(direct):
     F.conv2d(x.double(), w.double())
     F.conv2d(x.transpose(2, 3), w)  # not contiguous
     F.conv2d(engine.empty((2, 4, 12, 12), device="meta"), engine.empty((6, 4, 3, 3), device="meta"))
-    assert len(direct.calls) >= 6 and True not in direct.calls  # (float64 never asks)
+    assert len(direct.calls) >= 5 and True not in direct.calls  # (float64 never asks)
 
 
 def _backward(case="cifar-first", grad_input=True):
-    _, (x, w, b, pad) = _forward(case)
+    _, (x, w, b, pad, stride) = _forward(case)
     x.requires_grad_(grad_input)
     w.requires_grad_(True)
-    y = F.conv2d(x, w, b, padding=pad)
+    y = F.conv2d(x, w, b, padding=pad, stride=stride)
     (y * 0.5).sum().backward()  # (g does not depend on y's values)
     return (x.grad.numpy() if grad_input else None), w.grad.numpy()
 
 
-@pytest.mark.parametrize("case", ["cifar-first", "k288", "odd", "same-even", "wide-rows"])
+@pytest.mark.parametrize(
+    "case", ["cifar-first", "k288", "odd", "same-even", "wide-rows", "stride-2", "stride-2x3"]
+)
 def test_gradients_by_the_direct_kernels(direct, monkeypatch, case):
     """grad_x of a stride-1 convolution is g correlated with the flipped weight, a convolution
     the direct kernel takes too (small images included); grad_W its own direct kernel
@@ -161,7 +171,9 @@ def test_gradients_by_the_direct_kernels(direct, monkeypatch, case):
             got.append(_backward(case))
     finally:
         engine.set_num_threads(before)
-    assert direct.calls.count(True) >= 4  # forward and the correlation, on both counts
+    # two forwards (_backward's _forward, then its own) on both thread counts, and the
+    # correlation where it pays (stride 1)
+    assert direct.calls.count(True) >= 4
     assert grad_w_direct == [False, True, True]
     for i, want in enumerate((gx_want, gw_want)):
         assert got[0][i].tobytes() == got[1][i].tobytes()
@@ -169,17 +181,21 @@ def test_gradients_by_the_direct_kernels(direct, monkeypatch, case):
 
 
 @pytest.mark.filterwarnings("ignore:Using padding='same'")
-@pytest.mark.parametrize("case", ["cifar-first", "k288", "same-even", "tall-kernel"])
+@pytest.mark.parametrize(
+    "case", ["cifar-first", "k288", "same-even", "tall-kernel", "stem-stride-4", "stride-2x3"]
+)
 def test_grad_weight_matches_float64(direct, case):
     torch = pytest.importorskip("torch")
     direct(True)
     _, gw = _backward(case, grad_input=False)
-    _, (x, w, b, pad) = _forward(case)
-    y = F.conv2d(x, w, b, padding=pad)
+    _, (x, w, b, pad, stride) = _forward(case)
+    y = F.conv2d(x, w, b, padding=pad, stride=stride)
 
     def grad_w(xs, ws):
         wt = torch.tensor(ws.astype(np.float64), requires_grad=True)
-        yt = torch.nn.functional.conv2d(torch.tensor(xs.astype(np.float64)), wt, padding=pad)
+        yt = torch.nn.functional.conv2d(
+            torch.tensor(xs.astype(np.float64)), wt, padding=pad, stride=stride
+        )
         yt.backward(torch.full(yt.shape, 0.5, dtype=torch.float64))
         return wt.grad.numpy()
 
@@ -192,24 +208,40 @@ def test_grad_weight_matches_float64(direct, case):
 def test_grad_input_matches_torch(direct):
     torch = pytest.importorskip("torch")
     direct(True)
-    _, (x, w, b, pad) = _forward("k288")
+    _, (x, w, b, pad, stride) = _forward("k288")
     xe = x.detach().requires_grad_(True)
-    F.conv2d(xe, w, b, padding=pad).sum().backward()
+    F.conv2d(xe, w, b, padding=pad, stride=stride).sum().backward()
     xt = torch.tensor(x.numpy(), requires_grad=True)
     torch.nn.functional.conv2d(
-        xt, torch.tensor(w.numpy()), torch.tensor(b.numpy()), padding=pad
+        xt, torch.tensor(w.numpy()), torch.tensor(b.numpy()), padding=pad, stride=stride
     ).sum().backward()
     np.testing.assert_allclose(xe.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_the_entry_checks_its_arguments():
     x = np.zeros((1, 1, 4, 4), np.float32)
-    w = np.zeros((2, 1, 3, 3), np.float32)
+    w = np.ones((2, 1, 3, 3), np.float32)
     y = np.zeros((1, 2, 2, 2), np.float32)
-    native.conv2d_direct(x, w, None, y, (1, 1, 4, 4, 2, 3, 3, 0, 0, 2, 2))
-    with pytest.raises(ValueError):  # the output's size does not follow from the input's
-        native.conv2d_direct(x, w, None, y, (1, 1, 4, 4, 2, 3, 3, 0, 0, 1, 2))
+    dims = (1, 1, 4, 4, 2, 3, 3, 0, 0, 2, 2, 1, 1)
+    work = np.zeros(native.conv2d_direct_work(dims, 1), np.float32)
+    native.conv2d_direct(x + 1, w, None, y, dims, work, 1)
+    assert (y == 9).all()
+    with pytest.raises(ValueError):  # outputs reading far past the input
+        native.conv2d_direct(x, w, None, y, dims[:-2] + (9, 1), work, 1)
     with pytest.raises(ValueError):  # buffers not of the sizes given
-        native.conv2d_direct(x, w, None, y[:, :1], (1, 1, 4, 4, 2, 3, 3, 0, 0, 2, 2))
+        native.conv2d_direct(x, w, None, y[:, :1], dims, work, 1)
+    with pytest.raises(ValueError):  # a workspace for one part, not two
+        native.conv2d_direct(x, w, None, y, dims, work, 2)
     with pytest.raises(ValueError):
-        native.conv2d_direct(x.astype(np.float64), w, None, y, (1, 1, 4, 4, 2, 3, 3, 0, 0, 2, 2))
+        native.conv2d_direct(x.astype(np.float64), w, None, y, dims, work, 1)
+    sums = np.zeros(native.conv2d_direct_grad_w_work(1, 2, 3, 3), np.float32)
+    with pytest.raises(ValueError):  # a stage's rows shorter than the outputs read
+        native.conv2d_direct_grad_w(
+            np.zeros((1, 1, 4, 1, 2), np.float32), np.zeros((1, 2, 2, 2), np.float32),
+            np.zeros((2, 1, 3, 3), np.float32), (1, 1, 2, 3, 3, 2, 2, 1, 1, 2), sums,
+        )  # fmt: skip
+    with pytest.raises(ValueError):  # sums of another size
+        native.conv2d_direct_grad_w(
+            np.zeros((1, 1, 4, 1, 4), np.float32), np.zeros((1, 2, 2, 2), np.float32),
+            np.zeros((2, 1, 3, 3), np.float32), (1, 1, 2, 3, 3, 2, 2, 1, 1, 4), sums[:-1],
+        )  # fmt: skip

@@ -356,21 +356,31 @@ def test_mlp_step_peak_is_the_issues_figure(inplace):
     assert engine_peak(mlp_sgd_step(engine, inplace)) == expected
 
 
-def test_cnn_forward_workspace_is_scratch_of_one_samples_columns():
-    # conv output only; one sample's im2col columns and its zero-padded, stride-split copy are
-    # the kernel's workspace, device-specific (torch's CPU oneDNN path has a weight reorder and
-    # a second output-sized buffer, cuDNN its own workspace): reported apart, as scratch. Large
-    # per-sample products run in parts on the engine's pool, each part with its own workspace.
+def test_cnn_forward_workspace_is_scratch():
+    # conv output only; the kernel's workspace is device-specific (torch's CPU oneDNN path has a
+    # weight reorder and a second output-sized buffer, cuDNN its own workspace): reported apart,
+    # as scratch. The direct kernel (AVX512F) takes the weights in blocks of 8 output channels
+    # and a zero-padded, stride-split stage per part; the columns path one sample's im2col
+    # columns and its stage per part. Large per-sample products run in parts on the pool.
+    from engine.ops.nn import conv
+
     nn = engine.nn
     model = nn.Sequential(nn.Conv2d(3, 64, 11, stride=4, padding=2), nn.ReLU(inplace=True))
     x = _input(engine, (8, 3, 224, 224))
     out = 8 * 64 * 55 * 55 * F32
-    columns = 3 * 11 * 11 * 55 * 55 * F32
-    stage = 3 * 228 * 4 * 57 * F32
-    parts = len(engine.kernels.split_ranges(8, 64 * 3 * 11 * 11 * 55 * 55))
+    if conv._direct_runs(engine.float32):
+        parts = engine.get_num_threads()
+        weights = 64 * 3 * 11 * 11
+        stage = 3 * 227 * 4 * (57 + 16)  # rows and columns read, split by the stride of 4
+        scratch = (weights + parts * stage) * F32
+    else:
+        columns = 3 * 11 * 11 * 55 * 55 * F32
+        stage = 3 * 228 * 4 * 57 * F32
+        parts = len(engine.kernels.split_ranges(8, 64 * 3 * 11 * 11 * 55 * 55))
+        scratch = parts * (columns + stage)
     engine.memory.reset_peak_memory_stats()
     assert engine_peak(lambda: model(x)) == out
-    assert engine.memory.max_memory_scratch() == parts * (columns + stage)
+    assert engine.memory.max_memory_scratch() == scratch
     assert engine.memory.memory_scratch() == 0
 
 

@@ -47,6 +47,12 @@ BATCH_ELEMS = 1 << 24
 DIRECT_SMALL_K = 64
 DIRECT_MAX_K = 1152
 DIRECT_MIN_LANES = 0.75
+# grad_W by the direct kernel (Conv2d._grad_weight_direct) beyond DIRECT_SMALL_K only for
+# samples of at most this many output positions: its tiles sweep every position once per 6
+# taps, where BLAS's product over many positions runs near its peak (8x3x224x224, 11x11 stride
+# 4 -> 64, 3025 positions: the stem's step 22.5 -> 25.3 ms; 32x32x16x16 -> 64, 256 positions:
+# grad_W 4.4 -> 2.3 ms)
+DIRECT_GRAD_W_POSITIONS = 1024
 # grad_x of a small image on cpu (Conv2d._few_macs): samples per block of columns, up to this
 # many elements (4 MiB of float32)
 COL2IM_ELEMS = 1 << 20
@@ -319,8 +325,8 @@ class Conv2d(Function):
         return y
 
     def _direct(self, x, weight, bias, y) -> bool:
-        """y by engine._native's conv2d_direct, without columns: float32 on cpu, stride 1, no
-        dilation, one group, an inner dim and output width where it pays (_direct_pays),
+        """y by engine._native's conv2d_direct, without columns: float32 on cpu, no dilation,
+        one group (any stride), an inner dim and output width where it pays (_direct_pays),
         contiguous arrays, a processor with AVX512F. Each output is
         the fused multiply-adds of its inner dim in (c, i, j) order from 0, then the bias: the
         same bits on any thread count, within float32's rounding of the im2col path (often
@@ -333,10 +339,10 @@ class Conv2d(Function):
             x._device.type != "cpu"
             or not _direct_runs(y._dtype)
             or groups != 1
-            or sh != 1
-            or sw != 1
             or dh != 1
             or dw != 1
+            or pb > kh
+            or pr > kw
             or not _direct_pays(c * kh * kw, ow)
         ):
             return False
@@ -345,10 +351,16 @@ class Conv2d(Function):
             type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays
         ):
             return False
+        dims = (n, c, h, w, o, kh, kw, pt, pl, oh, ow, sh, sw)
+        parts = _direct_threads(y._data.size)
+        # the workspace (scratch, as the columns'): the weights in blocks of 8 output channels
+        # and a zero-padded, stride-split stage per part
+        work = kernels.Scratch((native.conv2d_direct_work(dims, parts),), y._dtype, x._device)
         native.conv2d_direct(
-            x._data, weight._data, bias._data if bias is not None else None, y._data,
-            (n, c, h, w, o, kh, kw, pt, pl, oh, ow), _direct_threads(y._data.size),
+            x._data, weight._data, bias._data if bias is not None else None, y._data, dims,
+            work.data, parts,
         )  # fmt: skip
+        work.release()
         return True
 
     def _few_macs(self) -> bool:
@@ -609,18 +621,18 @@ class Conv2d(Function):
         into scratch, per (output channel, tap) 16-lane sums over the samples' positions in
         order, the lanes added last; the same bits on any thread count (not the columns'
         bits: BLAS sums the positions in its own blocks). 32x3x32x32 -> 32: 2.3 -> 0.4 ms;
-        32x32x16x16 -> 64: 4.4 -> 2.3 ms. False (nothing written) where it does not apply."""
+        32x32x16x16 -> 64: 4.4 -> 2.3 ms. Beyond DIRECT_SMALL_K only for samples of at most
+        DIRECT_GRAD_W_POSITIONS outputs. False (nothing written) where it does not apply."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         dev = gw._device
         if (
             dev.type != "cpu"
             or not _direct_runs(gw._dtype)
             or groups != 1
-            or sh != 1
-            or sw != 1
             or dh != 1
             or dw != 1
             or not _direct_pays(c * kh * kw, ow)
+            or (c * kh * kw > DIRECT_SMALL_K and oh * ow > DIRECT_GRAD_W_POSITIONS)
             or not hasattr(kernels.native, "conv2d_direct_grad_w")
         ):
             return False
@@ -630,13 +642,29 @@ class Conv2d(Function):
             for a in (xd, gd, gw._data)
         ):
             return False
-        stage = kernels.Scratch((n, c, h + pt + pb, w + pl + pr), gw._dtype, dev)
+        # the padded rows and columns the outputs read, columns split by the stride as
+        # conv2d_direct's stage: padded column q*sw + r at [..., r, q]
+        hp, wpad = (oh - 1) * sh + kh, (ow - 1) * sw + kw
+        wq = -(-wpad // sw)
+        stage = kernels.Scratch((n, c, hp, sw, wq), gw._dtype, dev)
         stage.data.fill(0)
-        stage.data[:, :, pt : pt + h, pl : pl + w] = xd
+        rows = max(0, min(h, hp - pt))
+        for r in range(sw):
+            f0 = (r - pl) % sw  # the first input column at residue r
+            count = len(range(f0, min(w, wpad - pl), sw))
+            if count and rows:
+                q0 = (f0 + pl) // sw
+                stage.data[:, :, pt : pt + rows, r, q0 : q0 + count] = xd[
+                    :, :, :rows, f0 : f0 + sw * (count - 1) + 1 : sw
+                ]
+        sums = kernels.Scratch(
+            (kernels.native.conv2d_direct_grad_w_work(c, o, kh, kw),), gw._dtype, dev
+        )  # (the tiles' 16-lane sums)
         kernels.native.conv2d_direct_grad_w(
-            stage.data, gd.reshape(n, o, oh, ow), gw._data, (n, c, o, kh, kw, oh, ow),
-            _direct_threads(gd.size),
+            stage.data, gd.reshape(n, o, oh, ow), gw._data,
+            (n, c, o, kh, kw, oh, ow, sh, sw, wq), sums.data, _direct_threads(gd.size),
         )  # fmt: skip
+        sums.release()
         stage.release()
         return True
 
