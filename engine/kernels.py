@@ -216,6 +216,39 @@ def run_parts(fn, ranges) -> None:
 _native_gemm = None  # engine._native.gemm with numpy's BLAS handed in; False: not to be had
 
 
+# Products up to this many multiply-adds run on the calling thread alone even where OpenBLAS
+# would split them (above BLAS_THREADED_MNK): its second thread saves a few microseconds on
+# them, then spins on a core for BLAS_SPIN_S, while the engine's own loops take one thread
+# meanwhile (kernels.pool_threads) or share a core with it. The small CNN's head (32x4096 ->
+# 10, 1.3M multiply-adds each way) left BLAS spinning through the whole backward.
+BLAS_SOLO_MNK = 1 << 22
+_blas_local = None  # OpenBLAS's openblas_set_num_threads_local, or False: not to be had
+
+
+def _blas_solo():
+    """OpenBLAS's openblas_set_num_threads_local (the calling thread's count for its next
+    products; returns the count it replaces) from numpy's own OpenBLAS, or None."""
+    global _blas_local
+    if _blas_local is None:
+        _blas_local = False
+        try:
+            import ctypes
+
+            from threadpoolctl import threadpool_info
+
+            for info in threadpool_info():
+                if info.get("internal_api") != "openblas":
+                    continue
+                fn = getattr(ctypes.CDLL(info["filepath"]), "openblas_set_num_threads_local", None)
+                if fn is not None:
+                    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+                    _blas_local = fn
+                    break
+        except Exception:  # threadpoolctl missing, or a library ctypes cannot open
+            _blas_local = False
+    return _blas_local or None
+
+
 def _load_native_gemm():
     """engine._native.gemm, given the addresses of the cblas_sgemm and cblas_dgemm numpy itself
     calls (its OpenBLAS, found through threadpoolctl and ctypes), or False."""
@@ -352,6 +385,15 @@ def gemm(a, b, out) -> None:
         if m * n * k <= BLAS_THREADED_MNK or _on_pool.yes:
             np.matmul(a, b, out=out)
             return
+        if m * n * k * (out.size // max(m * n, 1)) <= BLAS_SOLO_MNK:
+            solo = _blas_solo()
+            if solo is not None:  # on this thread alone: no BLAS thread left spinning
+                before = solo(1)
+                try:
+                    np.matmul(a, b, out=out)
+                finally:
+                    solo(before)
+                return
         start = _perf()
         if _contended is not None:  # held to one thread after stalls, for a while
             if start < _contended_until:

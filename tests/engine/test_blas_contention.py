@@ -106,3 +106,35 @@ def test_setting_the_budget_ends_the_hold(guard):
     assert _blas_threads() == 1
     kernels.set_num_threads(2, own_blas=False)  # BLAS gets its own count back
     assert kernels._contended is None and _blas_threads() == kernels._blas_default
+
+
+def test_a_small_product_runs_on_the_calling_thread_alone(guard, monkeypatch):
+    """Between BLAS_THREADED_MNK and BLAS_SOLO_MNK a product runs with OpenBLAS held to the
+    calling thread (openblas_set_num_threads_local), given back after; it leaves no BLAS
+    thread spinning (not timed, not noted as BLAS's), and its values are numpy's."""
+    real = kernels._blas_solo()
+    if real is None:
+        pytest.skip("numpy's OpenBLAS has no openblas_set_num_threads_local")
+    guard.append(5.0)
+    counts = []
+
+    def recorded(n):
+        counts.append(n)
+        return real(n)
+
+    monkeypatch.setattr(kernels, "_blas_solo", lambda: recorded)
+    monkeypatch.setattr(kernels, "_blas_last", -1.0)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((32, 4096)).astype(np.float32)  # the small CNN's head: 1.3M
+    b = rng.standard_normal((4096, 10)).astype(np.float32)
+    out = np.empty((32, 10), np.float32)
+    kernels.gemm(a, b, out)
+    assert counts[0] == 1 and len(counts) == 2  # held to one, then given its count back
+    assert real(counts[1]) == counts[1]  # (what was given back is what it had)
+    assert kernels._blas_last == -1.0  # not noted as BLAS's threads spinning
+    assert out.tobytes() == np.matmul(a, b).tobytes()
+    assert _blas_threads() == 2  # the global count untouched
+    counts.clear()
+    big, big_out = _product()  # 2**24: above BLAS_SOLO_MNK, BLAS's threads
+    kernels.gemm(big, big, big_out)
+    assert counts == []

@@ -92,7 +92,10 @@ def test_the_pool_steps_aside_while_blas_threads_spin(monkeypatch):
         small = np.ones((64, 64), np.float32)  # m*n*k = 2**18: BLAS runs it on one thread
         kernels.gemm(small, small, np.empty_like(small))
         assert kernels.pool_threads(big) == 2
-        a = np.ones((128, 128), np.float32)
+        a = np.ones((128, 128), np.float32)  # 2**21: on this thread alone (BLAS_SOLO_MNK)
+        kernels.gemm(a, a, np.empty_like(a))
+        assert kernels.pool_threads(big) == 2 or kernels._blas_solo() is None
+        a = np.ones((256, 256), np.float32)
         kernels.gemm(a, a, np.empty_like(a))  # BLAS's own threads ran a product just now
         assert kernels.pool_threads(big) == 1
         monkeypatch.setattr(kernels, "_blas_last", kernels._perf() - kernels.BLAS_SPIN_S)
