@@ -2285,16 +2285,16 @@ static void convw_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
         if (t1 <= t0) continue;
         float *sums = a->sums + t0 * CONVW_OB * CONVW_KB * 16;
         memset(sums, 0, sizeof(float) * (size_t)((t1 - t0) * CONVW_OB * CONVW_KB * 16));
-        static const float zeros[16] = {0};
         Py_ssize_t OH = a->OH, OW = a->OW, Hp = a->Hp, O = a->O, K = a->K;
         Py_ssize_t sw = a->sw, Wq = a->Wq, line = sw * Wq;
-        for (Py_ssize_t n = 0; n < a->N; n++) {
-            const float *xs = a->xpad + n * a->C * Hp * line;
+        /* samples in blocks whose g and stage fit about 1 MiB (in cache while every tile of
+         * the part visits them): a tile's sums stay in registers through the block */
+        Py_ssize_t per_sample = (O * OH * OW + a->C * Hp * line) * 4;
+        Py_ssize_t nb = per_sample >= (1 << 20) ? 1 : (1 << 20) / per_sample;
+        for (Py_ssize_t n0 = 0; n0 < a->N; n0 += nb) {
+            Py_ssize_t n1 = n0 + nb < a->N ? n0 + nb : a->N;
             for (Py_ssize_t t = t0; t < t1; t++) {
                 Py_ssize_t o0 = (t / a->kblocks) * CONVW_OB, k0 = (t % a->kblocks) * CONVW_KB;
-                const float *gq[CONVW_OB];
-                for (int q = 0; q < CONVW_OB; q++)
-                    gq[q] = o0 + q < O ? a->g + (n * O + o0 + q) * OH * OW : NULL;
                 Py_ssize_t off[CONVW_KB];
                 for (int u = 0; u < CONVW_KB; u++) {
                     Py_ssize_t k = k0 + u < K ? k0 + u : k0; /* (a spare tap: not stored) */
@@ -2307,18 +2307,36 @@ static void convw_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
                 for (int q = 0; q < CONVW_OB; q++)
                     for (int u = 0; u < CONVW_KB; u++)
                         acc[q][u] = _mm512_loadu_ps(mine + (q * CONVW_KB + u) * 16);
-                for (Py_ssize_t y = 0; y < OH; y++) {
-                    for (Py_ssize_t x0 = 0; x0 < OW; x0 += 16) {
-                        Py_ssize_t rem = OW - x0;
-                        __mmask16 m = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1);
-                        __m512 gv[CONVW_OB];
-                        for (int q = 0; q < CONVW_OB; q++)
-                            gv[q] = _mm512_maskz_loadu_ps(m, gq[q] ? gq[q] + y * OW + x0 : zeros);
-                        const float *xr = xs + y * a->sh * line + x0;
-                        for (int u = 0; u < CONVW_KB; u++) {
-                            __m512 xv = _mm512_maskz_loadu_ps(m, xr + off[u]);
+                for (Py_ssize_t n = n0; n < n1; n++) {
+                    const float *xs = a->xpad + n * a->C * Hp * line;
+                    /* (a channel past O reads channel o0's g: its sums are not stored) */
+                    const float *gq[CONVW_OB];
+                    for (int q = 0; q < CONVW_OB; q++)
+                        gq[q] = a->g + (n * O + (o0 + q < O ? o0 + q : o0)) * OH * OW;
+                    Py_ssize_t full = OW / 16 * 16;
+                    __mmask16 tail = (__mmask16)((1u << (OW - full)) - 1);
+                    for (Py_ssize_t y = 0; y < OH; y++) {
+                        const float *xr = xs + y * a->sh * line;
+                        Py_ssize_t gy = y * OW;
+                        for (Py_ssize_t x0 = 0; x0 < full; x0 += 16) {
+                            __m512 gv[CONVW_OB];
                             for (int q = 0; q < CONVW_OB; q++)
-                                acc[q][u] = _mm512_fmadd_ps(gv[q], xv, acc[q][u]);
+                                gv[q] = _mm512_loadu_ps(gq[q] + gy + x0);
+                            for (int u = 0; u < CONVW_KB; u++) {
+                                __m512 xv = _mm512_loadu_ps(xr + off[u] + x0);
+                                for (int q = 0; q < CONVW_OB; q++)
+                                    acc[q][u] = _mm512_fmadd_ps(gv[q], xv, acc[q][u]);
+                            }
+                        }
+                        if (tail) { /* the row's last outputs, the rest of both operands 0 */
+                            __m512 gv[CONVW_OB];
+                            for (int q = 0; q < CONVW_OB; q++)
+                                gv[q] = _mm512_maskz_loadu_ps(tail, gq[q] + gy + full);
+                            for (int u = 0; u < CONVW_KB; u++) {
+                                __m512 xv = _mm512_maskz_loadu_ps(tail, xr + off[u] + full);
+                                for (int q = 0; q < CONVW_OB; q++)
+                                    acc[q][u] = _mm512_fmadd_ps(gv[q], xv, acc[q][u]);
+                            }
                         }
                     }
                 }

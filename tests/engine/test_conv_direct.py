@@ -245,3 +245,25 @@ def test_the_entry_checks_its_arguments():
             np.zeros((1, 1, 4, 1, 4), np.float32), np.zeros((1, 2, 2, 2), np.float32),
             np.zeros((2, 1, 3, 3), np.float32), (1, 1, 2, 3, 3, 2, 2, 1, 1, 4), sums[:-1],
         )  # fmt: skip
+
+
+def test_the_bias_gradient_is_the_float64_sum_rounded_once():
+    """grad_b sums each (sample, channel) in float64 (kernels.row_sums), then the samples: the
+    exact sum rounded once to float32 here, and the same bits on 1 and 2 threads."""
+    rng = np.random.default_rng(5)
+    x = engine.tensor(rng.standard_normal((16, 3, 32, 32)).astype(np.float32))
+    w = engine.tensor(rng.standard_normal((8, 3, 3, 3)).astype(np.float32))
+    g = (1000.0 + rng.standard_normal((16, 8, 32, 32))).astype(np.float32)
+    exact = g.astype(np.float64).sum(axis=(0, 2, 3))
+    before = kernels.get_num_threads()
+    got = []
+    try:
+        for threads in (1, 2):
+            engine.set_num_threads(threads)
+            b = engine.tensor(np.zeros(8, np.float32), requires_grad=True)
+            F.conv2d(x, w, b, padding=1).backward(engine.tensor(g))
+            got.append(b.grad.numpy())
+    finally:
+        engine.set_num_threads(before)
+    assert got[0].tobytes() == got[1].tobytes()
+    assert got[0].tobytes() == exact.astype(np.float32).tobytes()

@@ -492,8 +492,14 @@ class Conv2d(Function):
             gw = self._grad_weight(saved[0], g4, dt, dev)
         if self.has_bias and needs[2]:
             gb = kernels.empty((o,), dt, dev)
-            if live:
-                xp.sum(g4.reshape(n, o, oh * ow), axis=(0, 2), out=gb._data)
+            g3 = g4.reshape(n, o, oh * ow) if live else None
+            if live and xp is np and g3.dtype in (np.float32, np.float64) and oh * ow > 1:
+                # each (sample, channel)'s sum in float64 in a fixed order (kernels.row_sums:
+                # compiled, on its threads), then the samples in order: 32x32x32x32 0.44 ->
+                # ~0.1 ms, where numpy's sum over axes (0, 2) took a pass of its own order
+                np.add.reduce(kernels.row_sums(0, g3), axis=0, out=gb._data, dtype=np.float64)
+            elif live:
+                xp.sum(g3, axis=(0, 2), out=gb._data)
             # convolution_backward's bias fallback, grad_output.sum((0, 2, 3)): on a GPU its
             # reduction may stage partial sums (cuDNN computes no bias gradient)
             cuda_reduce.charge(dev, g._data, (0, 2, 3))
