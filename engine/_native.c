@@ -2067,6 +2067,7 @@ static PyObject *attention_backward_f32(PyObject *self, PyObject *args) {
 typedef struct {
     const float *x, *wt, *b;
     float *y, *stages;
+    const Py_ssize_t *taps; /* tap (c, i, j)'s offset in the stage from an output's position */
     Py_ssize_t N, C, H, W, O, kh, kw, pt, pl, OH, OW, sh, sw, Hp, Wpad, Wq, K, stage_len, parts;
 } convd_ctx;
 
@@ -2098,9 +2099,8 @@ static void convd_load(const convd_ctx *a, float *xp, Py_ssize_t n) {
 
 __attribute__((target("avx512f")))
 static void convd_sample(const convd_ctx *a, float *xp, Py_ssize_t n) {
-    Py_ssize_t C = a->C, O = a->O, kh = a->kh, kw = a->kw;
-    Py_ssize_t OH = a->OH, OW = a->OW, Hp = a->Hp, K = a->K, sh = a->sh, sw = a->sw;
-    Py_ssize_t Wq = a->Wq, line = sw * Wq; /* a padded row: sw runs of Wq (column q*sw + r) */
+    Py_ssize_t O = a->O, OH = a->OH, OW = a->OW, K = a->K, sh = a->sh;
+    Py_ssize_t line = a->sw * a->Wq; /* a padded row: sw runs of Wq (column q*sw + r) */
     convd_load(a, xp, n);
     Py_ssize_t per_row = (OW + 15) / 16, total = OH * per_row;
     for (Py_ssize_t o0 = 0; o0 < O; o0 += CONVD_OB) {
@@ -2121,22 +2121,17 @@ static void convd_sample(const convd_ctx *a, float *xp, Py_ssize_t n) {
             __m512 acc[CONVD_OB][CONVD_V];
             for (int q = 0; q < CONVD_OB; q++)
                 for (int v = 0; v < CONVD_V; v++) acc[q][v] = _mm512_setzero_ps();
-            Py_ssize_t k = 0;
-            for (Py_ssize_t c = 0; c < C; c++)
-                for (Py_ssize_t i = 0; i < kh; i++) {
-                    Py_ssize_t row = (c * Hp + i) * line;
-                    for (Py_ssize_t j = 0; j < kw; j++, k++) {
-                        __m512 xv[CONVD_V];
-                        Py_ssize_t at = row + (j % sw) * Wq + j / sw;
-                        for (int v = 0; v < CONVD_V; v++) xv[v] = _mm512_loadu_ps(base[v] + at);
-                        const float *wk = wb + k * CONVD_OB;
-                        for (int q = 0; q < CONVD_OB; q++) {
-                            __m512 wv = _mm512_set1_ps(wk[q]);
-                            for (int v = 0; v < CONVD_V; v++)
-                                acc[q][v] = _mm512_fmadd_ps(wv, xv[v], acc[q][v]);
-                        }
-                    }
+            for (Py_ssize_t k = 0; k < K; k++) {
+                __m512 xv[CONVD_V];
+                Py_ssize_t at = a->taps[k];
+                for (int v = 0; v < CONVD_V; v++) xv[v] = _mm512_loadu_ps(base[v] + at);
+                const float *wk = wb + k * CONVD_OB;
+                for (int q = 0; q < CONVD_OB; q++) {
+                    __m512 wv = _mm512_set1_ps(wk[q]);
+                    for (int v = 0; v < CONVD_V; v++)
+                        acc[q][v] = _mm512_fmadd_ps(wv, xv[v], acc[q][v]);
                 }
+            }
             for (int q = 0; q < CONVD_OB && o0 + q < O; q++) {
                 float *plane = a->y + (n * O + o0 + q) * OH * OW;
                 __m512 bv = a->b ? _mm512_set1_ps(a->b[o0 + q]) : _mm512_setzero_ps();
@@ -2242,12 +2237,22 @@ static PyObject *conv2d_direct(PyObject *self, PyObject *args) {
                 wt[((o / CONVD_OB) * K + k) * CONVD_OB + o % CONVD_OB] = w[o * K + k];
         Py_ssize_t Hp = (OH - 1) * sh + kh, Wpad = (OW - 1) * sw + kw;
         Py_ssize_t Wq = (Wpad + sw - 1) / sw + 16;
+        Py_ssize_t *taps = malloc(sizeof(Py_ssize_t) * (size_t)K);
+        if (taps == NULL) {
+            release_many(b, 4 + has_bias);
+            return PyErr_NoMemory();
+        }
+        for (Py_ssize_t k = 0; k < K; k++) {
+            Py_ssize_t c = k / (kh * kw), i = k / kw % kh, j = k % kw;
+            taps[k] = ((c * Hp + i) * sw + j % sw) * Wq + j / sw;
+        }
         convd_ctx ctx = {(const float *)b[0].buf, wt, has_bias ? (const float *)b[4].buf : NULL,
-                         (float *)b[2].buf, wt + weights, N, C, H, W, O, kh, kw, pt, pl, OH,
-                         OW, sh, sw, Hp, Wpad, Wq, K, stage_len, parts};
+                         (float *)b[2].buf, wt + weights, taps, N, C, H, W, O, kh, kw, pt, pl,
+                         OH, OW, sh, sw, Hp, Wpad, Wq, K, stage_len, parts};
         Py_BEGIN_ALLOW_THREADS
         parallel_run(convd_part, &ctx, parts, parts);
         Py_END_ALLOW_THREADS
+        free(taps);
     }
     release_many(b, 4 + has_bias);
     if (why) {
