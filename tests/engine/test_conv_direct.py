@@ -49,7 +49,7 @@ def direct(monkeypatch):
 
     def use(on: bool):
         monkeypatch.setattr(C, "DIRECT_SMALL_K", 64 if on else 0)
-        monkeypatch.setattr(C, "DIRECT_MAX_K", 1152 if on else 0)
+        monkeypatch.setattr(C, "DIRECT_MAX_K", 4608 if on else 0)
         monkeypatch.setattr(C, "DIRECT_GRAD_W_POSITIONS", 1 << 30 if on else 0)
 
     use.calls = calls
@@ -128,9 +128,8 @@ def test_left_to_the_im2col_path(direct):
     w = engine.tensor(rng.standard_normal((6, 4, 3, 3)).astype(np.float32))
     F.conv2d(x, w, dilation=2)
     F.conv2d(x, engine.tensor(rng.standard_normal((6, 2, 3, 3)).astype(np.float32)), groups=2)
-    F.conv2d(
-        x, engine.tensor(rng.standard_normal((6, 4, 5, 5)).astype(np.float32))
-    )  # K 100, 8 wide
+    # K 100 and rows 7 wide: under half of their 16 lanes
+    F.conv2d(x, engine.tensor(rng.standard_normal((6, 4, 6, 6)).astype(np.float32)), padding=0)
     F.conv2d(x.double(), w.double())
     F.conv2d(x.transpose(2, 3), w)  # not contiguous
     F.conv2d(engine.empty((2, 4, 12, 12), device="meta"), engine.empty((6, 4, 3, 3), device="meta"))

@@ -36,17 +36,17 @@ BATCHED_DEVICES = frozenset({"cuda"})
 FEW_CHANNELS = 4
 SAMPLE_BLOCKS = 8
 BATCH_ELEMS = 1 << 24
-# A float32 stride-1 convolution runs without columns (Conv2d._direct, engine._native's
-# conv2d_direct) when its inner dim (C*kh*kw) is at most DIRECT_SMALL_K (an image's first
-# layer, where a product per sample costs more than the multiply-adds), or at most
-# DIRECT_MAX_K with output rows that fill at least DIRECT_MIN_LANES of the 16-wide vectors
-# they take. Forward, 2 threads, direct / im2col / torch ms: 32x3x32x32 -> 32: 0.30 / 1.68 /
-# 0.59; 32x32x16x16 -> 64: 1.42 / 4.25 / 2.47; 16x64x56x56 -> 64: 18.5 / 22.6 / 13.5;
-# 4x64x112x112 -> 64: 18.0 / 34.8 / 13.3; 8x128x14x14 -> 128: 2.44 / 3.92 / 1.73; but
-# 8x256x28x28 -> 256 (K 2304): 39.6 / 35.3 / 26.9.
+# A float32 convolution runs without columns (Conv2d._direct, engine._native's conv2d_direct)
+# when its inner dim (C*kh*kw) is at most DIRECT_SMALL_K (an image's first layer, where a
+# product per sample costs more than the multiply-adds), or at most DIRECT_MAX_K with output
+# rows that fill at least DIRECT_MIN_LANES of the 16-wide vectors they take. Forward, 2
+# threads, direct / columns / torch ms: 32x3x32x32 -> 32: 0.28 / 1.68 / 0.47; 32x32x16x16 -> 64:
+# 1.10 / 4.25 / 1.21; 16x64x56x56 -> 64: 14.5 / 22.6 / 12.9; 8x256x28x28 -> 256: 31.0 / 34.7 /
+# 25.2; 8x512x14x14 -> 512: 32.4 / 34.5 / 23.9; 8x64x8x8 -> 64 (half the lanes): 0.30 / 0.53 /
+# 0.21; but 8x512x7x7 -> 512 (7 of 16): 20.2 / 16.1 / 6.5, and 4x4 images far slower.
 DIRECT_SMALL_K = 64
-DIRECT_MAX_K = 1152
-DIRECT_MIN_LANES = 0.75
+DIRECT_MAX_K = 4608
+DIRECT_MIN_LANES = 0.5
 # grad_W by the direct kernel (Conv2d._grad_weight_direct) beyond DIRECT_SMALL_K only for
 # samples of at most this many output positions: its tiles sweep every position once per 6
 # taps, where BLAS's product over many positions runs near its peak (8x3x224x224, 11x11 stride
