@@ -132,3 +132,21 @@ def test_work_on_the_pool_that_would_split_again_runs_on_its_own_thread():
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["done", "True"]
+
+
+def test_the_loops_threads_poll_a_while_then_sleep():
+    """After a job the compiled loops' threads poll for the next for a few ms
+    (set_pool_spin), then sleep: an idle engine does not keep a core busy."""
+    import time
+
+    native = kernels.native
+    if native is None or not hasattr(native, "set_pool_spin"):
+        pytest.skip("engine._native not built")
+    with pytest.raises(ValueError):
+        native.set_pool_spin(-1)
+    g = np.ones(1 << 20, np.float32)
+    out = np.empty_like(g)
+    native.threshold_backward(g, g, out, 0.0, 2)  # a job on two threads
+    start = time.process_time()
+    time.sleep(0.2)
+    assert time.process_time() - start < 0.1  # (the polling: 5 ms; then asleep)
