@@ -1966,13 +1966,13 @@ static PyObject *attention_forward_f32(PyObject *self, PyObject *args) {
  *   dS = (dP - rows[s]) * P     (kind 3; rows = einsum(gsc, y) per row, made by the caller)
  *   gq[s] = dS @ k[s]           (NoTrans, NoTrans)
  *   gk[s] = dS^T @ q[s]         (Trans, NoTrans)
- * g and gsc contiguous; a gradient whose address is 0 is not made. */
+ * a gradient whose address is 0 is not made. */
 typedef struct {
     const char *q, *k, *v, *g, *gsc;
     char *gq, *gk, *gv;
     const long long *off; /* [8, slices]: q, k, v, g, gsc, gq, gk, gv */
     const float *lse, *rows;
-    Py_ssize_t slices, L, S, E, Dv, rq, rk, rv, rgq, rgk, rgv;
+    Py_ssize_t slices, L, S, E, Dv, rq, rk, rv, rgq, rgk, rgv, rg, rgsc;
     float scale;
     int causal;
     int failed;
@@ -1999,9 +1999,9 @@ static void attb_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
         exp_f32_loop(P, P, L * S);
         const char *g = a->g + a->off[3 * n + s];
         if (a->gv)
-            gemm_one('f', 1, 0, P, g, a->gv + a->off[7 * n + s], S, Dv, L, S, Dv, a->rgv);
+            gemm_one('f', 1, 0, P, g, a->gv + a->off[7 * n + s], S, Dv, L, S, a->rg, a->rgv);
         gemm_one('f', 0, 1, a->gsc + a->off[4 * n + s], a->v + a->off[2 * n + s], dP, L, S, Dv,
-                 Dv, a->rv, S);
+                 a->rgsc, a->rv, S);
         softmax_rows_float(dP, (float *)(a->rows + s * L), P, L, S, 3);
         if (a->gq)
             gemm_one('f', 0, 0, dP, a->k + a->off[n + s], a->gq + a->off[5 * n + s], L, E, S, S,
@@ -2016,23 +2016,23 @@ static void attb_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
 /* attention_backward_f32(addresses, offsets, lse, rows, dims, scale, causal, threads=1):
  * addresses: (q, k, v, g, gsc, gq, gk, gv), 0 for a gradient not made; offsets: int64 [8,
  * slices] byte offsets of each slice; lse, rows: float32 [slices * L]; dims: (L, S, E, Dv, rq,
- * rk, rv, rgq, rgk, rgv), row strides in elements (g and gsc contiguous: Dv). */
+ * rk, rv, rgq, rgk, rgv, rg, rgsc), row strides in elements. */
 static PyObject *attention_backward_f32(PyObject *self, PyObject *args) {
     unsigned long long ad[8];
     PyObject *oo, *lo, *ro;
-    Py_ssize_t L, S, E, Dv, rq, rk, rv, rgq, rgk, rgv;
+    Py_ssize_t L, S, E, Dv, rq, rk, rv, rgq, rgk, rgv, rg, rgsc;
     double scale;
     int causal, threads = 1;
-    if (!PyArg_ParseTuple(args, "(KKKKKKKK)OOO(nnnnnnnnnn)dp|i", &ad[0], &ad[1], &ad[2], &ad[3],
-                          &ad[4], &ad[5], &ad[6], &ad[7], &oo, &lo, &ro, &L, &S, &E, &Dv, &rq,
-                          &rk, &rv, &rgq, &rgk, &rgv, &scale, &causal, &threads))
+    if (!PyArg_ParseTuple(args, "(KKKKKKKK)OOO(nnnnnnnnnnnn)dp|i", &ad[0], &ad[1], &ad[2],
+                          &ad[3], &ad[4], &ad[5], &ad[6], &ad[7], &oo, &lo, &ro, &L, &S, &E, &Dv,
+                          &rq, &rk, &rv, &rgq, &rgk, &rgv, &rg, &rgsc, &scale, &causal, &threads))
         return NULL;
     if (blas_sgemm == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "attention_backward_f32: set_gemm was not called");
         return NULL;
     }
-    if (L < 1 || S < 1 || E < 1 || Dv < 1 || rq < E || rk < E || rv < Dv ||
-        (ad[5] && rgq < E) || (ad[6] && rgk < E) || (ad[7] && rgv < Dv) ||
+    if (L < 1 || S < 1 || E < 1 || Dv < 1 || rq < E || rk < E || rv < Dv || rg < Dv ||
+        rgsc < Dv || (ad[5] && rgq < E) || (ad[6] && rgk < E) || (ad[7] && rgv < Dv) ||
         (!blas_ilp64 && (L > INT32_MAX || S > INT32_MAX || E > INT32_MAX || rq > INT32_MAX ||
                          rk > INT32_MAX || rv > INT32_MAX || rgq > INT32_MAX ||
                          rgk > INT32_MAX || rgv > INT32_MAX))) {
@@ -2063,7 +2063,7 @@ static PyObject *attention_backward_f32(PyObject *self, PyObject *args) {
                     (char *)(uintptr_t)ad[6], (char *)(uintptr_t)ad[7],
                     (const long long *)b[0].buf, (const float *)b[1].buf,
                     (const float *)b[2].buf, slices, L, S, E, Dv, rq, rk, rv, rgq, rgk, rgv,
-                    (float)scale, causal, 0};
+                    rg, rgsc, (float)scale, causal, 0};
     Py_BEGIN_ALLOW_THREADS
     parallel_run(attb_part, &ctx, slices, threads);
     Py_END_ALLOW_THREADS

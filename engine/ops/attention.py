@@ -749,9 +749,12 @@ def _native_backward(node, q, k, v, g, ya, lse_a, gq, gk, gv) -> bool:
     if not (kernels.native_exp_f32() and kernels._load_native_gemm()):
         return False
     batch = qa.shape[:-2]
-    # what _grads makes per chunk: g contiguous, g * scale, its rows' sums with the output
-    gc = ga if ga.flags.c_contiguous else np.ascontiguousarray(ga)
-    gsc = np.multiply(gc, node.scale)
+    # what _grads makes per chunk: g * scale and its rows' sums with the output (the same
+    # values row by row); g as it is laid out where its rows are numpy's gemm operands (BLAS
+    # packs them: the leading dimension changes no value), else a contiguous copy as _grads'
+    gr, gcs = ga.strides[-2:]
+    gc = ga if gcs == 4 and gr % 4 == 0 and gr // 4 >= Dv else np.ascontiguousarray(ga)
+    gsc = np.multiply(gc, node.scale)  # (laid out as gc)
     sums = np.einsum("...i,...i->...", gsc, ya)
     lse = np.ascontiguousarray(lse_a, dtype=np.float32).reshape(-1)
     sums = np.ascontiguousarray(sums, dtype=np.float32).reshape(-1)
@@ -760,7 +763,7 @@ def _native_backward(node, q, k, v, g, ya, lse_a, gq, gk, gv) -> bool:
     addresses = tuple(a.ctypes.data for a in placed[:5]) + tuple(
         a.ctypes.data if a is not None else 0 for a in outs
     )
-    dims = (L, S, E, Dv, *rows)
+    dims = (L, S, E, Dv, *rows, gc.strides[-2] // 4, gsc.strides[-2] // 4)
     _native_call(
         _native_parts(q, k), native.attention_backward_f32,
         addresses, offsets, lse, sums, dims, node.scale, node.causal,

@@ -61,6 +61,8 @@ def _run(case, g_layout="contiguous", grads=(True, True, True)):
     gn = np.cos(np.arange(y.numel(), dtype=np.float32)).reshape(y.shape)
     if g_layout == "transposed":  # a gradient laid out otherwise
         g = engine.tensor(np.ascontiguousarray(np.swapaxes(gn, -1, -2))).transpose(-1, -2)
+    elif g_layout == "blhd":  # rows unit-stride at a stride of H*E (MultiheadAttention's)
+        g = engine.tensor(np.ascontiguousarray(gn.transpose(0, 2, 1, 3))).transpose(1, 2)
     else:
         g = engine.tensor(gn)
     y.backward(g)
@@ -110,11 +112,12 @@ def test_the_compiled_path_gives_the_numpy_paths_bits(paths, case, threads):
 
 
 @pytest.mark.parametrize("grads", [(True, False, False), (False, True, True), (False, False, True)])
-def test_some_gradients_and_a_strided_g(paths, grads):
+@pytest.mark.parametrize("layout", ["transposed", "blhd"])
+def test_some_gradients_and_a_strided_g(paths, grads, layout):
     paths(False)
-    want = _run("cross", "transposed", grads)
+    want = _run("cross", layout, grads)
     paths(True)
-    got = _run("cross", "transposed", grads)
+    got = _run("cross", layout, grads)
     assert paths.calls["backward"] == 1
     for a, b in zip(got, want, strict=True):
         assert a.tobytes() == b.tobytes()
@@ -177,4 +180,4 @@ def test_the_entries_check_their_arguments():
                                      (4, 4, 8, 8, 8, 8, 8, 8), 1.0, False)  # fmt: skip
     with pytest.raises(ValueError):
         native.attention_backward_f32((0,) * 8, np.zeros((8, 1), np.int64), m, m[:2],
-                                      (4, 4, 8, 8, 8, 8, 8, 8, 8, 8), 1.0, False)  # fmt: skip
+                                      (4, 4, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8), 1.0, False)  # fmt: skip
