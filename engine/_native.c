@@ -2105,6 +2105,7 @@ static void convd_load(const convd_ctx *a, float *xp, Py_ssize_t n) {
             const float *src = a->x + ((n * a->C + c) * a->H + r) * a->W;
             float *dst = xp + (c * a->Hp + pr) * line;
             Py_ssize_t width = a->W < a->Wpad - a->pl ? a->W : a->Wpad - a->pl;
+            if (width <= 0) break; /* (padding past every column the outputs read) */
             if (sw == 1) {
                 memcpy(dst + a->pl, src, (size_t)width * 4);
                 continue;

@@ -225,6 +225,12 @@ def test_the_entry_checks_its_arguments():
     work = np.zeros(native.conv2d_direct_work(dims, 1), np.float32)
     native.conv2d_direct(x + 1, w, None, y, dims, work, 1)
     assert (y == 9).all()
+    # left padding past every column the outputs read: the stage stays zero
+    y1 = np.full((1, 2, 4, 1), 7.0, np.float32)
+    dims1 = (1, 1, 4, 4, 2, 1, 1, 0, 6, 4, 1, 1, 1)
+    work1 = np.zeros(native.conv2d_direct_work(dims1, 1), np.float32)
+    native.conv2d_direct(x + 1, np.ones((2, 1, 1, 1), np.float32), None, y1, dims1, work1, 1)
+    assert (y1 == 0).all()
     with pytest.raises(ValueError):  # outputs reading far past the input
         native.conv2d_direct(x, w, None, y, dims[:-2] + (9, 1), work, 1)
     with pytest.raises(ValueError):  # buffers not of the sizes given
