@@ -60,9 +60,15 @@ def _numpy_gelu(x, g=None):
     return out
 
 
-def test_the_check_at_first_use_passes_here():
+def test_the_check_at_first_use_passes_here(monkeypatch):
     kernels._native_exp = None
     assert kernels.native_exp_f32() is True
+    monkeypatch.setattr(A, "_gelu_matches", None)
+    assert A._native_gelu_matches() is True
+    monkeypatch.setattr(A, "_gelu_matches", False)  # (a machine where the chain differs)
+    x = np.linspace(-3, 3, 5000, dtype=np.float32)
+    out = np.zeros_like(x)
+    assert not A._native_gelu(x, None, out) and not out.any()
 
 
 @pytest.mark.parametrize("threads", [1, 2])

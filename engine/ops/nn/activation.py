@@ -132,18 +132,49 @@ def _gelu_grad_chunk(xp, approximate, x, g, out, s1, s2):
 _GELU_CONSTS = (_AS_P, *_AS_A, _INV_SQRT_2PI)
 
 
+_gelu_matches = None  # whether exp_gelu_f32's GELU gives the numpy chain's bits here (once)
+
+
+def _native_gelu_matches() -> bool:
+    """kernels.native_exp_f32(), and the compiled GELU and its gradient equal to the numpy
+    chain's on a spread of values (checked once: the loop inlines its own copy of the exp)."""
+    global _gelu_matches
+    if not kernels.native_exp_f32():
+        return False
+    if _gelu_matches is None:
+        x = np.concatenate(
+            [
+                np.linspace(-20.0, 20.0, 1 << 14, dtype=np.float32),
+                (np.arange(1 << 14, dtype=np.uint64) * 262147).astype(np.uint32).view(np.float32),
+            ]
+        )
+        g = np.cos(np.arange(x.size, dtype=np.float32))
+        ok = True
+        for grad in (None, g):
+            want, s1, s2, got = (np.empty_like(x) for _ in range(4))
+            with np.errstate(all="ignore"):
+                if grad is None:
+                    _gelu_chunk(np, "none", x, want, s1, s2)
+                else:
+                    _gelu_grad_chunk(np, "none", x, grad, want, s1, s2)
+            kernels.native.exp_gelu_f32(x, grad, got, 1 if grad is None else 2, _GELU_CONSTS, 1)
+            ok = ok and want.tobytes() == got.tobytes()
+        _gelu_matches = ok
+    return _gelu_matches
+
+
 def _native_gelu(x, g, out) -> bool:
     """The float32 exact GELU (g None) or its gradient times g by engine._native's loop
     (exp_gelu_f32: _gelu_chunk's and _gelu_grad_chunk's operations element by element, with
     numpy's exp: the same bits), on its threads; False where it cannot take them (not float32
-    contiguous numpy arrays, or kernels.native_exp_f32() found numpy's exp other)."""
+    contiguous numpy arrays, or _native_gelu_matches() found the numpy chain other)."""
     arrays = (x, out) if g is None else (x, g, out)
     if not (
         all(
             type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays
         )
         and out.flags.writeable
-        and kernels.native_exp_f32()
+        and _native_gelu_matches()
     ):
         return False
     kernels.native.exp_gelu_f32(
