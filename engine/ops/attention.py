@@ -648,6 +648,22 @@ def _slice_offsets(arr, batch) -> np.ndarray:
     return off.reshape(-1)
 
 
+def _gemm_rows(pairs) -> list[int] | None:
+    """The row strides (in float32 elements) of (array, row length) pairs whose rows numpy's
+    matmul hands to gemm as they are (unit-stride rows at a stride of at least their length:
+    its is_blasable2d), 0 for an array None; None if one is not."""
+    rows = []
+    for a, width in pairs:
+        if a is None:
+            rows.append(0)
+            continue
+        rs, cs = a.strides[-2:]
+        if cs != 4 or rs % 4 or rs // 4 < width:
+            return None
+        rows.append(rs // 4)
+    return rows
+
+
 def _native_forward(node, q, k, v, y, lse_rows, mask) -> bool:
     """The float32 forward of _chunks and its part in one call of engine._native's
     attention_forward_f32: per slice, q scaled, numpy's cblas_sgemm calls for the scores and the
@@ -671,13 +687,8 @@ def _native_forward(node, q, k, v, y, lse_rows, mask) -> bool:
     L, E, S, Dv = qa.shape[-2], qa.shape[-1], ka.shape[-2], va.shape[-1]
     if min(L, E, S, Dv) < 2:
         return False
-    rows = []
-    for a, width in ((qa, E), (ka, E), (va, Dv), (ya, Dv)):
-        rs, cs = a.strides[-2:]
-        if cs != 4 or rs % 4 or rs // 4 < width:  # (numpy's is_blasable2d)
-            return False
-        rows.append(rs // 4)
-    if not (kernels.native_exp_f32() and kernels._load_native_gemm()):
+    rows = _gemm_rows(((qa, E), (ka, E), (va, Dv), (ya, Dv)))
+    if rows is None or not (kernels.native_exp_f32() and kernels._load_native_gemm()):
         return False
     batch = qa.shape[:-2]
     slices = math.prod(batch)
@@ -737,23 +748,14 @@ def _native_backward(node, q, k, v, g, ya, lse_a, gq, gk, gv) -> bool:
     L, E, S, Dv = qa.shape[-2], qa.shape[-1], ka.shape[-2], va.shape[-1]
     if min(L, E, S, Dv) < 2 or ga.shape != ya.shape or ga.shape[-1] != Dv:
         return False
-    rows = []
-    for a, width in ((qa, E), (ka, E), (va, Dv), *zip(outs, (E, E, Dv), strict=True)):
-        if a is None:
-            rows.append(0)
-            continue
-        rs, cs = a.strides[-2:]
-        if cs != 4 or rs % 4 or rs // 4 < width:  # (numpy's is_blasable2d)
-            return False
-        rows.append(rs // 4)
-    if not (kernels.native_exp_f32() and kernels._load_native_gemm()):
+    rows = _gemm_rows(((qa, E), (ka, E), (va, Dv), *zip(outs, (E, E, Dv), strict=True)))
+    if rows is None or not (kernels.native_exp_f32() and kernels._load_native_gemm()):
         return False
     batch = qa.shape[:-2]
     # what _grads makes per chunk: g * scale and its rows' sums with the output (the same
     # values row by row); g as it is laid out where its rows are numpy's gemm operands (BLAS
     # packs them: the leading dimension changes no value), else a contiguous copy as _grads'
-    gr, gcs = ga.strides[-2:]
-    gc = ga if gcs == 4 and gr % 4 == 0 and gr // 4 >= Dv else np.ascontiguousarray(ga)
+    gc = ga if _gemm_rows(((ga, Dv),)) is not None else np.ascontiguousarray(ga)
     gsc = np.multiply(gc, node.scale)  # (laid out as gc)
     sums = np.einsum("...i,...i->...", gsc, ya)
     lse = np.ascontiguousarray(lse_a, dtype=np.float32).reshape(-1)
