@@ -304,53 +304,74 @@ static void exp_f32_loop(const float *x, float *out, Py_ssize_t n) {
  * rounds them against float32 arrays (to nearest). */
 typedef struct { float p, a1, a2, a3, a4, a5, inv_sqrt_2pi; } gelu_consts;
 
-/* activation._upper_tail_chunk element by element: *e = exp(-x^2 / 2), returns Q(|x|); a = |x|. */
-static inline float gelu_upper_tail(float a, const gelu_consts *c, float *e) {
-    float t = a * c->p;
-    t = t + 1.0f;
-    t = 1.0f / t;
-    float s = t * c->a5;
-    s = s + c->a4; s = s * t;
-    s = s + c->a3; s = s * t;
-    s = s + c->a2; s = s * t;
-    s = s + c->a1; s = s * t;
-    float h = a * a;
-    h = h * -0.5f;
-    *e = npexp_f32(h);
-    return s * *e;
+/* activation._upper_tail_chunk in blocks: s = the tail's polynomial in t = 1 / (1 + p |x|) and
+ * h = -x^2 / 2 first, then exp(h) by exp_f32_loop (numpy's AVX512F loop where there is one),
+ * then Q(|x|) = s exp(h) with the rest of the caller's formula: the same operations in the same
+ * order as element by element. */
+#define GELU_BLOCK 512
+EXP_CLONES
+static void gelu_tail_pre(const float *x, float *s, float *h, Py_ssize_t m, gelu_consts c) {
+#pragma GCC ivdep
+    for (Py_ssize_t i = 0; i < m; i++) {
+        float a = fabsf(x[i]);
+        float t = a * c.p;
+        t = t + 1.0f;
+        t = 1.0f / t;
+        float v = t * c.a5;
+        v = v + c.a4; v = v * t;
+        v = v + c.a3; v = v * t;
+        v = v + c.a2; v = v * t;
+        v = v + c.a1; v = v * t;
+        s[i] = v;
+        float w = a * a;
+        h[i] = w * -0.5f;
+    }
 }
 
 /* activation._gelu_chunk's float32 exact form: relu(x) - |x| Q(|x|), x's sign. */
 EXP_CLONES
-static void gelu_f32_loop(const float *x, float *out, Py_ssize_t n,
-                          gelu_consts c) {
+static void gelu_post(const float *x, const float *s, const float *e, float *out, Py_ssize_t m) {
 #pragma GCC ivdep
-    for (Py_ssize_t i = 0; i < n; i++) {
-        float xi = x[i], a = fabsf(xi), e;
-        float s = gelu_upper_tail(a, &c, &e);
-        s = s * a;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        float xi = x[i], a = fabsf(xi);
+        float q = s[i] * e[i];
+        q = q * a;
         float o = a + xi;
         o = o * 0.5f;
-        o = o - s;
+        o = o - q;
         out[i] = copysignf(o, xi);
     }
 }
 
 /* activation._gelu_grad_chunk's float32 exact form: (Phi(x) + x phi(x)) g. */
 EXP_CLONES
-static void gelu_grad_f32_loop(const float *x, const float *g,
-                               float *out, Py_ssize_t n, gelu_consts c) {
+static void gelu_grad_post(const float *x, const float *g, const float *s, const float *e,
+                           float *out, Py_ssize_t m, float inv_sqrt_2pi) {
 #pragma GCC ivdep
-    for (Py_ssize_t i = 0; i < n; i++) {
-        float xi = x[i], a = fabsf(xi), e;
-        float q = gelu_upper_tail(a, &c, &e);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        float xi = x[i];
+        float q = s[i] * e[i];
         float o = 0.5f - q;
         o = copysignf(o, xi);
         o = o + 0.5f;
-        e = e * xi;
-        e = e * c.inv_sqrt_2pi;
-        o = o + e;
+        float d = e[i] * xi;
+        d = d * inv_sqrt_2pi;
+        o = o + d;
         out[i] = o * g[i];
+    }
+}
+
+static void gelu_blocks(const float *x, const float *g, float *out, Py_ssize_t n,
+                        gelu_consts c) {
+    float s[GELU_BLOCK], e[GELU_BLOCK];
+    for (Py_ssize_t i0 = 0; i0 < n; i0 += GELU_BLOCK) {
+        Py_ssize_t m = n - i0 < GELU_BLOCK ? n - i0 : GELU_BLOCK;
+        gelu_tail_pre(x + i0, s, e, m, c);
+        exp_f32_loop(e, e, m);
+        if (g == NULL)
+            gelu_post(x + i0, s, e, out + i0, m);
+        else
+            gelu_grad_post(x + i0, g + i0, s, e, out + i0, m, c.inv_sqrt_2pi);
     }
 }
 
@@ -358,8 +379,7 @@ typedef struct { const float *x, *g; float *out; int kind; gelu_consts c; } act_
 static void act_part(void *p, Py_ssize_t lo, Py_ssize_t hi) {
     act_ctx *a = (act_ctx *)p;
     if (a->kind == 0) exp_f32_loop(a->x + lo, a->out + lo, hi - lo);
-    else if (a->kind == 1) gelu_f32_loop(a->x + lo, a->out + lo, hi - lo, a->c);
-    else gelu_grad_f32_loop(a->x + lo, a->g + lo, a->out + lo, hi - lo, a->c);
+    else gelu_blocks(a->x + lo, a->kind == 2 ? a->g + lo : NULL, a->out + lo, hi - lo, a->c);
 }
 
 /* exp_gelu_f32(x, g, out, kind, consts, threads=1): kind 0: out = np.exp(x); 1: out = gelu(x);
