@@ -2130,9 +2130,10 @@ static void convd_load(const convd_ctx *a, float *xp, Py_ssize_t n) {
                 memcpy(dst + a->pl, src, (size_t)width * 4);
                 continue;
             }
-            for (Py_ssize_t f = 0; f < width; f++) {
-                Py_ssize_t pc = f + a->pl;
-                dst[(pc % sw) * Wq + pc / sw] = src[f];
+            for (Py_ssize_t r = 0; r < sw; r++) { /* residue r: columns f0, f0 + sw, ... */
+                Py_ssize_t f0 = ((r - a->pl) % sw + sw) % sw;
+                float *run = dst + r * Wq + (f0 + a->pl) / sw;
+                for (Py_ssize_t f = f0, q = 0; f < width; f += sw, q++) run[q] = src[f];
             }
         }
 }

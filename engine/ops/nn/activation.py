@@ -137,7 +137,7 @@ _gelu_matches = None  # whether exp_gelu_f32's GELU gives the numpy chain's bits
 
 def _native_gelu_matches() -> bool:
     """kernels.native_exp_f32(), and the compiled GELU and its gradient equal to the numpy
-    chain's on a spread of values (checked once: the loop inlines its own copy of the exp)."""
+    chain's on a spread of values (checked once: the whole chain, not only its exp)."""
     global _gelu_matches
     if not kernels.native_exp_f32():
         return False
