@@ -896,10 +896,21 @@ static PyObject *max_pool2d_backward(PyObject *self, PyObject *args) {
 /* threshold_backward (torch's ReLU and Threshold gradients): out = v <= threshold ? 0 : g, a
  * literal +0 where the input is at or below the threshold (a NaN input passes its gradient),
  * g's own bits elsewhere. out may be g or v itself (element for element). */
+/* strict: out = v < threshold ? 0 : g, which with g = v = x and threshold 0 is ReLU's forward
+ * as numpy's maximum(0, x) gives it (-0 and NaNs kept bit for bit: x's own bits, a select).
+ * Element i is read before out[i] is written (in place too): no dependence between iterations. */
 #define THRESHOLD_BACKWARD_LOOP(T)                                                              \
     static void threshold_backward_##T(const T *g, const T *v, T *out, Py_ssize_t n,          \
-                                       T threshold) {                                          \
-        for (Py_ssize_t i = 0; i < n; i++) { /* both loads first: a select gcc vectorizes */  \
+                                       T threshold, int strict) {                              \
+        if (strict) {                                                                          \
+            _Pragma("GCC ivdep") for (Py_ssize_t i = 0; i < n; i++) {                          \
+                T gi = g[i], vi = v[i];                                                        \
+                out[i] = vi < threshold ? (T)0 : gi;                                           \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+        _Pragma("GCC ivdep") for (Py_ssize_t i = 0; i < n; i++) { /* both loads first: a      \
+                                                                     select gcc vectorizes */  \
             T gi = g[i], vi = v[i];                                                            \
             out[i] = vi <= threshold ? (T)0 : gi;                                              \
         }                                                                                      \
@@ -912,22 +923,24 @@ typedef struct {
     const void *g, *v;
     void *out;
     double threshold;
+    int strict;
 } threshold_ctx_t;
 static void threshold_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
     threshold_ctx_t *t = (threshold_ctx_t *)c;
     if (t->kind == 'f')
         threshold_backward_float((const float *)t->g + lo, (const float *)t->v + lo,
-                                 (float *)t->out + lo, hi - lo, (float)t->threshold);
+                                 (float *)t->out + lo, hi - lo, (float)t->threshold, t->strict);
     else
         threshold_backward_double((const double *)t->g + lo, (const double *)t->v + lo,
-                                  (double *)t->out + lo, hi - lo, t->threshold);
+                                  (double *)t->out + lo, hi - lo, t->threshold, t->strict);
 }
 
 static PyObject *threshold_backward(PyObject *self, PyObject *args) {
     PyObject *go, *vo, *oo;
     double threshold;
-    int threads = 1;
-    if (!PyArg_ParseTuple(args, "OOOd|i", &go, &vo, &oo, &threshold, &threads)) return NULL;
+    int threads = 1, strict = 0;
+    if (!PyArg_ParseTuple(args, "OOOd|ip", &go, &vo, &oo, &threshold, &threads, &strict))
+        return NULL;
     Py_buffer g, v, out;
     if (get_three(go, vo, oo, &g, &v, &out, 0) < 0) return NULL;
     char kind = real_kind(&out);
@@ -941,7 +954,7 @@ static PyObject *threshold_backward(PyObject *self, PyObject *args) {
         release_three(&g, &v, &out);
         return NULL;
     }
-    threshold_ctx_t ctx = {kind, g.buf, v.buf, out.buf, threshold};
+    threshold_ctx_t ctx = {kind, g.buf, v.buf, out.buf, threshold, strict};
     Py_BEGIN_ALLOW_THREADS
     parallel_run(threshold_part, &ctx, out.len / out.itemsize, threads);
     Py_END_ALLOW_THREADS
@@ -2585,8 +2598,9 @@ static PyMethodDef methods[] = {
      "zero=False): grad_input[plane, index] += g (or = g), in output order (each plane zeroed "
      "first when zero), without the GIL."},
     {"threshold_backward", threshold_backward, METH_VARARGS,
-     "threshold_backward(g, v, out, threshold): out = v <= threshold ? 0 : g over contiguous "
-     "float32/float64 buffers of equal length, without the GIL."},
+     "threshold_backward(g, v, out, threshold, threads=1, strict=False): out = v <= threshold "
+     "? 0 : g (strict: v < threshold) over contiguous float32/float64 buffers of equal length, "
+     "without the GIL."},
     {"row_sums", row_sums, METH_VARARGS,
      "row_sums(a, b, m, p1, p2, rows, c, L, kind, threads=1): float64 sums of each row of L "
      "values (kind 0: a; 1: (a - m[ch])^2; 2: a, and a * (b - m[ch])) in kernels.row_sums' "

@@ -1573,6 +1573,23 @@ def threshold_backward(xp, g, v, out, threshold: float = 0.0):
     return out
 
 
+def relu_into(x, out) -> bool:
+    """out = np.maximum(0, x) for contiguous float32/float64 arrays of one shape and dtype, one
+    array or apart, by engine._native's select (threshold_backward, strict: x < 0 ? 0 : x) on
+    its threads: numpy's bits, -0 and NaN payloads kept (True); False (nothing written)
+    otherwise."""
+    if (
+        not native_takes(out, x)
+        or x.dtype != out.dtype
+        or x.shape != out.shape
+        or not out.flags.writeable
+        or (x.ctypes.data != out.ctypes.data and np.may_share_memory(x, out))
+    ):
+        return False
+    native.threshold_backward(x, x, out, 0.0, native_threads(out.size), True)
+    return True
+
+
 def erf_into(xp, x, out):
     """out = erf(x): to float64 precision for float64, within half an ulp + 2e-9 for float32 and
     float16 (_ERF_P); numpy has no erf, CuPy has cupyx.scipy.special.erf."""

@@ -312,11 +312,13 @@ class Relu(Unary):
 
     ufunc = np.maximum
     ufunc_zero = True
-    small_elems = kernels.BLOCK_ELEMS
+    small_elems = 1 << 12  # from here on the compiled select (kernels.relu_into)
 
     def kernel(self, xp, x, y):
-        if xp is np:  # large: blocks against a constant block of zeros (a faster loop), threads
-            kernels.extremum_scalar(np.maximum, x, 0, y)
+        if xp is np:  # the compiled select (numpy's bits), else blocks against a constant
+            # block of zeros (a faster numpy loop than against a scalar), on threads
+            if not kernels.relu_into(x, y):
+                kernels.extremum_scalar(np.maximum, x, 0, y)
         elif not cuda_fast.unary("relu", x, y):
             xp.maximum(x, 0, out=y)
 

@@ -137,3 +137,35 @@ def test_native_loop_refuses_what_it_cannot_read():
         kernels.native.threshold_backward(a, np.zeros(5, np.float32), a, 0.0)
     with pytest.raises((ValueError, BufferError)):
         kernels.native.threshold_backward(a, a, np.zeros((4, 2), np.float32)[:, 0], 0.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_relu_forward_select_is_numpys_maximum(kernel_form, dtype, threads):
+    """ReLU's forward from 4K elements is engine._native's strict select x < 0 ? 0 : x where
+    built (kernels.relu_into), numpy's maximum(0, x) otherwise: the same bits, -0 and NaN
+    payloads included, out of place and in place, on any thread count."""
+    from engine import kernels
+
+    payloads = np.array([0x7FC00001, 0xFFC00005, 0x7F800001, 0xFF812345], np.uint32)
+    if dtype is np.float32:
+        special = payloads.view(np.float32)
+    else:
+        special = np.array([np.nan, -np.nan], dtype)
+    parts = [np.array(VALUES, dtype), special, np.array([1e-45, -1e-45], dtype)]
+    x = np.tile(np.concatenate(parts), 512)
+    with np.errstate(all="ignore"):
+        want = np.maximum(dtype(0), x)
+    before = kernels.get_num_threads()
+    try:
+        engine.set_num_threads(threads)
+        got = engine.tensor(x).relu().numpy()
+        t = engine.tensor(x.copy())
+        t.relu_()
+        inplace = t.numpy()
+    finally:
+        engine.set_num_threads(before)
+    assert got.tobytes() == want.tobytes()
+    assert inplace.tobytes() == want.tobytes()
+    out = np.empty_like(x)
+    assert kernels.relu_into(x, out) == (kernel_form == "native")
