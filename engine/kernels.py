@@ -230,23 +230,36 @@ def _blas_solo():
     products; returns the count it replaces) from numpy's own OpenBLAS, or None."""
     global _blas_local
     if _blas_local is None:
+        import ctypes
+
         _blas_local = False
-        try:
-            import ctypes
-
-            from threadpoolctl import threadpool_info
-
-            for info in threadpool_info():
-                if info.get("internal_api") != "openblas":
-                    continue
-                fn = getattr(ctypes.CDLL(info["filepath"]), "openblas_set_num_threads_local", None)
-                if fn is not None:
-                    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
-                    _blas_local = fn
-                    break
-        except Exception:  # threadpoolctl missing, or a library ctypes cannot open
-            _blas_local = False
+        for lib in _openblas_libraries():
+            fn = getattr(lib, "openblas_set_num_threads_local", None)
+            if fn is not None:
+                fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+                _blas_local = fn
+                break
     return _blas_local or None
+
+
+def _openblas_libraries() -> list:
+    """ctypes handles of the OpenBLAS libraries numpy loaded (threadpoolctl finds them); none
+    where threadpoolctl is missing or a library cannot be opened."""
+    try:
+        import ctypes
+
+        from threadpoolctl import threadpool_info
+
+        paths = [i["filepath"] for i in threadpool_info() if i.get("internal_api") == "openblas"]
+    except Exception:  # threadpoolctl missing, or it cannot read the libraries
+        return []
+    libs = []
+    for path in paths:
+        try:
+            libs.append(ctypes.CDLL(path))
+        except OSError:
+            continue
+    return libs
 
 
 def _load_native_gemm():
@@ -256,19 +269,12 @@ def _load_native_gemm():
     if _native_gemm is None:
         _native_gemm = False
         try:
-            import ctypes
-
-            from threadpoolctl import threadpool_info
-
-            infos = [i for i in threadpool_info() if i.get("internal_api") == "openblas"]
             config = str(getattr(np, "__config__", None) and np.show_config("dicts"))
         except Exception:
-            infos, config = [], ""
-        for info in infos if native is not None else ():
-            try:
-                lib = ctypes.CDLL(info["filepath"])
-            except OSError:
-                continue
+            config = None
+        import ctypes
+
+        for lib in _openblas_libraries() if native is not None and config is not None else ():
             # the 64_ suffix marks 64-bit integers; plain names only where numpy's build says
             # its OpenBLAS has 32-bit ones
             names = [(p, "64_", True) for p in ("scipy_cblas_", "cblas_")]
@@ -1374,6 +1380,14 @@ def _load_native():
 native = _load_native()
 
 
+def native_f32(*arrays) -> bool:
+    """engine._native's float32 loops can take these arrays: built, plain numpy arrays, float32
+    all, C-contiguous."""
+    return native is not None and all(
+        type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays
+    )
+
+
 def native_takes(*arrays) -> bool:
     """engine._native's loops can take these arrays: built, numpy, float32/float64 values (the
     first array's) and C-contiguous (the numpy forms take any other)."""
@@ -1416,12 +1430,9 @@ def exp_f32(x, out) -> bool:
     arrays of one size that are one array or apart (True), when native_exp_f32(); else False
     (nothing written)."""
     if (
-        type(x) is not np.ndarray
-        or type(out) is not np.ndarray
-        or x.dtype != np.float32
-        or out.dtype != np.float32
+        not native_f32(x, out)
         or x.size != out.size
-        or not (x.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable)
+        or not out.flags.writeable
         or not native_exp_f32()
         or (x.ctypes.data != out.ctypes.data and np.may_share_memory(x, out))
     ):

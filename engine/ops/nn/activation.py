@@ -169,13 +169,7 @@ def _native_gelu(x, g, out) -> bool:
     numpy's exp: the same bits), on its threads; False where it cannot take them (not float32
     contiguous numpy arrays, or _native_gelu_matches() found the numpy chain other)."""
     arrays = (x, out) if g is None else (x, g, out)
-    if not (
-        all(
-            type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays
-        )
-        and out.flags.writeable
-        and _native_gelu_matches()
-    ):
+    if not (kernels.native_f32(*arrays) and out.flags.writeable and _native_gelu_matches()):
         return False
     kernels.native.exp_gelu_f32(
         x, g, out, 1 if g is None else 2, _GELU_CONSTS, kernels.native_threads(out.size)

@@ -335,21 +335,10 @@ class Conv2d(Function):
         written) where it does not apply."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         native = kernels.native
-        if (
-            x._device.type != "cpu"
-            or not _direct_runs(y._dtype)
-            or groups != 1
-            or dh != 1
-            or dw != 1
-            or pb > kh
-            or pr > kw
-            or not _direct_pays(c * kh * kw, ow)
-        ):
+        if not self._direct_takes(x._device, y._dtype, c * kh * kw, ow) or pb > kh or pr > kw:
             return False
         arrays = [x._data, weight._data, y._data] + ([bias._data] if bias is not None else [])
-        if not all(
-            type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays
-        ):
+        if not kernels.native_f32(*arrays):
             return False
         dims = (n, c, h, w, o, kh, kw, pt, pl, oh, ow, sh, sw)
         parts = _direct_threads(y._data.size)
@@ -362,6 +351,19 @@ class Conv2d(Function):
         )  # fmt: skip
         work.release()
         return True
+
+    def _direct_takes(self, dev, dtype, k: int, width: int) -> bool:
+        """Whether the direct kernels take a convolution of this geometry on `dev` in `dtype`
+        with an inner dim k and rows `width` long: cpu, where they run (_direct_runs), one
+        group, no dilation, and where they pay (_direct_pays)."""
+        groups, dh, dw = self.geom[18], self.geom[16], self.geom[17]
+        return (
+            dev.type == "cpu"
+            and groups == 1
+            and dh == dw == 1
+            and _direct_runs(dtype)
+            and _direct_pays(k, width)
+        )
 
     def _few_macs(self) -> bool:
         """Whether one sample's product is too small for parts of its own (below
@@ -632,21 +634,13 @@ class Conv2d(Function):
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
         dev = gw._device
         if (
-            dev.type != "cpu"
-            or not _direct_runs(gw._dtype)
-            or groups != 1
-            or dh != 1
-            or dw != 1
-            or not _direct_pays(c * kh * kw, ow)
+            not self._direct_takes(dev, gw._dtype, c * kh * kw, ow)
             or (c * kh * kw > DIRECT_SMALL_K and oh * ow > DIRECT_GRAD_W_POSITIONS)
             or not hasattr(kernels.native, "conv2d_direct_grad_w")
         ):
             return False
         xd, gd = x._data, g4
-        if not all(
-            type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous
-            for a in (xd, gd, gw._data)
-        ):
+        if not kernels.native_f32(xd, gd, gw._data):
             return False
         # the padded rows and columns the outputs read, columns split by the stride as
         # conv2d_direct's stage: padded column q*sw + r at [..., r, q]
@@ -693,7 +687,7 @@ class Conv2d(Function):
         few = dev.type == "cpu" and self._few_macs()
         correlate = sh == sw == 1 and min(full) >= 0 and not self._pointwise()
         # (the correlation is a stride-1 convolution: conv2d_direct's, for a small image too)
-        direct = groups == 1 and dh == dw == 1 and _direct_runs(dt) and _direct_pays(o * kh * kw, w)
+        direct = self._direct_takes(dev, dt, o * kh * kw, w)
         if dev.type == "cpu" and correlate and (direct or not few):
             return self._grad_input_correlated(weight, g, full, dt, dev)
         gx = kernels.empty(self.x_shape, dt, dev)
