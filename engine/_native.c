@@ -1912,6 +1912,20 @@ typedef struct {
     int failed;
 } attf_ctx;
 
+/* A slice's scores as FusedAttention._chunks makes them: qs = q * scale (L x E, in float32),
+ * sc = qs @ k^T (numpy's cblas_sgemm call: NoTrans, Trans), the causal -inf added above the
+ * diagonal (+0 on and below it, as numpy's add of the mask). */
+static void att_scores(const float *q, Py_ssize_t rq, const char *k, Py_ssize_t rk,
+                       Py_ssize_t L, Py_ssize_t S, Py_ssize_t E, float scale, int causal,
+                       float *qs, float *sc) {
+    for (Py_ssize_t i = 0; i < L; i++)
+        for (Py_ssize_t e = 0; e < E; e++) qs[i * E + e] = q[i * rq + e] * scale;
+    gemm_one('f', 0, 1, qs, k, sc, L, S, E, E, rk, S);
+    if (causal)
+        for (Py_ssize_t i = 0; i < L; i++)
+            for (Py_ssize_t j = 0; j < S; j++) sc[i * S + j] += j <= i ? 0.0f : -INFINITY;
+}
+
 static void attf_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
     attf_ctx *a = (attf_ctx *)c;
     Py_ssize_t L = a->L, S = a->S, E = a->E;
@@ -1922,13 +1936,8 @@ static void attf_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
     }
     float *sc = qs + L * E;
     for (Py_ssize_t s = lo; s < hi; s++) {
-        const float *q = (const float *)(a->q + a->oq[s]);
-        for (Py_ssize_t i = 0; i < L; i++)
-            for (Py_ssize_t e = 0; e < E; e++) qs[i * E + e] = q[i * a->rq + e] * a->scale;
-        gemm_one('f', 0, 1, qs, a->k + a->ok[s], sc, L, S, E, E, a->rk, S);
-        if (a->causal)
-            for (Py_ssize_t i = 0; i < L; i++)
-                for (Py_ssize_t j = 0; j < S; j++) sc[i * S + j] += j <= i ? 0.0f : -INFINITY;
+        att_scores((const float *)(a->q + a->oq[s]), a->rq, a->k + a->ok[s], a->rk, L, S, E,
+                   a->scale, a->causal, qs, sc);
         softmax_rows_float(sc, a->m + s * L, NULL, L, S, 0);
         exp_f32_loop(sc, sc, L * S);
         softmax_rows_float(sc, a->t + s * L, NULL, L, S, 1);
@@ -2021,13 +2030,8 @@ static void attb_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
     }
     float *P = qs + L * E, *dP = P + L * S;
     for (Py_ssize_t s = lo; s < hi; s++) {
-        const float *q = (const float *)(a->q + a->off[s]);
-        for (Py_ssize_t i = 0; i < L; i++)
-            for (Py_ssize_t e = 0; e < E; e++) qs[i * E + e] = q[i * a->rq + e] * a->scale;
-        gemm_one('f', 0, 1, qs, a->k + a->off[n + s], P, L, S, E, E, a->rk, S);
-        if (a->causal)
-            for (Py_ssize_t i = 0; i < L; i++)
-                for (Py_ssize_t j = 0; j < S; j++) P[i * S + j] += j <= i ? 0.0f : -INFINITY;
+        att_scores((const float *)(a->q + a->off[s]), a->rq, a->k + a->off[n + s], a->rk, L, S,
+                   E, a->scale, a->causal, qs, P);
         softmax_rows_float(P, (float *)(a->lse + s * L), NULL, L, S, 2);
         exp_f32_loop(P, P, L * S);
         const char *g = a->g + a->off[3 * n + s];
