@@ -50,7 +50,7 @@ def direct(monkeypatch):
     def use(on: bool):
         monkeypatch.setattr(C, "DIRECT_SMALL_K", 64 if on else 0)
         monkeypatch.setattr(C, "DIRECT_MAX_K", 4608 if on else 0)
-        monkeypatch.setattr(C, "DIRECT_GRAD_W_POSITIONS", 1 << 30 if on else 0)
+        monkeypatch.setattr(C, "DIRECT_GRAD_W", on)
 
     use.calls = calls
     return use
@@ -239,17 +239,82 @@ def test_the_entry_checks_its_arguments():
         native.conv2d_direct(x, w, None, y, dims, work, 2)
     with pytest.raises(ValueError):
         native.conv2d_direct(x.astype(np.float64), w, None, y, dims, work, 1)
-    sums = np.zeros(native.conv2d_direct_grad_w_work(1, 2, 3, 3), np.float32)
-    with pytest.raises(ValueError):  # a stage's rows shorter than the outputs read
-        native.conv2d_direct_grad_w(
-            np.zeros((1, 1, 4, 1, 2), np.float32), np.zeros((1, 2, 2, 2), np.float32),
-            np.zeros((2, 1, 3, 3), np.float32), (1, 1, 2, 3, 3, 2, 2, 1, 1, 2), sums,
-        )  # fmt: skip
-    with pytest.raises(ValueError):  # sums of another size
-        native.conv2d_direct_grad_w(
-            np.zeros((1, 1, 4, 1, 4), np.float32), np.zeros((1, 2, 2, 2), np.float32),
-            np.zeros((2, 1, 3, 3), np.float32), (1, 1, 2, 3, 3, 2, 2, 1, 1, 4), sums[:-1],
-        )  # fmt: skip
+    gw = np.zeros((2, 1, 3, 3), np.float32)
+    g = np.ones((1, 2, 2, 2), np.float32)
+    for entry, work in (
+        (native.conv2d_direct_grad_w, native.conv2d_direct_grad_w_work),
+        (native.conv2d_direct_grad_w_many, native.conv2d_direct_grad_w_many_work),
+    ):
+        ws = np.zeros(work(dims), np.float32)
+        entry(x + 1, g, gw, dims, ws)
+        assert (gw == 4).all()  # (g 1, x 1, no padding: each tap the products of 4 outputs)
+        with pytest.raises(ValueError):  # outputs reading far past the input
+            work(dims[:-2] + (9, 1))
+        with pytest.raises(ValueError):  # a workspace of another size
+            entry(x, g, gw, dims, ws[:-1])
+        with pytest.raises(ValueError):  # g not of the sizes given
+            entry(x, g[:, :1], gw, dims, ws)
+        with pytest.raises(ValueError):
+            entry(x.astype(np.float64), g, gw, dims, ws)
+
+
+def _grad_w_float64(x, g, k, stride, pad):
+    """grad_W and sum |g x| per weight in float64, from the definition."""
+    n, c, h, w = x.shape
+    o, oh, ow = g.shape[1:]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad + k), (pad, pad + k)))
+    g64 = g.astype(np.float64)
+    want, scale = np.zeros((o, c, k, k)), np.zeros((o, c, k, k))
+    for i in range(k):
+        for j in range(k):
+            xs = xp[
+                :, :, i : i + (oh - 1) * stride + 1 : stride, j : j + (ow - 1) * stride + 1 : stride
+            ]
+            want[:, :, i, j] = np.einsum("noyx,ncyx->oc", g64, xs)
+            scale[:, :, i, j] = np.einsum("noyx,ncyx->oc", np.abs(g64), np.abs(xs))
+    return want, scale
+
+
+# (x shape, out channels, kernel, stride, padding): every block shape of the many-taps kernel
+# (16-channel vectors 1 to 9: 12 taps by 1 or 2 vectors, 8 by 3, 6 by 4 with tails of 1-3)
+GRAD_W_CASES = [
+    ((3, 8, 9, 11), 7, 3, 1, 1),
+    ((2, 8, 12, 12), 20, 3, 1, 1),
+    ((3, 5, 20, 37), 40, 3, 2, 1),
+    ((2, 3, 40, 40), 64, 11, 4, 2),
+    ((2, 8, 12, 12), 100, 3, 1, 1),
+    ((2, 9, 7, 7), 96, 3, 1, 0),
+    ((4, 16, 4, 4), 130, 3, 1, 1),
+    ((32, 3, 8, 8), 32, 3, 1, 1),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_W_CASES)
+def test_both_grad_w_kernels_are_the_in_order_sums(case):
+    """conv2d_direct_grad_w (16-lane sums over positions) and conv2d_direct_grad_w_many (the
+    lanes over output channels; sweeps of about 110 positions, the sweeps' sums added in
+    order): the same bits on 1 and 2 threads, within (positions + 16) u of float64's sum,
+    relative to sum |g x|."""
+    shape, o, k, stride, pad = case
+    rng = np.random.default_rng(sum(shape) + o)
+    x = rng.standard_normal(shape).astype(np.float32)
+    oh = (shape[2] + 2 * pad - k) // stride + 1
+    ow = (shape[3] + 2 * pad - k) // stride + 1
+    g = rng.standard_normal((shape[0], o, oh, ow)).astype(np.float32)
+    dims = (*shape, o, k, k, pad, pad, oh, ow, stride, stride)
+    want, scale = _grad_w_float64(x, g, k, stride, pad)
+    positions = shape[0] * oh * ow
+    for entry, work in (
+        (native.conv2d_direct_grad_w, native.conv2d_direct_grad_w_work),
+        (native.conv2d_direct_grad_w_many, native.conv2d_direct_grad_w_many_work),
+    ):
+        got = []
+        for threads in (1, 2):
+            gw = np.full((o, shape[1], k, k), np.nan, np.float32)
+            entry(x, g, gw, dims, np.full(work(dims), np.nan, np.float32), threads)
+            got.append(gw)
+        assert got[0].tobytes() == got[1].tobytes()
+        assert (np.abs(got[0] - want) <= (positions + 16) * 2.0**-24 * scale + 1e-30).all()
 
 
 def test_the_bias_gradient_is_the_float64_sum_rounded_once():

@@ -269,9 +269,11 @@ def test_group_size_follows_the_columns_bound_and_the_inner_dim():
 
 
 def _grad_weight_columns(monkeypatch, threads, xs, ws, **kw):
-    """The samples each grad_W part built columns of (Conv2d._columns calls after forward)."""
+    """The samples each grad_W part built columns of (Conv2d._columns calls after forward;
+    the columns path: the direct kernels, where they run, take none)."""
     from engine.ops.nn import conv
 
+    monkeypatch.setattr(conv, "DIRECT_GRAD_W", False)
     kernels.set_num_threads(threads)
     rng = np.random.default_rng(3)
     x = engine.tensor(rng.standard_normal(xs).astype(np.float32))

@@ -47,12 +47,10 @@ BATCH_ELEMS = 1 << 24
 DIRECT_SMALL_K = 64
 DIRECT_MAX_K = 4608
 DIRECT_MIN_LANES = 0.5
-# grad_W by the direct kernel (Conv2d._grad_weight_direct) beyond DIRECT_SMALL_K only for
-# samples of at most this many output positions: its tiles sweep every position once per 6
-# taps, where BLAS's product over many positions runs near its peak (8x3x224x224, 11x11 stride
-# 4 -> 64, 3025 positions: the stem's step 22.5 -> 25.3 ms; 32x32x16x16 -> 64, 256 positions:
-# grad_W 4.4 -> 2.3 ms)
-DIRECT_GRAD_W_POSITIONS = 1024
+# grad_W by the direct kernels (Conv2d._grad_weight_direct) up to this inner dim (any output
+# width: their lanes run over output positions or channels, not along a row)
+DIRECT_GRAD_W = True
+DIRECT_GRAD_W_MAX_K = 4608
 # grad_x of a small image on cpu (Conv2d._few_macs): samples per block of columns, up to this
 # many elements (4 MiB of float32)
 COL2IM_ELEMS = 1 << 20
@@ -624,48 +622,47 @@ class Conv2d(Function):
         return gw
 
     def _grad_weight_direct(self, x, g4, gw) -> bool:
-        """gw by engine._native's conv2d_direct_grad_w, without columns, where the forward
-        runs direct (_direct's conditions) and g is contiguous: from the input zero-padded
-        into scratch, per (output channel, tap) 16-lane sums over the samples' positions in
-        order, the lanes added last; the same bits on any thread count (not the columns'
-        bits: BLAS sums the positions in its own blocks). 32x3x32x32 -> 32: 2.3 -> 0.4 ms;
-        32x32x16x16 -> 64: 4.4 -> 2.3 ms. Beyond DIRECT_SMALL_K only for samples of at most
-        DIRECT_GRAD_W_POSITIONS outputs. False (nothing written) where it does not apply."""
+        """gw by engine._native's direct grad_W kernels, without columns (float32 on cpu, one
+        group, no dilation, AVX512F, g contiguous), from the input zero-padded and split by the
+        stride into scratch: an inner dim of at most DIRECT_SMALL_K by conv2d_direct_grad_w
+        (16-lane sums over the output positions per (output channel, tap), the lanes added
+        last; 32x3x32x32 -> 32: 2.3 -> 0.4 ms), a longer one by conv2d_direct_grad_w_many
+        (the lanes over output channels, g transposed once into the workspace; 8x3x224x224
+        11x11 stride 4 -> 64: columns ~10 -> 5.7 ms; 16x64x56x56 3x3 -> 64: 25.7 -> 17.5 ms
+        where conv2d_direct_grad_w took it). The same bits on any thread count, not the
+        columns' (BLAS sums the positions in its own blocks). False (nothing written) where
+        it does not apply."""
         n, c, h, w, o, cg, kh, kw, oh, ow, sh, sw, pt, pb, pl, pr, dh, dw, groups = self.geom
-        dev = gw._device
+        dev, k = gw._device, c * kh * kw
+        few = k <= DIRECT_SMALL_K
         if (
-            not self._direct_takes(dev, gw._dtype, c * kh * kw, ow)
-            or (c * kh * kw > DIRECT_SMALL_K and oh * ow > DIRECT_GRAD_W_POSITIONS)
-            or not hasattr(kernels.native, "conv2d_direct_grad_w")
+            not DIRECT_GRAD_W
+            or dev.type != "cpu"
+            or groups != 1
+            or dh != 1
+            or dw != 1
+            or not _direct_runs(gw._dtype)
+            or not (few or k <= DIRECT_GRAD_W_MAX_K)
+            or pb > kh  # (padding past a kernel's reach: conv2d_direct's limits)
+            or pr > kw
+            or not hasattr(kernels.native, "conv2d_direct_grad_w_many")
         ):
             return False
         xd, gd = x._data, g4
         if not kernels.native_f32(xd, gd, gw._data):
             return False
-        # the padded rows and columns the outputs read, columns split by the stride as
-        # conv2d_direct's stage: padded column q*sw + r at [..., r, q]
-        hp, wpad = (oh - 1) * sh + kh, (ow - 1) * sw + kw
-        wq = -(-wpad // sw)
-        stage = kernels.Scratch((n, c, hp, sw, wq), gw._dtype, dev)
-        stage.data.fill(0)
-        rows = max(0, min(h, hp - pt))
-        for r in range(sw):
-            f0 = (r - pl) % sw  # the first input column at residue r
-            count = len(range(f0, min(w, wpad - pl), sw))
-            if count and rows:
-                q0 = (f0 + pl) // sw
-                stage.data[:, :, pt : pt + rows, r, q0 : q0 + count] = xd[
-                    :, :, :rows, f0 : f0 + sw * (count - 1) + 1 : sw
-                ]
-        sums = kernels.Scratch(
-            (kernels.native.conv2d_direct_grad_w_work(c, o, kh, kw),), gw._dtype, dev
-        )  # (the tiles' 16-lane sums)
-        kernels.native.conv2d_direct_grad_w(
-            stage.data, gd.reshape(n, o, oh, ow), gw._data,
-            (n, c, o, kh, kw, oh, ow, sh, sw, wq), sums.data, _direct_threads(gd.size),
-        )  # fmt: skip
-        sums.release()
-        stage.release()
+        native = kernels.native
+        # each kernel zero-pads the samples, split by the stride as conv2d_direct's stage, into
+        # its workspace (scratch), then takes the tiles' 16-lane sums (few) or the taps' sums
+        # and g transposed (many)
+        if few:
+            size, run = native.conv2d_direct_grad_w_work, native.conv2d_direct_grad_w
+        else:
+            size, run = native.conv2d_direct_grad_w_many_work, native.conv2d_direct_grad_w_many
+        dims = (n, c, h, w, o, kh, kw, pt, pl, oh, ow, sh, sw)
+        work = kernels.Scratch((size(dims),), gw._dtype, dev)
+        run(xd, gd.reshape(n, o, oh, ow), gw._data, dims, work.data, _direct_threads(gd.size))
+        work.release()
         return True
 
     def _sample_blocks(self, group: int) -> list[tuple[int, int]]:
