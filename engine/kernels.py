@@ -57,9 +57,28 @@ SCRATCH_ELEMS = 1 << 14
 # one thread's time (4M: even; 16M: 1.6-1.9x sooner). engine._native's loops split from far
 # less on threads of their own (NATIVE_PARALLEL_MIN).
 PARALLEL_MIN_ELEMS = 1 << 22
-# How long BLAS's threads keep the cores after a product that ran on them: OpenBLAS's threads
-# spin for about 2**28 cycles (~0.1 s) before they sleep (its THREAD_TIMEOUT default).
-BLAS_SPIN_S = 0.1
+
+
+def _timeout_n(value) -> int:
+    """The exponent of OpenBLAS's thread timeout for an OPENBLAS_THREAD_TIMEOUT value (an int
+    or the variable's text; OpenBLAS clamps a positive one to 4..30, else keeps 28)."""
+    try:
+        n = int(value or 0)
+    except ValueError:
+        n = 0
+    return min(max(n, 4), 30) if n > 0 else 28
+
+
+def _spin_s(n: int) -> float:
+    """How long OpenBLAS's threads keep the cores after a product that ran on them: they spin
+    2**n cycles before they sleep (n: _timeout_n), here at 2.5 GHz (28: ~0.1 s)."""
+    return 2.0**n / 2.5e9
+
+
+# engine/__init__.py sets OPENBLAS_THREAD_TIMEOUT to 4 (6 ns) where numpy is not loaded yet;
+# where it was, _quiet_blas has OpenBLAS take it before the first product on its threads
+BLAS_SPIN_S = _spin_s(_timeout_n(os.environ.get("OPENBLAS_THREAD_TIMEOUT")))
+_blas_quiet = False  # True once _quiet_blas ran
 # OpenBLAS runs a product on one thread up to this m*n*k (65536 * GEMM_MULTITHREAD_THRESHOLD 4)
 BLAS_THREADED_MNK = 1 << 18
 _blas_last = -math.inf  # perf_counter() when the last BLAS-threaded product ended
@@ -214,6 +233,34 @@ def run_parts(fn, ranges) -> None:
 
 
 _native_gemm = None  # engine._native.gemm with numpy's BLAS handed in; False: not to be had
+
+
+def _quiet_blas() -> None:
+    """Once, before the engine's first product on BLAS's threads. OpenBLAS reads
+    OPENBLAS_THREAD_TIMEOUT when it loads and its threads take it when they start; where numpy
+    loaded it before engine/__init__.py set the variable (a program that imports numpy first),
+    it reads its environment again and stops its idle threads, which start again with the
+    timeout at the next threaded product. BLAS_SPIN_S then follows the timeout OpenBLAS holds
+    (unchanged without OpenBLAS's functions: another BLAS, or no threadpoolctl)."""
+    global _blas_quiet, BLAS_SPIN_S
+    _blas_quiet = True
+    import ctypes
+
+    for lib in _openblas_libraries():
+        held = getattr(lib, "openblas_thread_timeout", None)
+        if held is None:
+            continue
+        held.restype, held.argtypes = ctypes.c_int, []
+        want = os.environ.get("OPENBLAS_THREAD_TIMEOUT")
+        read = getattr(lib, "openblas_read_env", None)
+        stop = getattr(lib, "blas_thread_shutdown_", None)
+        if want and _timeout_n(held()) != _timeout_n(want) and read and stop:
+            read.restype, read.argtypes = None, []
+            stop.restype, stop.argtypes = ctypes.c_int, []
+            read()
+            stop()
+        BLAS_SPIN_S = _spin_s(_timeout_n(held()))
+        return
 
 
 # Products up to this many multiply-adds run on the calling thread alone even where OpenBLAS
@@ -400,6 +447,8 @@ def gemm(a, b, out) -> None:
                 finally:
                     solo(before)
                 return
+        if not _blas_quiet:
+            _quiet_blas()
         start = _perf()
         if _contended is not None:  # held to one thread after stalls, for a while
             if start < _contended_until:

@@ -138,3 +138,56 @@ def test_a_small_product_runs_on_the_calling_thread_alone(guard, monkeypatch):
     big, big_out = _product()  # 2**24: above BLAS_SOLO_MNK, BLAS's threads
     kernels.gemm(big, big, big_out)
     assert counts == []
+
+
+_IDLE_CPU = """
+import os, resource, sys, time
+import numpy as np  # loaded first: OpenBLAS has read its environment before the engine's
+import engine
+from engine import kernels
+
+a = np.ones((1024, 1024), np.float32)
+out = np.empty_like(a)
+kernels.gemm(a, a, out)  # a product on BLAS's threads (the first: kernels._quiet_blas)
+assert (out == 1024).all()
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+time.sleep(0.1)
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+busy = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+print(kernels.BLAS_SPIN_S, busy)
+"""
+
+
+def _idle_after_a_product(env_timeout):
+    import os
+    import subprocess
+    import sys
+
+    if (os.cpu_count() or 1) < 2 or not kernels._openblas_libraries():
+        pytest.skip("needs numpy's OpenBLAS (threadpoolctl) and two cores")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    if env_timeout is not None:
+        env["OPENBLAS_THREAD_TIMEOUT"] = str(env_timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", _IDLE_CPU], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    spin, busy = map(float, done.stdout.split())
+    return spin, busy
+
+
+def test_blas_threads_sleep_after_a_product_even_when_numpy_loaded_first():
+    """engine/__init__.py sets OPENBLAS_THREAD_TIMEOUT=4; numpy loaded OpenBLAS before, so the
+    first threaded product has it read the variable again and restart its threads: they sleep
+    at once after a product (not ~0.1 s of spinning), and the engine's loops take both cores
+    right away (BLAS_SPIN_S ~0)."""
+    spin, busy = _idle_after_a_product(None)
+    assert spin < 1e-6
+    assert busy < 0.03  # of 0.1 s idle; spinning took ~0.1 s of a core
+
+
+def test_a_thread_timeout_the_user_set_is_kept():
+    spin, busy = _idle_after_a_product(28)
+    assert spin == pytest.approx(2**28 / 2.5e9)
+    assert busy > 0.03  # its default: the second thread spins through (most of) the idle time

@@ -87,6 +87,16 @@ def test_the_pool_steps_aside_while_blas_threads_spin(monkeypatch):
     before = kernels.get_num_threads()
     try:
         kernels.set_num_threads(2)
+        # engine/__init__.py has OpenBLAS's threads sleep at once: the pool has both cores
+        # right after a product
+        a = np.ones((256, 256), np.float32)
+        kernels.gemm(a, a, np.empty_like(a))
+        if kernels._openblas_libraries():
+            assert kernels.BLAS_SPIN_S < 1e-6
+            assert kernels.pool_threads(kernels.PARALLEL_MIN_ELEMS) == 2
+        # OpenBLAS's default timeout (2**28 cycles) where a user keeps it
+        monkeypatch.setattr(kernels, "BLAS_SPIN_S", kernels._spin_s(28))
+        monkeypatch.setattr(kernels, "_blas_last", -float("inf"))
         big = kernels.PARALLEL_MIN_ELEMS
         assert kernels.pool_threads(big) == 2 and kernels.pool_threads(big - 1) == 1
         small = np.ones((64, 64), np.float32)  # m*n*k = 2**18: BLAS runs it on one thread
