@@ -1111,9 +1111,16 @@ def run_parallel(func, out, *arrays):
 
 
 def copy_new(t: Tensor, contiguous: bool = True) -> Tensor:
+    """A contiguous copy of t on a new storage: on cpu by copy_runs (engine._native's threads
+    where the last axis is a contiguous run: the transformer's q/k/v split made contiguous,
+    3x128x8x256 float32, 0.32 -> 0.16 ms)."""
     out = empty(t.shape, t._dtype, t._device)
     if t._device.type != "meta":
-        xp_of(t).copyto(out._data, t._data)
+        data = t._data
+        if type(data) is np.ndarray:
+            copy_runs(data, out._data)
+        else:
+            xp_of(t).copyto(out._data, data)
     return out
 
 

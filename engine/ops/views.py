@@ -300,7 +300,12 @@ class Select(Function):
             new = kernels.empty(before, g._dtype, g._device)
             if g._device.type != "meta":
                 _zero_around(new._data, pos, item)
-                new._data[(slice(None),) * pos + (item,)] = cur._data
+                where = (slice(None),) * pos + (item,)
+                slot = new._data[where]
+                if type(slot) is np.ndarray and slot.shape == cur._data.shape:
+                    kernels.copy_runs(cur._data, slot)  # (on engine._native's threads)
+                else:  # (a single element, or broadcast)
+                    new._data[where] = cur._data
             cur = new
         return (cur,)
 
