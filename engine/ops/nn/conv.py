@@ -351,17 +351,16 @@ class Conv2d(Function):
         return True
 
     def _direct_takes(self, dev, dtype, k: int, width: int) -> bool:
-        """Whether the direct kernels take a convolution of this geometry on `dev` in `dtype`
-        with an inner dim k and rows `width` long: cpu, where they run (_direct_runs), one
-        group, no dilation, and where they pay (_direct_pays)."""
+        """Whether the direct forward kernel takes a convolution of this geometry on `dev` in
+        `dtype` with an inner dim k and rows `width` long: where the direct kernels run
+        (_direct_fits) and where it pays (_direct_pays)."""
+        return self._direct_fits(dev, dtype) and _direct_pays(k, width)
+
+    def _direct_fits(self, dev, dtype) -> bool:
+        """Whether the direct kernels run for this geometry on `dev` in `dtype`: cpu, where
+        they are built and the processor has AVX512F (_direct_runs), one group, no dilation."""
         groups, dh, dw = self.geom[18], self.geom[16], self.geom[17]
-        return (
-            dev.type == "cpu"
-            and groups == 1
-            and dh == dw == 1
-            and _direct_runs(dtype)
-            and _direct_pays(k, width)
-        )
+        return dev.type == "cpu" and groups == 1 and dh == dw == 1 and _direct_runs(dtype)
 
     def _few_macs(self) -> bool:
         """Whether one sample's product is too small for parts of its own (below
@@ -637,11 +636,7 @@ class Conv2d(Function):
         few = k <= DIRECT_SMALL_K
         if (
             not DIRECT_GRAD_W
-            or dev.type != "cpu"
-            or groups != 1
-            or dh != 1
-            or dw != 1
-            or not _direct_runs(gw._dtype)
+            or not self._direct_fits(dev, gw._dtype)
             or not (few or k <= DIRECT_GRAD_W_MAX_K)
             or pb > kh  # (padding past a kernel's reach: conv2d_direct's limits)
             or pr > kw
