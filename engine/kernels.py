@@ -75,8 +75,9 @@ def _spin_s(n: int) -> float:
     return 2.0**n / 2.5e9
 
 
-# engine/__init__.py sets OPENBLAS_THREAD_TIMEOUT to 4 (6 ns) where numpy is not loaded yet;
-# where it was, _quiet_blas has OpenBLAS take it before the first product on its threads
+# engine/__init__.py sets OPENBLAS_THREAD_TIMEOUT to 4 (6 ns) unless the user set it; where
+# numpy loaded OpenBLAS before, _quiet_blas has it take the value before the first product on
+# its threads
 BLAS_SPIN_S = _spin_s(_timeout_n(os.environ.get("OPENBLAS_THREAD_TIMEOUT")))
 _blas_quiet = False  # True once _quiet_blas ran
 # OpenBLAS runs a product on one thread up to this m*n*k (65536 * GEMM_MULTITHREAD_THRESHOLD 4)
