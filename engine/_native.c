@@ -2524,14 +2524,19 @@ static Py_ssize_t convw_work(const convw_args *a) {
     return a->stage + tiles * CONVW_OB * CONVW_KB * 16;
 }
 
-/* conv2d_direct_grad_w_work(dims): the floats of its workspace (the stage, the tiles' sums). */
-static PyObject *conv2d_direct_grad_w_work(PyObject *self, PyObject *args) {
+/* A grad_W entry's _work(dims): the floats `work` gives for those dims. */
+static PyObject *convw_work_of(PyObject *args, const char *name,
+                               Py_ssize_t (*work)(const convw_args *)) {
     convw_args a;
     PyObject *dims;
-    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &dims) ||
-        convw_dims(dims, &a, "conv2d_direct_grad_w_work") < 0)
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &dims) || convw_dims(dims, &a, name) < 0)
         return NULL;
-    return PyLong_FromSsize_t(convw_work(&a));
+    return PyLong_FromSsize_t(work(&a));
+}
+
+/* conv2d_direct_grad_w_work(dims): the floats of its workspace (the stage, the tiles' sums). */
+static PyObject *conv2d_direct_grad_w_work(PyObject *self, PyObject *args) {
+    return convw_work_of(args, "conv2d_direct_grad_w_work", convw_work);
 }
 
 /* conv2d_direct_grad_w(x, g, dw, dims, work, threads=1): as convw_parse; the tiles are cut
@@ -2704,12 +2709,7 @@ static Py_ssize_t convw_many_work(const convw_args *a) {
 
 /* conv2d_direct_grad_w_many_work(dims): the floats of its workspace. */
 static PyObject *conv2d_direct_grad_w_many_work(PyObject *self, PyObject *args) {
-    convw_args a;
-    PyObject *dims;
-    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &dims) ||
-        convw_dims(dims, &a, "conv2d_direct_grad_w_many_work") < 0)
-        return NULL;
-    return PyLong_FromSsize_t(convw_many_work(&a));
+    return convw_work_of(args, "conv2d_direct_grad_w_many_work", convw_many_work);
 }
 
 /* conv2d_direct_grad_w_many(x, g, dw, dims, work, threads=1): as conv2d_direct_grad_w, work
