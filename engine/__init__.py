@@ -10,18 +10,10 @@ Public names follow PyTorch.
 True
 """
 
-import os as _os
 import warnings as _warnings
 
-# OpenBLAS's threads spin for 2**28 cycles (~0.1 s) after each product before they sleep (its
-# THREAD_TIMEOUT), holding a core the engine's own loops would take (kernels.pool_threads gives
-# them one thread meanwhile); told 4 (16 cycles), they sleep at once: the transformer step
-# 46.3 -> 42.7 ms (its loops and copies on both threads), at the cost of waking them for each
-# product (the MLP step, 9 products in a row, ~0.3-0.7 ms slower in bench_training's runs).
-# Set before numpy loads OpenBLAS, it reads it then; else kernels._quiet_blas has it read again.
-# A value the user set is kept; kernels.BLAS_SPIN_S follows what OpenBLAS holds.
-_os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
-
+# first: OpenBLAS's thread timeout, before anything loads numpy (engine/_blas_env.py)
+from engine import _blas_env  # noqa: F401
 from engine import dtypes as _dtypes
 from engine.amp import autocast
 from engine.autograd import (

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from engine import host_cache
+from engine import _blas_env, host_cache
 from engine.allocator import tracked as _tracked
 from engine.allocator.tracked import _storage_ids
 from engine.backends import get_xp
@@ -75,10 +75,12 @@ def _spin_s(n: int) -> float:
     return 2.0**n / 2.5e9
 
 
-# engine/__init__.py sets OPENBLAS_THREAD_TIMEOUT to 4 (6 ns) unless the user set it; where
-# numpy loaded OpenBLAS before, _quiet_blas has it take the value before the first product on
-# its threads
-BLAS_SPIN_S = _spin_s(_timeout_n(os.environ.get("OPENBLAS_THREAD_TIMEOUT")))
+# engine/_blas_env.py sets OPENBLAS_THREAD_TIMEOUT to 4 (6 ns) unless the user set it; where
+# numpy loaded OpenBLAS before, it holds its default until _quiet_blas has it take the value
+# (before the engine's first product on its threads)
+BLAS_SPIN_S = _spin_s(
+    _timeout_n(os.environ.get("OPENBLAS_THREAD_TIMEOUT") if _blas_env.TOLD else None)
+)
 _blas_quiet = False  # True once _quiet_blas ran
 # OpenBLAS runs a product on one thread up to this m*n*k (65536 * GEMM_MULTITHREAD_THRESHOLD 4)
 BLAS_THREADED_MNK = 1 << 18
@@ -239,10 +241,11 @@ _native_gemm = None  # engine._native.gemm with numpy's BLAS handed in; False: n
 def _quiet_blas() -> None:
     """Once, before the engine's first product on BLAS's threads. OpenBLAS reads
     OPENBLAS_THREAD_TIMEOUT when it loads and its threads take it when they start; where numpy
-    loaded it before engine/__init__.py set the variable (a program that imports numpy first),
+    loaded it before engine/_blas_env.py set the variable (a program that imports numpy first),
     it reads its environment again and stops its idle threads, which start again with the
     timeout at the next threaded product. BLAS_SPIN_S then follows the timeout OpenBLAS holds
-    (unchanged without OpenBLAS's functions: another BLAS, or no threadpoolctl)."""
+    (unchanged without OpenBLAS's functions, another BLAS or no threadpoolctl: the default's
+    where numpy loaded it first)."""
     global _blas_quiet, BLAS_SPIN_S
     _blas_quiet = True
     import ctypes

@@ -178,7 +178,7 @@ def _idle_after_a_product(env_timeout):
 
 
 def test_blas_threads_sleep_after_a_product_even_when_numpy_loaded_first():
-    """engine/__init__.py sets OPENBLAS_THREAD_TIMEOUT=4; numpy loaded OpenBLAS before, so the
+    """engine/_blas_env.py sets OPENBLAS_THREAD_TIMEOUT=4; numpy loaded OpenBLAS before, so the
     first threaded product has it read the variable again and restart its threads: they sleep
     at once after a product (not ~0.1 s of spinning), and the engine's loops take both cores
     right away (BLAS_SPIN_S ~0)."""
@@ -191,3 +191,32 @@ def test_a_thread_timeout_the_user_set_is_kept():
     spin, busy = _idle_after_a_product(28)
     assert spin == pytest.approx(2**28 / 2.5e9)
     assert busy > 0.03  # its default: the second thread spins through (most of) the idle time
+
+
+def test_without_openblas_functions_the_spin_stays_what_openblas_read(monkeypatch):
+    """_quiet_blas with no OpenBLAS functions to call (another BLAS, no threadpoolctl) leaves
+    BLAS_SPIN_S as it was, not what the environment now says (OPENBLAS_THREAD_TIMEOUT=4)."""
+    monkeypatch.setattr(kernels, "_openblas_libraries", lambda: [])
+    monkeypatch.setattr(kernels, "BLAS_SPIN_S", kernels._spin_s(28))
+    monkeypatch.setattr(kernels, "_blas_quiet", False)
+    kernels._quiet_blas()
+    assert kernels.BLAS_SPIN_S == kernels._spin_s(28) and kernels._blas_quiet
+
+
+@pytest.mark.parametrize("numpy_first", [True, False])
+def test_the_spin_before_any_product_is_what_openblas_read(numpy_first):
+    """Before the first product: OpenBLAS's default (2**28 cycles) where numpy loaded it before
+    the engine set the variable; the engine's 4 where the engine came first."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy\n" if numpy_first else ""
+    ) + "import engine\nfrom engine import kernels\nprint(repr(kernels.BLAS_SPIN_S))\n"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) == kernels._spin_s(28 if numpy_first else 4)

@@ -87,7 +87,7 @@ def test_the_pool_steps_aside_while_blas_threads_spin(monkeypatch):
     before = kernels.get_num_threads()
     try:
         kernels.set_num_threads(2)
-        # engine/__init__.py has OpenBLAS's threads sleep at once: the pool has both cores
+        # engine/_blas_env.py has OpenBLAS's threads sleep at once: the pool has both cores
         # right after a product
         a = np.ones((256, 256), np.float32)
         kernels.gemm(a, a, np.empty_like(a))
