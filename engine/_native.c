@@ -2222,24 +2222,57 @@ static PyObject *conv2d_direct_avx512(PyObject *self, PyObject *args) {
     Py_RETURN_FALSE;
 }
 
+/* A direct convolution's dims, as conv2d_direct and the grad_W entries take them: (N, C, H, W,
+ * O, kh, kw, pt, pl, OH, OW, sh, sw) with OH = (H + pt + pb - kh) / sh + 1 and OW alike; Hp,
+ * Wpad: the padded rows and columns the outputs read; K = C kh kw; Wq = Wpad / sw rounded up,
+ * and stage, the floats of every sample's stage [C, Hp, sw, Wq] (the grad_W entries'). */
+typedef struct {
+    Py_ssize_t N, C, H, W, O, kh, kw, pt, pl, OH, OW, sh, sw, Hp, Wpad, Wq, K, stage;
+} conv_dims;
+
+static int conv_dims_parse(PyObject *dims, conv_dims *a, const char *name) {
+    if (!PyArg_ParseTuple(dims, "nnnnnnnnnnnnn", &a->N, &a->C, &a->H, &a->W, &a->O, &a->kh, &a->kw,
+                          &a->pt, &a->pl, &a->OH, &a->OW, &a->sh, &a->sw))
+        return -1;
+    if (a->N < 0 || a->C < 1 || a->H < 1 || a->W < 1 || a->O < 1 || a->kh < 1 || a->kw < 1 ||
+        a->pt < 0 || a->pl < 0 || a->OH < 1 || a->OW < 1 || a->sh < 1 || a->sw < 1 ||
+        (a->OH - 1) * a->sh + a->kh > a->H + a->pt + a->kh ||
+        (a->OW - 1) * a->sw + a->kw > a->W + a->pl + a->kw) {
+        PyErr_Format(PyExc_ValueError, "%s: invalid sizes", name);
+        return -1;
+    }
+    a->Hp = (a->OH - 1) * a->sh + a->kh;
+    a->Wpad = (a->OW - 1) * a->sw + a->kw;
+    a->Wq = (a->Wpad + a->sw - 1) / a->sw;
+    a->K = a->C * a->kh * a->kw;
+    a->stage = a->N * a->C * a->Hp * a->sw * a->Wq;
+    return 0;
+}
+
+/* Tap k = (c, i, j)'s offset in a stage [C, Hp, sw, Wq] from its output's first input: padded
+ * column q*sw + r lies at [.., r, q]. */
+static inline Py_ssize_t conv_tap(const conv_dims *a, Py_ssize_t k, Py_ssize_t Wq) {
+    Py_ssize_t c = k / (a->kh * a->kw), i = k / a->kw % a->kh, j = k % a->kw;
+    return ((c * a->Hp + i) * a->sw + j % a->sw) * Wq + j / a->sw;
+}
+
 /* The workspace of conv2d_direct, in floats: the weights in blocks of 8 output channels
  * ([O/8 rounded up][K][8]), then a stage per part ([C][Hp][sw][Wq]: the padded rows and
  * columns the outputs read, split by the stride, runs 16 longer for the loads past them). */
-static void convd_sizes(Py_ssize_t C, Py_ssize_t O, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t OH,
-                        Py_ssize_t OW, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t *weights,
-                        Py_ssize_t *stage) {
-    Py_ssize_t Hp = (OH - 1) * sh + kh, Wpad = (OW - 1) * sw + kw;
-    *weights = (O + CONVD_OB - 1) / CONVD_OB * CONVD_OB * C * kh * kw;
-    *stage = C * Hp * sw * ((Wpad + sw - 1) / sw + 16);
+static void convd_sizes(const conv_dims *a, Py_ssize_t *weights, Py_ssize_t *stage) {
+    *weights = (a->O + CONVD_OB - 1) / CONVD_OB * CONVD_OB * a->K;
+    *stage = a->C * a->Hp * a->sw * (a->Wq + 16);
 }
 
 /* conv2d_direct_work(dims, parts): the floats conv2d_direct's workspace takes. */
 static PyObject *conv2d_direct_work(PyObject *self, PyObject *args) {
-    Py_ssize_t N, C, H, W, O, kh, kw, pt, pl, OH, OW, sh, sw, parts, weights, stage;
-    if (!PyArg_ParseTuple(args, "(nnnnnnnnnnnnn)n", &N, &C, &H, &W, &O, &kh, &kw, &pt, &pl, &OH,
-                          &OW, &sh, &sw, &parts))
+    PyObject *dims;
+    conv_dims a;
+    Py_ssize_t parts, weights, stage;
+    if (!PyArg_ParseTuple(args, "O!n", &PyTuple_Type, &dims, &parts) ||
+        conv_dims_parse(dims, &a, "conv2d_direct_work") < 0)
         return NULL;
-    convd_sizes(C, O, kh, kw, OH, OW, sh, sw, &weights, &stage);
+    convd_sizes(&a, &weights, &stage);
     return PyLong_FromSsize_t(weights + parts * stage);
 }
 
@@ -2248,11 +2281,12 @@ static PyObject *conv2d_direct_work(PyObject *self, PyObject *args) {
  * sh, sw) with OH = (H + pt + pb - kh) / sh + 1 and OW alike; work: float32, the workspace for
  * `parts` parts (conv2d_direct_work), each part one thread's share of the samples. */
 static PyObject *conv2d_direct(PyObject *self, PyObject *args) {
-    PyObject *xo, *wo, *bo, *yo, *ko;
-    Py_ssize_t N, C, H, W, O, kh, kw, pt, pl, OH, OW, sh, sw;
+    PyObject *xo, *wo, *bo, *yo, *ko, *dims;
+    conv_dims a;
     int parts = 1;
-    if (!PyArg_ParseTuple(args, "OOOO(nnnnnnnnnnnnn)O|i", &xo, &wo, &bo, &yo, &N, &C, &H, &W,
-                          &O, &kh, &kw, &pt, &pl, &OH, &OW, &sh, &sw, &ko, &parts))
+    if (!PyArg_ParseTuple(args, "OOOOO!O|i", &xo, &wo, &bo, &yo, &PyTuple_Type, &dims, &ko,
+                          &parts) ||
+        conv_dims_parse(dims, &a, "conv2d_direct") < 0)
         return NULL;
 #ifndef HAVE_EXP_AVX512
     PyErr_SetString(PyExc_RuntimeError, "conv2d_direct: built without AVX512F");
@@ -2262,12 +2296,11 @@ static PyObject *conv2d_direct(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "conv2d_direct: this processor has no AVX512F");
         return NULL;
     }
-    if (N < 0 || C < 1 || H < 1 || W < 1 || O < 1 || kh < 1 || kw < 1 || pt < 0 || pl < 0 ||
-        OH < 1 || OW < 1 || sh < 1 || sw < 1 || (OH - 1) * sh + kh > H + pt + kh ||
-        (OW - 1) * sw + kw > W + pl + kw || parts < 1) {
+    if (parts < 1) {
         PyErr_SetString(PyExc_ValueError, "conv2d_direct: invalid sizes");
         return NULL;
     }
+    Py_ssize_t N = a.N, C = a.C, H = a.H, W = a.W, O = a.O, OH = a.OH, OW = a.OW, K = a.K;
     Py_buffer b[5];
     int has_bias = bo != Py_None;
     PyObject *objs = has_bias ? PyTuple_Pack(5, xo, wo, yo, ko, bo) : PyTuple_Pack(4, xo, wo, yo, ko);
@@ -2277,8 +2310,8 @@ static PyObject *conv2d_direct(PyObject *self, PyObject *args) {
     Py_DECREF(objs);
     if (got < 0) return NULL;
     const char *why = NULL;
-    Py_ssize_t K = C * kh * kw, weights, stage_len;
-    convd_sizes(C, O, kh, kw, OH, OW, sh, sw, &weights, &stage_len);
+    Py_ssize_t weights, stage_len;
+    convd_sizes(&a, &weights, &stage_len);
     for (int i = 0; i < 4 + has_bias; i++)
         if (real_kind(&b[i]) != 'f') why = "x, w, y, work and b must be contiguous float32";
     if (!why && (b[0].len != N * C * H * W * 4 || b[1].len != O * K * 4 ||
@@ -2293,20 +2326,16 @@ static PyObject *conv2d_direct(PyObject *self, PyObject *args) {
         for (Py_ssize_t o = 0; o < O; o++)
             for (Py_ssize_t k = 0; k < K; k++)
                 wt[((o / CONVD_OB) * K + k) * CONVD_OB + o % CONVD_OB] = w[o * K + k];
-        Py_ssize_t Hp = (OH - 1) * sh + kh, Wpad = (OW - 1) * sw + kw;
-        Py_ssize_t Wq = (Wpad + sw - 1) / sw + 16;
+        Py_ssize_t Wq = a.Wq + 16; /* (runs 16 longer for the loads past them) */
         Py_ssize_t *taps = malloc(sizeof(Py_ssize_t) * (size_t)K);
         if (taps == NULL) {
             release_many(b, 4 + has_bias);
             return PyErr_NoMemory();
         }
-        for (Py_ssize_t k = 0; k < K; k++) {
-            Py_ssize_t c = k / (kh * kw), i = k / kw % kh, j = k % kw;
-            taps[k] = ((c * Hp + i) * sw + j % sw) * Wq + j / sw;
-        }
+        for (Py_ssize_t k = 0; k < K; k++) taps[k] = conv_tap(&a, k, Wq);
         convd_ctx ctx = {(const float *)b[0].buf, wt, has_bias ? (const float *)b[4].buf : NULL,
-                         (float *)b[2].buf, wt + weights, taps, N, C, H, W, O, kh, kw, pt, pl,
-                         OH, OW, sh, sw, Hp, Wpad, Wq, K, stage_len, parts};
+                         (float *)b[2].buf, wt + weights, taps, N, C, H, W, O, a.kh, a.kw, a.pt,
+                         a.pl, OH, OW, a.sh, a.sw, a.Hp, a.Wpad, Wq, K, stage_len, parts};
         Py_BEGIN_ALLOW_THREADS
         parallel_run(convd_part, &ctx, parts, parts);
         Py_END_ALLOW_THREADS
@@ -2336,6 +2365,7 @@ typedef struct {
     const float *xpad, *g;
     float *dw, *sums;
     Py_ssize_t N, C, O, kh, kw, OH, OW, sh, sw, Hp, Wq, K, oblocks, kblocks, parts;
+    const conv_dims *d;
 } convw_ctx;
 
 #ifdef HAVE_EXP_AVX512
@@ -2361,9 +2391,7 @@ static void convw_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
                 Py_ssize_t off[CONVW_KB];
                 for (int u = 0; u < CONVW_KB; u++) {
                     Py_ssize_t k = k0 + u < K ? k0 + u : k0; /* (a spare tap: not stored) */
-                    Py_ssize_t cc = k / (a->kh * a->kw), r = k % (a->kh * a->kw);
-                    Py_ssize_t j = r % a->kw;
-                    off[u] = ((cc * Hp + r / a->kw) * sw + j % sw) * Wq + j / sw;
+                    off[u] = conv_tap(a->d, k, Wq);
                 }
                 float *mine = sums + (t - t0) * CONVW_OB * CONVW_KB * 16;
                 __m512 acc[CONVW_OB][CONVW_KB];
@@ -2421,34 +2449,14 @@ static void convw_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
 #endif
 
 /* The grad_W entries' common part: arguments (x, g, dw, dims, work, threads=1) with x [N, C,
- * H, W], g [N, O, OH, OW], dw [O, C, kh, kw] contiguous float32 and dims conv2d_direct's (N, C,
- * H, W, O, kh, kw, pt, pl, OH, OW, sh, sw); the workspace starts with the stage [N, C, Hp, sw,
- * Wq] (conv2d_direct's, Wq = Wpad / sw rounded up), each sample zero-padded into it by
- * convw_stage on the loops' threads. */
+ * H, W], g [N, O, OH, OW], dw [O, C, kh, kw] contiguous float32 and dims as conv_dims_parse
+ * reads them; the workspace starts with the stage [N, C, Hp, sw, Wq] (conv2d_direct's, its
+ * runs not lengthened), each sample zero-padded into it by convw_stage on the loops' threads. */
 typedef struct {
     Py_buffer b[4];
-    Py_ssize_t N, C, H, W, O, kh, kw, pt, pl, OH, OW, sh, sw, Hp, Wpad, Wq, K, stage;
+    conv_dims d;
     int threads;
 } convw_args;
-
-static int convw_dims(PyObject *dims, convw_args *a, const char *name) {
-    if (!PyArg_ParseTuple(dims, "nnnnnnnnnnnnn", &a->N, &a->C, &a->H, &a->W, &a->O, &a->kh, &a->kw,
-                          &a->pt, &a->pl, &a->OH, &a->OW, &a->sh, &a->sw))
-        return -1;
-    if (a->N < 0 || a->C < 1 || a->H < 1 || a->W < 1 || a->O < 1 || a->kh < 1 || a->kw < 1 ||
-        a->pt < 0 || a->pl < 0 || a->OH < 1 || a->OW < 1 || a->sh < 1 || a->sw < 1 ||
-        (a->OH - 1) * a->sh + a->kh > a->H + a->pt + a->kh ||
-        (a->OW - 1) * a->sw + a->kw > a->W + a->pl + a->kw) {
-        PyErr_Format(PyExc_ValueError, "%s: invalid sizes", name);
-        return -1;
-    }
-    a->Hp = (a->OH - 1) * a->sh + a->kh;
-    a->Wpad = (a->OW - 1) * a->sw + a->kw;
-    a->Wq = (a->Wpad + a->sw - 1) / a->sw;
-    a->K = a->C * a->kh * a->kw;
-    a->stage = a->N * a->C * a->Hp * a->sw * a->Wq;
-    return 0;
-}
 
 /* Parse and check (x, g, dw, dims, work, threads=1), work holding `work(a)` floats; on success
  * the four buffers are held (release_many(a->b, 4)). */
@@ -2458,7 +2466,7 @@ static int convw_parse(PyObject *args, convw_args *a, const char *name,
     a->threads = 1;
     if (!PyArg_ParseTuple(args, "OOOO!O|i", &xo, &go, &wo, &PyTuple_Type, &dims, &ko, &a->threads))
         return -1;
-    if (convw_dims(dims, a, name) < 0) return -1;
+    if (conv_dims_parse(dims, &a->d, name) < 0) return -1;
 #ifndef HAVE_EXP_AVX512
     PyErr_Format(PyExc_RuntimeError, "%s: built without AVX512F", name);
     return -1;
@@ -2477,8 +2485,8 @@ static int convw_parse(PyObject *args, convw_args *a, const char *name,
     const char *why = NULL;
     for (int i = 0; i < 4; i++)
         if (real_kind(&a->b[i]) != 'f') why = "x, g, dw and work must be contiguous float32";
-    if (!why && (a->b[0].len != a->N * a->C * a->H * a->W * 4 ||
-                 a->b[1].len != a->N * a->O * a->OH * a->OW * 4 || a->b[2].len != a->O * a->K * 4))
+    if (!why && (a->b[0].len != a->d.N * a->d.C * a->d.H * a->d.W * 4 ||
+                 a->b[1].len != a->d.N * a->d.O * a->d.OH * a->d.OW * 4 || a->b[2].len != a->d.O * a->d.K * 4))
         why = "x, g and dw must hold [N, C, H, W], [N, O, OH, OW], [O, C, kh, kw]";
     if (!why && a->b[3].len != work(a) * 4) why = "work is not the size its _work entry gives";
     if (why) {
@@ -2510,18 +2518,18 @@ static void convw_stage(const convw_args *a, float *stage) {
     convw_stage_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.d.x = (const float *)a->b[0].buf;
-    ctx.d.N = a->N, ctx.d.C = a->C, ctx.d.H = a->H, ctx.d.W = a->W;
-    ctx.d.pt = a->pt, ctx.d.pl = a->pl, ctx.d.sw = a->sw;
-    ctx.d.Hp = a->Hp, ctx.d.Wpad = a->Wpad, ctx.d.Wq = a->Wq;
+    ctx.d.N = a->d.N, ctx.d.C = a->d.C, ctx.d.H = a->d.H, ctx.d.W = a->d.W;
+    ctx.d.pt = a->d.pt, ctx.d.pl = a->d.pl, ctx.d.sw = a->d.sw;
+    ctx.d.Hp = a->d.Hp, ctx.d.Wpad = a->d.Wpad, ctx.d.Wq = a->d.Wq;
     ctx.stage = stage;
-    ctx.len = a->C * a->Hp * a->sw * a->Wq;
-    parallel_run(convw_stage_part, &ctx, a->N, a->threads);
+    ctx.len = a->d.C * a->d.Hp * a->d.sw * a->d.Wq;
+    parallel_run(convw_stage_part, &ctx, a->d.N, a->threads);
 }
 #endif
 
 static Py_ssize_t convw_work(const convw_args *a) {
-    Py_ssize_t tiles = (a->O + CONVW_OB - 1) / CONVW_OB * ((a->K + CONVW_KB - 1) / CONVW_KB);
-    return a->stage + tiles * CONVW_OB * CONVW_KB * 16;
+    Py_ssize_t tiles = (a->d.O + CONVW_OB - 1) / CONVW_OB * ((a->d.K + CONVW_KB - 1) / CONVW_KB);
+    return a->d.stage + tiles * CONVW_OB * CONVW_KB * 16;
 }
 
 /* A grad_W entry's _work(dims): the floats `work` gives for those dims. */
@@ -2529,7 +2537,7 @@ static PyObject *convw_work_of(PyObject *args, const char *name,
                                Py_ssize_t (*work)(const convw_args *)) {
     convw_args a;
     PyObject *dims;
-    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &dims) || convw_dims(dims, &a, name) < 0)
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &dims) || conv_dims_parse(dims, &a.d, name) < 0)
         return NULL;
     return PyLong_FromSsize_t(work(&a));
 }
@@ -2547,12 +2555,12 @@ static PyObject *conv2d_direct_grad_w(PyObject *self, PyObject *args) {
     if (convw_parse(args, &a, "conv2d_direct_grad_w", convw_work) < 0) return NULL;
 #ifdef HAVE_EXP_AVX512
     float *work = (float *)a.b[3].buf;
-    convw_ctx ctx = {work, (const float *)a.b[1].buf, (float *)a.b[2].buf, work + a.stage,
-                     a.N, a.C, a.O, a.kh, a.kw, a.OH, a.OW, a.sh, a.sw, a.Hp, a.Wq, a.K,
-                     (a.O + CONVW_OB - 1) / CONVW_OB, (a.K + CONVW_KB - 1) / CONVW_KB,
-                     a.threads < 1 ? 1 : a.threads};
+    convw_ctx ctx = {work, (const float *)a.b[1].buf, (float *)a.b[2].buf, work + a.d.stage,
+                     a.d.N, a.d.C, a.d.O, a.d.kh, a.d.kw, a.d.OH, a.d.OW, a.d.sh, a.d.sw, a.d.Hp, a.d.Wq, a.d.K,
+                     (a.d.O + CONVW_OB - 1) / CONVW_OB, (a.d.K + CONVW_KB - 1) / CONVW_KB,
+                     a.threads < 1 ? 1 : a.threads, &a.d};
     Py_BEGIN_ALLOW_THREADS
-    if (a.N > 0) convw_stage(&a, work);
+    if (a.d.N > 0) convw_stage(&a, work);
     parallel_run(convw_part, &ctx, ctx.parts, ctx.parts);
     Py_END_ALLOW_THREADS
 #endif
@@ -2699,12 +2707,12 @@ static void convw_many_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
 /* The workspace of conv2d_direct_grad_w_many, in floats: the stage, the taps' sums [taps in
  * whole blocks, Op], gt [N OH OW, Op]. */
 static Py_ssize_t convw_many_sums(const convw_args *a) {
-    Py_ssize_t MR = convw_many_mr(a->O);
-    return (a->K + MR - 1) / MR * MR * ((a->O + 15) / 16 * 16);
+    Py_ssize_t MR = convw_many_mr(a->d.O);
+    return (a->d.K + MR - 1) / MR * MR * ((a->d.O + 15) / 16 * 16);
 }
 
 static Py_ssize_t convw_many_work(const convw_args *a) {
-    return a->stage + convw_many_sums(a) + a->N * a->OH * a->OW * ((a->O + 15) / 16 * 16);
+    return a->d.stage + convw_many_sums(a) + a->d.N * a->d.OH * a->d.OW * ((a->d.O + 15) / 16 * 16);
 }
 
 /* conv2d_direct_grad_w_many_work(dims): the floats of its workspace. */
@@ -2718,25 +2726,22 @@ static PyObject *conv2d_direct_grad_w_many(PyObject *self, PyObject *args) {
     convw_args a;
     if (convw_parse(args, &a, "conv2d_direct_grad_w_many", convw_many_work) < 0) return NULL;
 #ifdef HAVE_EXP_AVX512
-    Py_ssize_t N = a.N, O = a.O, K = a.K, OH = a.OH, OW = a.OW, Op = (O + 15) / 16 * 16;
+    Py_ssize_t N = a.d.N, O = a.d.O, K = a.d.K, OH = a.d.OH, OW = a.d.OW, Op = (O + 15) / 16 * 16;
     Py_ssize_t MR = convw_many_mr(O), sums = convw_many_sums(&a);
     Py_ssize_t *off = PyMem_RawMalloc(sizeof(Py_ssize_t) * (size_t)(K + N * OH * OW));
     if (off == NULL) {
         release_many(a.b, 4);
         return PyErr_NoMemory();
     }
-    for (Py_ssize_t k = 0; k < K; k++) { /* tap (c, i, j)'s offset in the stage */
-        Py_ssize_t cc = k / (a.kh * a.kw), r = k % (a.kh * a.kw), j = r % a.kw;
-        off[k] = ((cc * a.Hp + r / a.kw) * a.sw + j % a.sw) * a.Wq + j / a.sw;
-    }
+    for (Py_ssize_t k = 0; k < K; k++) off[k] = conv_tap(&a.d, k, a.d.Wq);
     for (Py_ssize_t t = 0; t < N * OH; t++) /* output (n, y, x)'s first input */
         for (Py_ssize_t x = 0; x < OW; x++)
-            off[K + t * OW + x] = (t / OH * a.C * a.Hp + t % OH * a.sh) * a.sw * a.Wq + x;
+            off[K + t * OW + x] = (t / OH * a.d.C * a.d.Hp + t % OH * a.d.sh) * a.d.sw * a.d.Wq + x;
     float *work = (float *)a.b[3].buf;
     int parts = a.threads < 1 ? 1 : a.threads;
     convw_many_ctx ctx = {work, (const float *)a.b[1].buf, (float *)a.b[2].buf,
-                          work + a.stage, work + a.stage + sums, off, off + K, N, a.C, O, Op,
-                          OH, OW, a.sh, a.sw, a.Hp, a.Wq, K, MR, (K + MR - 1) / MR, parts};
+                          work + a.d.stage, work + a.d.stage + sums, off, off + K, N, a.d.C, O, Op,
+                          OH, OW, a.d.sh, a.d.sw, a.d.Hp, a.d.Wq, K, MR, (K + MR - 1) / MR, parts};
     Py_BEGIN_ALLOW_THREADS
     if (N == 0) /* a sum of nothing */
         memset(ctx.dw, 0, sizeof(float) * (size_t)(O * K));
