@@ -1946,6 +1946,31 @@ static void attf_part(void *c, Py_ssize_t lo, Py_ssize_t hi) {
     free(qs);
 }
 
+/* The compiled attention's arrays: offsets int64 [arrays, slices] (each array's slices' byte
+ * offsets), then two float32 [slices * L] (`names`: written when `write`); held on success
+ * (release_many(b, 3)), their slice count in *slices. */
+static int att_arrays(PyObject *oo, PyObject *ao, PyObject *bo, int write, int arrays,
+                      Py_ssize_t L, const char *names, Py_buffer *b, Py_ssize_t *slices) {
+    const int writable[3] = {0, write, write};
+    PyObject *objs = PyTuple_Pack(3, oo, ao, bo);
+    if (objs == NULL) return -1;
+    int got = get_many(objs, b, 3, writable);
+    Py_DECREF(objs);
+    if (got < 0) return -1;
+    Py_ssize_t n = b[0].len / (8 * arrays);
+    if (!is_int64(&b[0]) || b[0].len != n * 8 * arrays)
+        PyErr_Format(PyExc_ValueError, "offsets must be int64 [%d, slices]", arrays);
+    else if (real_kind(&b[1]) != 'f' || real_kind(&b[2]) != 'f' || b[1].len != n * L * 4 ||
+             b[2].len != n * L * 4)
+        PyErr_Format(PyExc_ValueError, "%s must be float32 [slices * L]", names);
+    else {
+        *slices = n;
+        return 0;
+    }
+    release_many(b, 3);
+    return -1;
+}
+
 /* attention_forward_f32(q, k, v, y, offsets, m, t, dims, scale, causal, threads=1):
  * q, k, v, y: the first elements' addresses; offsets: int64 [4, slices] byte offsets of each
  * slice in q, k, v, y; m, t: float32 [slices * L] (the row maxima and sums); dims: (L, S, E,
@@ -1970,23 +1995,8 @@ static PyObject *attention_forward_f32(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer b[3];
-    static const int writable[3] = {0, 1, 1};
-    PyObject *objs = PyTuple_Pack(3, oo, mo, to);
-    if (objs == NULL) return NULL;
-    int got = get_many(objs, b, 3, writable);
-    Py_DECREF(objs);
-    if (got < 0) return NULL;
-    const char *why = NULL;
-    Py_ssize_t slices = b[0].len / 32;
-    if (!is_int64(&b[0]) || b[0].len != slices * 32) why = "offsets must be int64 [4, slices]";
-    else if (real_kind(&b[1]) != 'f' || real_kind(&b[2]) != 'f' || b[1].len != slices * L * 4 ||
-             b[2].len != slices * L * 4)
-        why = "m and t must be float32 [slices * L]";
-    if (why) {
-        PyErr_SetString(PyExc_ValueError, why);
-        release_many(b, 3);
-        return NULL;
-    }
+    Py_ssize_t slices;
+    if (att_arrays(oo, mo, to, 1, 4, L, "m and t", b, &slices) < 0) return NULL;
     const long long *off = (const long long *)b[0].buf;
     attf_ctx ctx = {(const char *)(uintptr_t)q, (const char *)(uintptr_t)k,
                     (const char *)(uintptr_t)v, (char *)(uintptr_t)y, off, off + slices,
@@ -2077,23 +2087,8 @@ static PyObject *attention_backward_f32(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer b[3];
-    static const int writable[3] = {0, 0, 0};
-    PyObject *objs = PyTuple_Pack(3, oo, lo, ro);
-    if (objs == NULL) return NULL;
-    int got = get_many(objs, b, 3, writable);
-    Py_DECREF(objs);
-    if (got < 0) return NULL;
-    const char *why = NULL;
-    Py_ssize_t slices = b[0].len / 64;
-    if (!is_int64(&b[0]) || b[0].len != slices * 64) why = "offsets must be int64 [8, slices]";
-    else if (real_kind(&b[1]) != 'f' || real_kind(&b[2]) != 'f' || b[1].len != slices * L * 4 ||
-             b[2].len != slices * L * 4)
-        why = "lse and rows must be float32 [slices * L]";
-    if (why) {
-        PyErr_SetString(PyExc_ValueError, why);
-        release_many(b, 3);
-        return NULL;
-    }
+    Py_ssize_t slices;
+    if (att_arrays(oo, lo, ro, 0, 8, L, "lse and rows", b, &slices) < 0) return NULL;
     attb_ctx ctx = {(const char *)(uintptr_t)ad[0], (const char *)(uintptr_t)ad[1],
                     (const char *)(uintptr_t)ad[2], (const char *)(uintptr_t)ad[3],
                     (const char *)(uintptr_t)ad[4], (char *)(uintptr_t)ad[5],
