@@ -1448,6 +1448,12 @@ def native_f32(*arrays) -> bool:
     )
 
 
+def _in_place_or_apart(x, out) -> bool:
+    """For contiguous arrays of one size: x is out element for element (in place), or they
+    share no memory (a shifted overlap is numpy's to buffer, not a compiled loop's)."""
+    return x.ctypes.data == out.ctypes.data or not np.may_share_memory(x, out)
+
+
 def native_takes(*arrays) -> bool:
     """engine._native's loops can take these arrays: built, numpy, float32/float64 values (the
     first array's) and C-contiguous (the numpy forms take any other)."""
@@ -1494,7 +1500,7 @@ def exp_f32(x, out) -> bool:
         or x.size != out.size
         or not out.flags.writeable
         or not native_exp_f32()
-        or (x.ctypes.data != out.ctypes.data and np.may_share_memory(x, out))
+        or not _in_place_or_apart(x, out)
     ):
         return False
     native.exp_gelu_f32(x, None, out, 0, (0.0,) * 7, native_threads(x.size))
@@ -1532,8 +1538,7 @@ def _erf_rational(out, x) -> None:
         native is not None
         and fo.dtype == np.float32
         and fx.dtype == np.float32
-        # element for element in place, or apart (a shifted overlap is numpy's to buffer)
-        and (fo.ctypes.data == fx.ctypes.data or not np.may_share_memory(fo, fx))
+        and _in_place_or_apart(fx, fo)
     ):
         native.erf_f32(fx, fo, native_threads(n))  # (its own threads)
         return
@@ -1654,7 +1659,7 @@ def relu_into(x, out) -> bool:
         or x.dtype != out.dtype
         or x.shape != out.shape
         or not out.flags.writeable
-        or (x.ctypes.data != out.ctypes.data and np.may_share_memory(x, out))
+        or not _in_place_or_apart(x, out)
     ):
         return False
     native.threshold_backward(x, x, out, 0.0, native_threads(out.size), True)
