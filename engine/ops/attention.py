@@ -379,22 +379,17 @@ class FusedAttention(Function):
             work = kernels.Scratch(
                 (kernels.get_num_threads() * (qs * kvs + 2 * qs + qs * Dv),), acc, q._device
             )
-        if (
-            _live(q)
-            and self._batched(q, k, v)
-            and _native_forward(self, q, k, v, y, lse_rows, mask)
-        ):
-            del work
-        elif _live(q) and self._batched(q, k, v):
-            nd, va = q.ndim, v._data
+        if _live(q) and self._batched(q, k, v):
+            if not _native_forward(self, q, k, v, y, lse_rows, mask):
+                nd, va = q.ndim, v._data
 
-            def part(i, lo, hi):
-                for b0, b1, P, m in self._chunks(q, k, mask, lo=lo, hi=hi):
-                    _product(P, _compute(_rows(va, b0, b1, nd), P.dtype), y._data, b0, b1, nd)
-                    if lse_rows.size:
-                        _put(lse_rows, b0, b1, nd, m)
+                def part(i, lo, hi):
+                    for b0, b1, P, m in self._chunks(q, k, mask, lo=lo, hi=hi):
+                        _product(P, _compute(_rows(va, b0, b1, nd), P.dtype), y._data, b0, b1, nd)
+                        if lse_rows.size:
+                            _put(lse_rows, b0, b1, nd, m)
 
-            kernels.run_parts(part, _ranges(q, k))
+                kernels.run_parts(part, _ranges(q, k))
             del work
         elif _live(q):
             xp = _xp(q)
