@@ -13,9 +13,13 @@ import numpy as np
 
 from engine import dtypes
 from engine.autograd.grad_mode import STATE as _GRAD
+from engine.backends.meta import MetaArray as _MetaArray
+from engine.backends.strided import is_contiguous as _is_contiguous
 from engine.device import device as _device_cls
 from engine.errors import MetaDataError
 from engine.storage import Storage
+
+_ndarray = np.ndarray
 
 
 class Tensor:
@@ -144,9 +148,14 @@ class Tensor:
         return self._storage
 
     def is_contiguous(self) -> bool:
-        from engine.backends.strided import is_contiguous
-
-        return is_contiguous(self._data.shape, self._data.strides, self._data.itemsize)
+        """torch's rule: strides are C-contiguous ones, size-1 dims aside; a tensor with no
+        elements is contiguous whatever its strides. numpy's flag follows the same rule."""
+        d = self._data
+        if d.__class__ is _ndarray:
+            return d.flags.c_contiguous
+        if d.__class__ is _MetaArray and d.c_contiguous:  # (its C strides exactly, worked out once)
+            return True
+        return _is_contiguous(d.shape, d.strides, d.itemsize)
 
     def is_floating_point(self) -> bool:
         return self._dtype.is_floating_point

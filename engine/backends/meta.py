@@ -97,10 +97,13 @@ class MetaArray:
     # --- views ------------------------------------------------------------------------------
     def transpose(self, axes=None):
         if axes is None:
-            axes = tuple(reversed(range(self.ndim)))
-        return MetaArray(
-            [self.shape[a] for a in axes], self.dtype, [self.strides[a] for a in axes], self.offset
-        )
+            axes = tuple(reversed(range(len(self.shape))))
+        shape, strides = self.shape, self.strides
+        a = _new(MetaArray)  # (the fields are normalised already: no __init__)
+        a.shape = tuple([shape[i] for i in axes])
+        a.strides = tuple([strides[i] for i in axes])
+        a.dtype, a.offset, a.contig = self.dtype, self.offset, None
+        return a
 
     def __getitem__(self, index):
         parts = normalize_index(index, self.shape)
@@ -153,6 +156,11 @@ def empty(shape, dtype=np.float32):
 
 def broadcast_to(a: MetaArray, shape):
     shape = tuple(shape)
+    if shape == a.shape:  # a new array of the same layout (numpy's is a new array too)
+        b = _new(MetaArray)
+        b.shape, b.strides, b.dtype, b.offset = a.shape, a.strides, a.dtype, a.offset
+        b.contig = a.contig
+        return b
     lead = len(shape) - a.ndim
     strides = [0] * lead
     for i, (n, s) in enumerate(zip(a.shape, a.strides, strict=True)):

@@ -124,6 +124,10 @@ def infer_shape(shape, numel: int) -> tuple[int, ...]:
 
 
 def is_contiguous(shape, strides, itemsize) -> bool:
+    """torch's is_contiguous on numpy-style byte strides: C-contiguous, size-1 dims aside; no
+    elements at all is contiguous whatever the strides."""
+    if 0 in shape:
+        return True
     expected = itemsize
     for n, s in zip(reversed(shape), reversed(strides), strict=True):
         if n != 1 and s != expected:

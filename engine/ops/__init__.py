@@ -13,7 +13,9 @@ import builtins
 import math
 
 from engine import dtypes, kernels
+from engine.amp import autocast_mode as _autocast
 from engine.autograd.function import direct_form
+from engine.backends.strided import infer_shape as _infer_shape
 from engine.device import as_device
 from engine.ops import elementwise as E
 from engine.ops import linalg as L
@@ -21,9 +23,12 @@ from engine.ops import pointwise as P
 from engine.ops import reduce as R
 from engine.ops import sorting as S
 from engine.ops import views as V
-from engine.ops.common import data  # noqa: F401
+from engine.ops.common import (
+    data,  # noqa: F401
+    infer_size,
+)
 from engine.ops.registry import REQUIRED, Dims, Scenario, alias, register
-from engine.tensor import Tensor, check_memory_format
+from engine.tensor import Tensor, _wrap_dim, check_memory_format
 
 
 def _export(name, **options):
@@ -222,7 +227,6 @@ def select(input, dim, index):
 
 def select_position(input, dim, index) -> tuple[int, int]:
     """(dim, index) of select(input, dim, index), both wrapped, or torch's IndexError."""
-    from engine.tensor import _wrap_dim
 
     if input.ndim == 0:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
@@ -690,7 +694,6 @@ def repeat_interleave(input, repeats, dim=None, *, output_size=None):
     """Each element repeated `repeats` times along `dim` (the flattened input by default): torch's
     unsqueeze, expand, contiguous clone and view; a tensor of per-element repeats selects with
     index_select, as torch does."""
-    from engine.tensor import _wrap_dim
 
     x = input if dim is not None else input.flatten()
     d = _wrap_dim(0 if dim is None else dim, builtins.max(input.ndim, 1))
@@ -833,11 +836,10 @@ def _batched_matmul(a, b):
       tensor, and that copy is what backward keeps.
 
     Autocast's cast comes first (PyTorch's autocast wraps matmul before it decomposes)."""
-    from engine.amp import autocast_mode
-
-    if autocast_mode.STATE.active:
-        a, b = autocast_mode.cast_inputs("matmul", (a, b))
-    da, db = a.ndim, b.ndim
+    if _autocast.STATE.active:
+        a, b = _autocast.cast_inputs("matmul", (a, b))
+    sa, sb = a._data.shape, b._data.shape
+    da, db = len(sa), len(sb)
     if da >= 3 and db <= 2:  # should_fold, the batched operand first
         k = a.shape[-1]
         folded = (a.numel() // k if k else 0, k)
@@ -863,12 +865,10 @@ def _batched_matmul(a, b):
     # (batch, n, m) (a copy where that is no view: that copy is what backward keeps), one bmm,
     # the result _unsafe_view'd back; backward reshapes the incoming gradient once (a copy when
     # it is not contiguous) and both products read that one copy
-    from engine.ops.common import infer_size
-
-    n = a.shape[-2] if da > 1 else 1
-    m1 = a.shape[-1]
-    m2, p = (b.shape[-2], b.shape[-1]) if db > 1 else (b.shape[0], 1)
-    batch = infer_size(a.shape[:-2] if da > 2 else (), b.shape[:-2] if db > 2 else ())
+    n = sa[-2] if da > 1 else 1
+    m1 = sa[-1]
+    m2, p = (sb[-2], sb[-1]) if db > 1 else (sb[0], 1)
+    batch = infer_size(sa[:-2] if da > 2 else (), sb[:-2] if db > 2 else ())
     count = math.prod(batch)
     a3 = reshape(expand(a, batch + (n, m1)), (count, n, m1))
     b_wide = expand(b, batch + ((m2, p) if db > 1 else (m2,)))
@@ -946,10 +946,7 @@ def _shape_args(shape):
     ),
 )
 def reshape(input, *shape):
-    shape = _shape_args(shape)
-    from engine.backends.strided import infer_shape
-
-    target = infer_shape(shape, input.numel())
+    target = _infer_shape(_shape_args(shape), math.prod(input._data.shape))
     if input.is_contiguous():  # views as any shape: View works the view out, once
         return V.View.apply(input, op="reshape", shape=target)
     if V.view_array(input, target) is not None:  # torch's _reshape_alias
@@ -989,14 +986,15 @@ def permute(input, *dims):
     ),
 )
 def transpose(input, dim0, dim1):
-    n = input.ndim
+    n = input._data.ndim
     perm = list(range(n))
     if n:
-        from engine.tensor import _wrap_dim
-
         d0, d1 = _wrap_dim(dim0, n), _wrap_dim(dim1, n)
         perm[d0], perm[d1] = perm[d1], perm[d0]
-    return V.Transpose.apply(input, op="transpose", dims=tuple(perm))
+    return _transpose(input, op="transpose", dims=tuple(perm))
+
+
+_transpose = V.Transpose.apply
 
 
 alias("swapaxes", "transpose")
@@ -1031,7 +1029,6 @@ def trace(input):
 
 
 def _dims_of(dims, n):
-    from engine.tensor import _wrap_dim
 
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
     return tuple(_wrap_dim(d, n) for d in dims)
@@ -1109,8 +1106,6 @@ def transpose_(input, *args):
                 f"transpose_: perm {list(perm)} is not a permutation of the {n} dims"
             )
     else:
-        from engine.tensor import _wrap_dim
-
         d0, d1 = (_wrap_dim(a, n) for a in args)
         p = list(range(n))
         p[d0], p[d1] = p[d1], p[d0]
@@ -1171,8 +1166,6 @@ def _squeeze_(input, dim=None):
     if dim is None:
         dims, grad_name = range(len(shape)), "SqueezeBackward3"
     else:
-        from engine.tensor import _wrap_dim
-
         one = isinstance(dim, int)
         dims = {_wrap_dim(d, input.ndim) for d in ((dim,) if one else dim)}
         grad_name = "SqueezeBackward4" if one else "SqueezeBackward5"
@@ -1184,7 +1177,6 @@ def _squeeze_(input, dim=None):
 
 def _unsqueeze_(input, dim):
     """Tensor.unsqueeze_(dim): torch's in-place unsqueeze."""
-    from engine.tensor import _wrap_dim
 
     d = _wrap_dim(dim, input.ndim + 1)
     return _UnitDimsInplace.apply(
@@ -1205,8 +1197,6 @@ def squeeze(input, dim=None):
     if dim is None:
         new = tuple(n for n in shape if n != 1)
     else:
-        from engine.tensor import _wrap_dim
-
         dims = {_wrap_dim(d, input.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}
         new = tuple(n for i, n in enumerate(shape) if not (i in dims and n == 1))
     node = V.Squeeze if dim is None else V.SqueezeDim if isinstance(dim, int) else V.SqueezeDims
@@ -1215,7 +1205,6 @@ def squeeze(input, dim=None):
 
 @_export("unsqueeze")
 def unsqueeze(input, dim):
-    from engine.tensor import _wrap_dim
 
     d = _wrap_dim(dim, input.ndim + 1)
     shape = list(input.shape)
@@ -1240,7 +1229,6 @@ def _unsqueezed(arr, d: int, viewed=None):
 def narrow_start(input, dim, start) -> tuple[int, int, int]:
     """(dim, its size, start) of narrow(input, dim, start, ...), dim wrapped and a negative start
     counted from the end, or torch's IndexError for a start out of range."""
-    from engine.tensor import _wrap_dim
 
     d = _wrap_dim(dim, input.ndim)
     size = input.shape[d]
@@ -1285,7 +1273,6 @@ register("unfold", _unfold, function=False, method=True, functional=_f_unfold)
 @_export("unflatten")
 def unflatten(input, dim, sizes):
     """A view with dim `dim` split into `sizes` (one of them may be -1)."""
-    from engine.tensor import _wrap_dim
 
     d = _wrap_dim(dim, input.ndim)
     sizes = tuple(int(s) for s in sizes)
@@ -1316,7 +1303,6 @@ def unflatten(input, dim, sizes):
 def flatten(input, start_dim=0, end_dim=-1):
     if input.ndim == 0:
         return reshape(input, 1)
-    from engine.tensor import _wrap_dim
 
     s, e = _wrap_dim(start_dim, input.ndim), _wrap_dim(end_dim, input.ndim)
     if s > e:
@@ -1484,7 +1470,6 @@ def to(input, *args, dtype=None, device=None, copy=False, non_blocking=False):
     ),
 )
 def split(input, split_size_or_sections, dim=0):
-    from engine.tensor import _wrap_dim
 
     d = _wrap_dim(dim, input.ndim)
     n = input.shape[d]
@@ -1528,7 +1513,6 @@ def chunk(input, chunks, dim=0):
     ),
 )
 def unbind(input, dim=0):
-    from engine.tensor import _wrap_dim
 
     d = _wrap_dim(dim, input.ndim)
     n = input.shape[d]

@@ -117,8 +117,9 @@ class Permute(Function):
     apply = specialised_apply(1)  # one tensor argument
 
     def forward(self, x, out=None, dims=()):
-        dims = tuple(_wrap_dim(d, x.ndim) for d in dims)
-        if sorted(dims) != list(range(x.ndim)):
+        n = x._data.ndim
+        dims = tuple([_wrap_dim(d, n) for d in dims])
+        if sorted(dims) != list(range(n)):
             raise RuntimeError(
                 f"permute(sparse_coo): number of dimensions in the tensor input does not match the "
                 f"length of the desired ordering of dimensions i.e. input.dim() = {x.ndim} is not "
@@ -140,10 +141,21 @@ class Permute(Function):
 
 
 class Transpose(Permute):
-    """transpose / swapaxes / swapdims / mT: a permutation that swaps two dims."""
+    """transpose / swapaxes / swapdims / mT: a permutation that swaps two dims (ops.transpose
+    gives it wrapped, a permutation already: nothing to check again)."""
+
+    def forward(self, x, out=None, dims=()):
+        self.dims = dims
+        return make_view(x, x._data.transpose(dims), lambda b: b.permute(dims))
+
+    def backward(self, g):  # a swap is its own inverse
+        return (_transpose(g, op="transpose", dims=self.dims),)
 
     def name(self):
         return "TransposeBackward0"
+
+
+_transpose = Transpose.apply
 
 
 class TransposeT(Permute):
@@ -158,6 +170,10 @@ class Expand(Function):
 
     def forward(self, x, out=None, shape=()):
         shape = tuple(shape)
+        xs = x._data.shape
+        if shape == xs:  # (a batched matmul's operand, expanded to the batch it has)
+            self.in_shape = xs
+            return make_view(x, kernels.xp_of(x).broadcast_to(x._data, xs), lambda b: b.expand(xs))
         lead = len(shape) - x.ndim
         if lead < 0:
             raise RuntimeError(

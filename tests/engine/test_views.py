@@ -555,3 +555,29 @@ def test_indexing_gradients_are_zero_outside_the_index_on_reused_memory(index):
     view = eval(index, {}, {"x": expected})  # noqa: S307
     view[...] = g
     assert np.array_equal(x.grad.numpy(), expected)
+
+
+CONTIGUITY_LAYOUTS = [
+    ((2, 3), (3, 1)),
+    ((2, 3), (1, 2)),
+    ((2, 1, 3), (3, 99, 1)),  # a size-1 dim's stride does not count
+    ((1, 1), (5, 7)),
+    ((0, 3), (1, 5)),  # no elements: contiguous whatever the strides
+    ((3, 0), (7, 5)),
+    ((4, 2), (4, 2)),
+    ((2, 2), (0, 1)),  # an expanded dim
+]
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("shape, strides", CONTIGUITY_LAYOUTS)
+def test_is_contiguous_is_torchs_rule_on_every_layout(device, shape, strides):
+    """Tensor.is_contiguous answers as torch's for the same sizes and strides: from numpy's flag
+    on cpu, from the layout's strides on meta (size-1 dims aside, no elements contiguous)."""
+    torch = pytest.importorskip("torch")
+    want = torch.empty(64).as_strided(shape, strides).is_contiguous()
+    t = engine.empty(64, device=device).as_strided(shape, strides)
+    assert t.is_contiguous() is want
+    assert t.transpose(0, 1).is_contiguous() is torch.empty(64).as_strided(
+        shape, strides
+    ).transpose(0, 1).is_contiguous()
