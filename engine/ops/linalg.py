@@ -7,6 +7,7 @@ import numpy as np
 from engine import kernels
 from engine.autograd.function import Function
 from engine.ops.common import device_of, result_buffer, result_type, sum_to
+from engine.ops.views import Transpose
 from engine.tensor import Tensor
 
 
@@ -128,6 +129,19 @@ class Matmul(Function):
         # The second operand's gradient comes first, as in PyTorch's MmBackward0 / BmmBackward0.
         saved = dict(zip(self._save_idx, self.saved_tensors, strict=True))
         sa, sb = self.shapes
+        if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0]:
+            # BmmBackward0 (a batched matmul's own bmm): torch's two bmm on the transposes. The
+            # general path below comes to the same products and memory through matmul's
+            # reshapes and views of unchanged shapes, at several times the calls.
+            if self._edges[1] is not None:
+                gb = _bmm(_transpose(saved[0], op="transpose", dims=(0, 2, 1)), g, op="bmm")
+            else:
+                gb = None
+            if self._edges[0] is not None:
+                ga = _bmm(g, _transpose(saved[1], op="transpose", dims=(0, 2, 1)), op="bmm")
+            else:
+                ga = None
+            return (ga, gb)
         a2s = (1,) + sa if len(sa) == 1 else sa
         b2s = sb + (1,) if len(sb) == 1 else sb
         ga = gb = None
@@ -167,6 +181,10 @@ _NODES = {
     (2, 2): "MmBackward0",
     (3, 3): "BmmBackward0",
 }
+
+
+_bmm = Matmul.apply
+_transpose = Transpose.apply
 
 
 def _maybe_multiply(t, s):

@@ -143,6 +143,11 @@ SHAPES = [
     ((1, 8, 32), (3, 32, 5), False, True),
     ((3, 8, 32), (1, 32, 5), True, True),
     ((2, 3, 8, 32), (32, 5), False, True),
+    # bmm of one batch (BmmBackward0's two products on the transposes), either operand alone
+    ((3, 8, 32), (3, 32, 5), True, True),
+    ((3, 8, 32), (3, 32, 5), True, False),
+    ((3, 8, 32), (3, 32, 5), False, True),
+    ((2, 3, 8, 32), (2, 3, 32, 5), True, True),
 ]
 
 

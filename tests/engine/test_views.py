@@ -578,6 +578,7 @@ def test_is_contiguous_is_torchs_rule_on_every_layout(device, shape, strides):
     want = torch.empty(64).as_strided(shape, strides).is_contiguous()
     t = engine.empty(64, device=device).as_strided(shape, strides)
     assert t.is_contiguous() is want
-    assert t.transpose(0, 1).is_contiguous() is torch.empty(64).as_strided(
-        shape, strides
-    ).transpose(0, 1).is_contiguous()
+    assert (
+        t.transpose(0, 1).is_contiguous()
+        is torch.empty(64).as_strided(shape, strides).transpose(0, 1).is_contiguous()
+    )
