@@ -670,9 +670,7 @@ class Scratch:
             self.data = np.empty(shape, dtype=dtype.np) if data is None else data
         else:
             self.data = get_xp(device.type).empty(shape, dtype=dtype.np)
-        from engine.allocator import tracked
-
-        self._alloc = tracked.get_allocator(device) if tracked.TRACKING else None
+        self._alloc = (device._allocator or allocator_for(device)) if _tracked.TRACKING else None
         if self._alloc is not None:
             self._alloc.scratch("alloc", self.nbytes)
 
@@ -1509,8 +1507,9 @@ def exp_f32(x, out) -> bool:
 
 def exp_into(x, out) -> None:
     """out = np.exp(x) for numpy arrays: exp_f32's compiled loop where it takes them, else
-    numpy's call (the same bits either way)."""
-    if not exp_f32(x, out):
+    numpy's call (the same bits either way; below the size the loop threads at, numpy's call
+    costs less than the compiled loop's checks)."""
+    if x.size < NATIVE_PARALLEL_MIN or not exp_f32(x, out):
         np.exp(x, out=out)
 
 
