@@ -106,6 +106,35 @@ class MetaArray:
         return a
 
     def __getitem__(self, index):
+        # Ints and slices, one per leading dim (a trailing ... for the rest): split's, select's
+        # and most indexing's form, worked out here; anything else (None, ..., a bad index) goes
+        # through normalize_index, which also gives its errors.
+        items = index if type(index) is tuple else (index,)
+        if items and items[-1] is Ellipsis:
+            items = items[:-1]
+        shape, strides = self.shape, self.strides
+        if len(items) <= len(shape):
+            new_shape, new_strides, offset = [], [], self.offset
+            for dim, item in enumerate(items):
+                kind = type(item)
+                if kind is slice:
+                    start, stop, step = item.indices(shape[dim])
+                    if step <= 0:
+                        break
+                    new_shape.append(max(0, (stop - start + step - 1) // step))
+                    new_strides.append(strides[dim] * step)
+                    offset += start * strides[dim]
+                elif kind is int and -shape[dim] <= item < shape[dim]:
+                    offset += (item % shape[dim]) * strides[dim]
+                else:
+                    break
+            else:
+                n = len(items)
+                a = _new(MetaArray)
+                a.shape = (*new_shape, *shape[n:])
+                a.strides = (*new_strides, *strides[n:])
+                a.dtype, a.offset, a.contig = self.dtype, offset, None
+                return a
         parts = normalize_index(index, self.shape)
         shape, strides, offset, dim = [], [], self.offset, 0
         for kind, start, step, length in parts:

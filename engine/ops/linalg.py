@@ -29,7 +29,7 @@ def matmul_shape(sa, sb):
             f"[{b2[-2]}] (matmul of shapes {list(sa)} and {list(sb)})"
         )
     try:
-        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2]) if len(a2) > 2 or len(b2) > 2 else ()
     except ValueError:
         raise RuntimeError(
             f"matmul: batch dimensions of {list(sa)} and {list(sb)} cannot be broadcast"
@@ -106,7 +106,7 @@ class Matmul(Function):
         # by AccumulateGrad, not copied)
         mats = a.ndim == 2 and b.ndim == 2
         self.cols = (mats and _column_major(a._data), mats and _column_major(b._data))
-        y = result_buffer(out, shape, result_type(a, b), dev, "matmul")
+        y = result_buffer(out, shape, a._dtype, dev, "matmul")  # (one dtype: checked above)
         if dev.type != "meta":
             ad, bd = a._data, b._data
             if ad.ndim == 2 and bd.ndim == 2:

@@ -205,3 +205,44 @@ def test_tensor_indexing_on_meta_is_refused_clearly():
     t = engine.zeros(4, device="meta")
     with pytest.raises(RuntimeError, match="meta device"):
         t[engine.tensor([0, 1], device="meta")]
+
+
+def test_meta_basic_indexing_lays_out_as_numpy():
+    """MetaArray indexing (ints and slices per leading dim, a trailing ..., None, negative and
+    out-of-range bounds, steps) gives numpy's shape, byte strides and offset for the same index
+    (the shape alone when the view has no elements), and numpy's kind of error for an int out of range, a bool or a step of zero."""
+    rng = np.random.default_rng(0)
+    starts = [None, -7, -2, 0, 1, 3, 9]
+    stops = [None, -7, -1, 0, 2, 4, 9]
+    for _ in range(3000):
+        shape = tuple(int(n) for n in rng.integers(0, 6, size=rng.integers(1, 5)))
+        real = np.empty(shape, np.float32)
+        meta = MetaArray(shape, np.float32)
+        items: list = []
+        for n in shape[: rng.integers(0, len(shape) + 1)]:
+            if n and rng.random() < 0.4:
+                items.append(int(rng.integers(-n, n)))
+            else:
+                step = [None, 1, 2, 3][rng.integers(0, 4)]
+                items.append(slice(starts[rng.integers(0, 7)], stops[rng.integers(0, 7)], step))
+        if rng.random() < 0.2:
+            items.insert(int(rng.integers(0, len(items) + 1)), None)
+        if rng.random() < 0.5:
+            items.append(Ellipsis)
+        index = items[0] if len(items) == 1 and rng.random() < 0.5 else tuple(items)
+        whole = index if isinstance(index, tuple) else (index,)
+        want = real[whole + (Ellipsis,) if Ellipsis not in whole else whole]  # (a view, 0-d too)
+        got = meta[index]
+        assert got.shape == want.shape, index
+        if want.size:  # (numpy's strides of an empty view are its own choice)
+            offset = want.__array_interface__["data"][0] - real.__array_interface__["data"][0]
+            assert (got.strides, got.offset) == (want.strides, offset), index
+    meta = MetaArray((3, 4), np.float32)
+    with pytest.raises(IndexError):
+        meta[3]
+    with pytest.raises(IndexError):
+        meta[0, -5]
+    with pytest.raises(TypeError):
+        meta[True]
+    with pytest.raises(ValueError):
+        meta[::0]
