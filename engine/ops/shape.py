@@ -64,26 +64,27 @@ def _same_device(tensors, opname):
 # ---------------------------------------------------------------------------------------------
 class Cat(Function):
     def forward(self, *tensors, out=None, dim=0):
+        shapes = [t._data.shape for t in tensors]
         # PyTorch skips legacy empty 1-d tensors (shape [0]) whatever the other shapes are
-        used_ids = {id(t) for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)}
-        used = [t for t in tensors if id(t) in used_ids]
-        ref = used[0] if used else tensors[0]
-        d = _wrap_dim(dim, max(ref.ndim, 1))
-        if ref.ndim == 0:
+        used = [s != (0,) for s in shapes]
+        ref = shapes[used.index(True)] if True in used else shapes[0]
+        n = len(ref)
+        d = _wrap_dim(dim, max(n, 1))
+        if n == 0:
             raise RuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated")
-        for i, t in enumerate(tensors):
-            if t.ndim == 0:
+        for i, s in enumerate(shapes):
+            if not s:
                 raise RuntimeError(
                     f"zero-dimensional tensor (at position {i}) cannot be concatenated"
                 )
-        for i, t in enumerate(tensors):
-            if id(t) in used_ids and t.ndim != ref.ndim:
-                raise RuntimeError(
-                    f"Tensors must have same number of dimensions: got {ref.ndim} and {t.ndim}"
-                )
-            if id(t) not in used_ids:
+        for i, s in enumerate(shapes):
+            if not used[i] or s == ref:
                 continue
-            for k, (a, b) in enumerate(zip(ref.shape, t.shape, strict=True)):
+            if len(s) != n:
+                raise RuntimeError(
+                    f"Tensors must have same number of dimensions: got {n} and {len(s)}"
+                )
+            for k, (a, b) in enumerate(zip(ref, s, strict=True)):
                 if k != d and a != b:
                     raise RuntimeError(
                         f"Sizes of tensors must match except in dimension {d}. Expected size {a} "
@@ -91,19 +92,19 @@ class Cat(Function):
                     )
         dev = _same_device(tensors, "cat")
         dtype = result_type(*tensors)
-        shape = list(ref.shape)
-        shape[d] = sum(t.shape[d] for t in used)
+        shape = list(ref)
+        shape[d] = sum(s[d] for s, u in zip(shapes, used, strict=True) if u)
         y = result_buffer(out, tuple(shape), dtype, dev, "cat")
         self.dim = d
         self.pieces = []  # (start, size) along d, None for a skipped tensor
         start = 0
         lead = (slice(None),) * d
         xp = kernels.xp_of_device(dev) if _live(dev) else None
-        for t in tensors:
-            if id(t) not in used_ids:
+        for t, s, u in zip(tensors, shapes, used, strict=True):
+            if not u:
                 self.pieces.append(None)
                 continue
-            k = t.shape[d]
+            k = s[d]
             self.pieces.append((start, k))
             if xp is not None:
                 xp.copyto(y._data[lead + (slice(start, start + k),)], t._data, casting="unsafe")
