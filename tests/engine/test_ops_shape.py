@@ -14,6 +14,7 @@ import pytest
 
 import engine
 import engine.nn.functional as EF
+from tests.conftest import assert_raises_as_torch
 from tests.engine.test_autograd import gradcheck
 from tests.engine.test_memory_vs_torch import engine_peak, torch_peak
 
@@ -321,3 +322,31 @@ def test_var_std_blocks_in_torchs_order(torch, name):
         steps[m] = forward_backward(m, lambda m=m, x=x: STEPS[name](m, x))
     for t_step, e_step in zip(steps[torch], steps[engine], strict=True):
         assert engine_sequence(e_step, min_bytes=8) == torch_sequence(t_step, min_bytes=8)
+
+
+CAT_REFUSALS = {
+    "zero_dim_first": lambda m: m.cat([m.tensor(1.0), m.ones(2)]),
+    "zero_dim_later": lambda m: m.cat([m.ones(2), m.ones(2), m.tensor(1.0)]),
+    "dims": lambda m: m.cat([m.ones(2, 3), m.ones(3)]),
+    "dims_after_legacy_empty": lambda m: m.cat([m.ones(0), m.ones(2, 3), m.ones(2, 3, 1)]),
+    "sizes": lambda m: m.cat([m.ones(2, 3), m.ones(2, 3), m.ones(2, 4)]),
+    "sizes_dim1": lambda m: m.cat([m.ones(2, 3), m.ones(3, 3)], dim=1),
+    "dim_out_of_range": lambda m: m.cat([m.ones(2, 3), m.ones(2, 3)], dim=2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CAT_REFUSALS))
+def test_cat_refuses_as_torch(torch, name):
+    assert_raises_as_torch(CAT_REFUSALS[name])
+
+
+def test_cat_skips_legacy_empty_tensors_as_torch(torch):
+    """A 1-d tensor of no elements is left out whatever the others' shapes, first or not."""
+    for make in (
+        lambda m: m.cat([m.ones(0), m.ones(2, 3), m.ones(0), m.ones(1, 3)]),
+        lambda m: m.cat([m.ones(0), m.ones(0)]),
+        lambda m: m.cat([m.ones(2, 3), m.ones(0)], dim=1),
+    ):
+        ours, theirs = make(engine), make(torch)
+        assert tuple(ours.shape) == tuple(theirs.shape)
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
