@@ -1448,8 +1448,11 @@ def native_f32(*arrays) -> bool:
 
 def _in_place_or_apart(x, out) -> bool:
     """For contiguous arrays of one size: x is out element for element (in place), or they
-    share no memory (a shifted overlap is numpy's to buffer, not a compiled loop's)."""
-    return x.ctypes.data == out.ctypes.data or not np.may_share_memory(x, out)
+    share no memory (a shifted overlap is numpy's to buffer, not a compiled loop's). The
+    cheap answers first: `ctypes` costs a microsecond an array."""
+    if x is out or not np.may_share_memory(x, out):
+        return True
+    return x.__array_interface__["data"][0] == out.__array_interface__["data"][0]
 
 
 def native_takes(*arrays) -> bool:
