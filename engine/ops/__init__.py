@@ -1029,7 +1029,6 @@ def trace(input):
 
 
 def _dims_of(dims, n):
-
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
     return tuple(_wrap_dim(d, n) for d in dims)
 
@@ -1205,7 +1204,6 @@ def squeeze(input, dim=None):
 
 @_export("unsqueeze")
 def unsqueeze(input, dim):
-
     d = _wrap_dim(dim, input.ndim + 1)
     shape = list(input.shape)
     shape.insert(d, 1)
@@ -1470,7 +1468,6 @@ def to(input, *args, dtype=None, device=None, copy=False, non_blocking=False):
     ),
 )
 def split(input, split_size_or_sections, dim=0):
-
     d = _wrap_dim(dim, input.ndim)
     n = input.shape[d]
     if isinstance(split_size_or_sections, int):
@@ -1513,7 +1510,6 @@ def chunk(input, chunks, dim=0):
     ),
 )
 def unbind(input, dim=0):
-
     d = _wrap_dim(dim, input.ndim)
     n = input.shape[d]
     return V.SplitViews.apply(input, op="unbind", dim=d, sizes=(1,) * n, unbind=True)
