@@ -22,6 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.allocator import tracked
+from engine.storage import allocator_for
+
 WARP = 32
 MAX_THREADS = 512  # mnt_wrapper<T>::MAX_NUM_THREADS (256 for complex128, which is not modelled)
 INPUT_VEC = 4
@@ -210,9 +213,6 @@ def _gpu_of(dev):
     (runs_cuda_kernels): the device's own figures on cuda, META_GPU on meta; else None."""
     if not runs_cuda_kernels(dev):
         return None
-    from engine.allocator import tracked
-    from engine.storage import allocator_for
-
     if not tracked.TRACKING:
         return None
     gpu = device_gpu(dev.index or 0) if dev.type == "cuda" else META_GPU
@@ -226,8 +226,6 @@ def runs_cuda_kernels(dev) -> bool:
         return True
     if dev.type != "meta":
         return False
-    from engine.storage import allocator_for
-
     return allocator_for(dev).model_name == "caching"
 
 
