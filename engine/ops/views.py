@@ -171,40 +171,40 @@ class Expand(Function):
     def forward(self, x, out=None, shape=()):
         shape = tuple(shape)
         xs = x._data.shape
-        if shape == xs:  # (a batched matmul's operand, expanded to the batch it has)
-            self.in_shape = xs
-            return make_view(x, kernels.xp_of(x).broadcast_to(x._data, xs), lambda b: b.expand(xs))
-        lead = len(shape) - x.ndim
-        if lead < 0:
-            raise RuntimeError(
-                f"expand({x._dtype.torch_tensor_name}{{{list(x.shape)}}}, size={list(shape)}): the "
-                "number of sizes provided must be greater or equal to the number of dimensions in the tensor"
-            )
-        full = []
-        for i, n in enumerate(shape):
-            if n == -1:
-                if i < lead:
-                    raise RuntimeError(
-                        "expand: -1 is not allowed in a leading, non-existing dimension"
-                    )
-                n = x.shape[i - lead]
-            elif i >= lead and x.shape[i - lead] not in (1, n):
-                raise RuntimeError(
-                    f"The expanded size of the tensor ({n}) must match the existing size "
-                    f"({x.shape[i - lead]}) at non-singleton dimension {i}.  Target sizes: "
-                    f"{list(shape)}.  Tensor sizes: {list(x.shape)}"
-                )
-            full.append(n)
-        full = tuple(full)
-        self.in_shape = x.shape
-        xp = kernels.xp_of(x)
-        return make_view(x, xp.broadcast_to(x._data, full), lambda b: b.expand(full))
+        # nothing to walk when x has that shape already (a batched matmul's operands)
+        full = xs if shape == xs else _expanded_shape(x, shape)
+        self.in_shape = xs
+        return make_view(x, kernels.xp_of(x).broadcast_to(x._data, full), lambda b: b.expand(full))
 
     def backward(self, g):
         return (sum_to(g, self.in_shape),)
 
     def name(self):
         return "ExpandBackward0"
+
+
+def _expanded_shape(x, shape: tuple) -> tuple:
+    """expand's target: `shape` with each -1 x's size there, or torch's refusal."""
+    lead = len(shape) - x.ndim
+    if lead < 0:
+        raise RuntimeError(
+            f"expand({x._dtype.torch_tensor_name}{{{list(x.shape)}}}, size={list(shape)}): the "
+            "number of sizes provided must be greater or equal to the number of dimensions in the tensor"
+        )
+    full = []
+    for i, n in enumerate(shape):
+        if n == -1:
+            if i < lead:
+                raise RuntimeError("expand: -1 is not allowed in a leading, non-existing dimension")
+            n = x.shape[i - lead]
+        elif i >= lead and x.shape[i - lead] not in (1, n):
+            raise RuntimeError(
+                f"The expanded size of the tensor ({n}) must match the existing size "
+                f"({x.shape[i - lead]}) at non-singleton dimension {i}.  Target sizes: "
+                f"{list(shape)}.  Tensor sizes: {list(x.shape)}"
+            )
+        full.append(n)
+    return tuple(full)
 
 
 def _has_tensor_index(index) -> bool:
