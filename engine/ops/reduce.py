@@ -325,16 +325,15 @@ class Softmax(Function):
             if not x.ndim:
                 xd, yd = xd.reshape(1), yd.reshape(1)
             md, sd = m.data, s.data
-            if xp is np:  # (the ufuncs' reductions: np.max / np.sum's own, without their wrappers)
-                np.maximum.reduce(xd, axis=d, keepdims=True, out=md)
-                np.subtract(xd, md, out=yd)
-                kernels.exp_into(yd, yd)  # (float32: the compiled loop, numpy's bits)
-                np.add.reduce(yd, axis=d, keepdims=True, out=sd)
+            # numpy: the ufuncs' reductions (np.max / np.sum's own, without their wrappers)
+            amax, total = (np.maximum.reduce, np.add.reduce) if xp is np else (xp.max, xp.sum)
+            amax(xd, axis=d, keepdims=True, out=md)
+            xp.subtract(xd, md, out=yd)
+            if xp is np:  # (float32: the compiled loop, numpy's bits)
+                kernels.exp_into(yd, yd)
             else:
-                xp.max(xd, axis=d, keepdims=True, out=md)
-                xp.subtract(xd, md, out=yd)
                 xp.exp(yd, out=yd)
-                xp.sum(yd, axis=d, keepdims=True, out=sd)
+            total(yd, axis=d, keepdims=True, out=sd)
             if self.log:  # y = (x - max) - log(sum(exp(x - max))), as torch's kernels: the
                 # max subtracted first (x - (max + log sum) loses log sum beside a large max)
                 xp.log(sd, out=sd)
